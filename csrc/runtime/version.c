@@ -1,0 +1,3 @@
+#include "rj_api.h"
+
+uint32_t rj_abi_version(void) { return RJ_ABI_VERSION; }

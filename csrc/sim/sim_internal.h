@@ -1,0 +1,91 @@
+#ifndef RJ_SIM_INTERNAL_H
+#define RJ_SIM_INTERNAL_H
+/* Contract between the simulator's parts:
+ *   sim.c   PC: word decode, register file, task trailer, self-chaining, job loop
+ *   cna.c   CNA + CORE: feature/weight fetch from their cube layouts, CBUF, the MAC array
+ *   dpu.c   DPU + DPU_RDMA: BS/BN/EW stages, OUT_CVT, output writers, flying mode
+ *   lut.c   DPU LUT: table upload and lookup/interpolation
+ *   ppu.c   PPU + PPU_RDMA: pooling
+ * Each modelled behaviour cites its source (a notes page or a register field). */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rj_regs.h"
+#include "rj_sim.h"
+
+/* Register offsets span 0x0000..0x7FFF across PC..PPU_RDMA (rj_regs.h), so one flat file
+ * indexed by offset/4 holds every block. */
+#define RJ_SIM_NREGS (0x8000u / 4u)
+
+typedef struct rj_sim_lut {
+    /* DPU LUT tables as uploaded through LUT_ACCESS_CFG/LUT_ACCESS_DATA: LE (65 entries)
+     * and LO (257 entries), 16-bit signed each (NVDLA LUT geometry). */
+    int16_t le[65];
+    int16_t lo[257];
+    uint32_t cursor;   /* next entry index of the table being written */
+    uint32_t table;    /* 0 = LE, 1 = LO, as selected by LUT_ACCESS_CFG */
+} rj_sim_lut;
+
+struct rj_cbuf_state; /* CNA-private: what the CBUF holds, for DATA_REUSE/WEIGHT_REUSE */
+
+struct rj_sim {
+    uint32_t flags;
+    uint32_t regs[RJ_SIM_NREGS];
+    uint8_t written[RJ_SIM_NREGS]; /* 1 if written by the current task */
+    rj_sim_lut lut;
+    struct rj_cbuf_state *cbuf;
+    rj_sim_stats stats;
+};
+
+/* Everything a block needs while one task runs. */
+typedef struct rj_sim_task {
+    rj_sim *sim;
+    const rj_region *regions;
+    uint32_t nregions;
+    uint32_t job_index;
+    uint32_t task_index;   /* index within the job, chained tasks included */
+    uint32_t enable_mask;  /* the PC_OPERATION_ENABLE value of the trailer */
+    rj_err *err;
+} rj_sim_task;
+
+static inline uint32_t rj_sim_reg(const rj_sim *s, uint32_t offset) { return s->regs[offset / 4u]; }
+static inline int rj_sim_written(const rj_sim *s, uint32_t offset) { return s->written[offset / 4u]; }
+#define RJ_SIM_FIELD(sim, REG, F) RJ_GET(rj_sim_reg((sim), RJ_REG_##REG), REG, F)
+
+/* Host pointer for [iova, iova+len) if it lies inside one region; otherwise NULL with an
+ * RJ_EFAULT (strict: RJ_EHAZARD "address outside every BO") error naming `what`. */
+uint8_t *rj_sim_mem(rj_sim_task *t, uint64_t iova, uint64_t len, const char *what);
+
+/* Report a hardware hazard: "job J task T: REG: <quirk name>: <detail>". Returns RJ_EHAZARD. */
+int rj_sim_hazard(rj_sim_task *t, const char *reg, const char *quirk, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The CORE's accumulator cube handed to the DPU: element (h, w, c) at [(h*width + w)*channels + c].
+ * fp16/bf16 paths accumulate in fp32 (f); int8 paths in int32 (i). */
+typedef struct rj_sim_acc {
+    uint32_t width, height, channels;
+    int is_int;
+    float *f;
+    int32_t *i;
+} rj_sim_acc;
+
+/* cna.c: run CNA+CORE for the current task and hand the accumulator to rj_sim_dpu_run. */
+int rj_sim_conv_run(rj_sim_task *t);
+/* dpu.c: post-process and write out. acc == NULL means DPU-only "flying" mode, where the
+ * DPU reads its source cube from memory through DPU_RDMA. */
+int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc);
+/* dpu.c/lut.c: called by the decoder for every DPU register write (the LUT upload port is a
+ * FIFO-style register, not plain state). */
+int rj_sim_dpu_on_write(rj_sim_task *t, uint32_t offset, uint32_t value);
+/* lut.c: apply the uploaded LUT to one value, following the LUT_* registers. */
+float rj_sim_lut_apply(const rj_sim *sim, float x);
+/* ppu.c: run PPU+PPU_RDMA pooling for the current task. */
+int rj_sim_ppu_run(rj_sim_task *t);
+
+/* fp16 <-> fp32 with round-to-nearest-even (F16C where available). */
+float rj_f16_to_f32(uint16_t h);
+uint16_t rj_f32_to_f16(float f);
+void rj_f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
+void rj_f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
+
+#endif /* RJ_SIM_INTERNAL_H */

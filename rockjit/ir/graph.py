@@ -1,0 +1,161 @@
+"""The rockjit IR graph: immutable typed nodes in SSA order.
+
+A ``Graph`` is a function: typed inputs, a list of nodes in definition order, and outputs.
+Resident weights are ``param`` nodes that name a constant bound outside the graph, so the IR
+text never carries weight bytes. Every node keeps the user's source location.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from .ops import Op
+from .types import TensorType
+
+
+@dataclass(frozen=True)
+class Loc:
+    """Where the user wrote the op: file and line of the traced Python code."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True, eq=True)
+class Value:
+    """An SSA value. ``id`` is unique within its graph; the text form spells it ``%id``."""
+
+    id: int
+    type: TensorType
+
+    def __str__(self) -> str:
+        return f"%{self.id}"
+
+
+def _freeze(v: Any) -> Any:
+    """Attribute values are stored hashable: lists become tuples, arrays stay arrays."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def attrs_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+                and a.shape == b.shape and a.tobytes() == b.tobytes())
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(attrs_equal(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    op: Op
+    inputs: tuple[Value, ...]
+    outputs: tuple[Value, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    loc: Loc | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "attrs", {k: _freeze(v) for k, v in sorted(self.attrs.items())})
+
+    @property
+    def out(self) -> Value:
+        (v,) = self.outputs
+        return v
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Node) and self.op is other.op and self.inputs == other.inputs
+                and self.outputs == other.outputs and self.loc == other.loc
+                and self.attrs.keys() == other.attrs.keys()
+                and all(attrs_equal(self.attrs[k], other.attrs[k]) for k in self.attrs))
+
+    def __hash__(self) -> int:
+        return hash((self.op, self.inputs, self.outputs))
+
+
+@dataclass(eq=False)
+class Graph:
+    name: str
+    inputs: tuple[Value, ...]
+    nodes: list[Node]
+    outputs: tuple[Value, ...]
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Graph) and self.name == other.name
+                and self.inputs == other.inputs and self.outputs == other.outputs
+                and len(self.nodes) == len(other.nodes)
+                and all(a == b for a, b in zip(self.nodes, other.nodes)))
+
+    def params(self) -> dict[str, TensorType]:
+        """Resident constants the graph expects to be bound, by name."""
+        return {n.attrs["name"]: n.out.type for n in self.nodes if n.op is Op.PARAM}
+
+    def producers(self) -> dict[int, Node]:
+        return {v.id: n for n in self.nodes for v in n.outputs}
+
+    def users(self) -> dict[int, list[Node]]:
+        out: dict[int, list[Node]] = {}
+        for n in self.nodes:
+            for v in n.inputs:
+                out.setdefault(v.id, []).append(n)
+        return out
+
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for n in self.nodes:
+            counts[n.op.text] = counts.get(n.op.text, 0) + 1
+        return counts
+
+    def __str__(self) -> str:
+        from .printer import print_graph
+
+        return print_graph(self)
+
+
+class Builder:
+    """Appends nodes to a graph under construction, handing out fresh value ids."""
+
+    def __init__(self, name: str = "main") -> None:
+        self.name = name
+        self._next = 0
+        self.inputs: list[Value] = []
+        self.nodes: list[Node] = []
+
+    def _fresh(self, t: TensorType) -> Value:
+        v = Value(self._next, t)
+        self._next += 1
+        return v
+
+    def input(self, t: TensorType) -> Value:
+        v = self._fresh(t)
+        self.inputs.append(v)
+        return v
+
+    def add(self, op: Op, inputs: Iterable[Value], out_type: TensorType | None = None,
+            attrs: Mapping[str, Any] | None = None, loc: Loc | None = None) -> Value:
+        """Append one single-result node.  Without ``out_type`` the op's shape rule infers it;
+        with it, the shape rule must agree (a disagreement is a frontend bug, not user error)."""
+        from .rules import infer_type
+
+        inputs = tuple(inputs)
+        attrs = dict(attrs or {})
+        inferred = infer_type(op, [v.type for v in inputs], attrs, out_type)
+        if out_type is not None and inferred != out_type:
+            raise TypeError(f"{op.text}: shape rule gives {inferred}, caller says {out_type}"
+                            + (f" at {loc}" if loc else ""))
+        v = self._fresh(inferred)
+        self.nodes.append(Node(op, inputs, (v,), attrs, loc))
+        return v
+
+    def finish(self, outputs: Iterable[Value]) -> Graph:
+        return Graph(self.name, tuple(self.inputs), list(self.nodes), tuple(outputs))

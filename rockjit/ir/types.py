@@ -1,0 +1,80 @@
+"""Element types and tensor types of the rockjit IR."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class DType(enum.Enum):
+    """Element types. The value is the spelling used in the IR text form."""
+
+    F32 = "f32"
+    F16 = "f16"
+    BF16 = "bf16"
+    I64 = "i64"
+    I32 = "i32"
+    I16 = "i16"
+    I8 = "i8"
+    U32 = "u32"
+    U8 = "u8"
+    BOOL = "bool"
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.F32, DType.F16, DType.BF16)
+
+    @property
+    def is_int(self) -> bool:
+        return self in (DType.I64, DType.I32, DType.I16, DType.I8, DType.U32, DType.U8)
+
+    def to_numpy(self) -> np.dtype:
+        if self is DType.BF16:
+            import ml_dtypes  # shipped with jax
+
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(_TO_NUMPY[self])
+
+    @staticmethod
+    def from_numpy(dt: np.dtype | type | str) -> "DType":
+        dt = np.dtype(dt)
+        if dt.name == "bfloat16":
+            return DType.BF16
+        for k, v in _TO_NUMPY.items():
+            if np.dtype(v) == dt:
+                return k
+        raise TypeError(f"rockjit IR has no element type for numpy dtype {dt}")
+
+
+_TO_NUMPY = {
+    DType.F32: "float32", DType.F16: "float16", DType.I64: "int64", DType.I32: "int32",
+    DType.I16: "int16", DType.I8: "int8", DType.U32: "uint32", DType.U8: "uint8",
+    DType.BOOL: "bool",
+}
+
+
+@dataclass(frozen=True)
+class TensorType:
+    dtype: DType
+    shape: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        if any(d < 0 for d in self.shape):
+            raise ValueError(f"negative dimension in shape {self.shape}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __str__(self) -> str:
+        return f"{self.dtype.value}[{','.join(str(d) for d in self.shape)}]"
+
+    @staticmethod
+    def of(array: np.ndarray) -> "TensorType":
+        return TensorType(DType.from_numpy(array.dtype), tuple(array.shape))
