@@ -1,6 +1,10 @@
 #ifndef RJ_API_H
 #define RJ_API_H
+/* Everything the cffi module exposes; rj_cdef.h is the cffi-parsable mirror of this. */
 #include <stdint.h>
+
+#include "rj_err.h"
+#include "sim/rj_sim.h"
 
 /* Bumped whenever a struct shared with Python or written to disk changes. */
 #define RJ_ABI_VERSION 1u
