@@ -1,6 +1,8 @@
 """cffi out-of-line API build of the C core: every csrc/**/*.c except tests/ becomes one
-extension module, ``rockjit._rjc``.  ``rj_cdef.h`` is the declaration list cffi reads; it must
-stay free of preprocessor logic so cffi can parse it."""
+extension module, ``rockjit._rjc``.  What Python sees is ``rj_cdef.h`` followed by every
+``csrc/**/*.cdef`` fragment (one per area, so areas don't edit one shared file); they must stay
+free of preprocessor logic so cffi can parse them.  The module's C side includes every public
+header ``csrc/**/rj_*.h``."""
 from __future__ import annotations
 
 import os
@@ -28,11 +30,23 @@ def compile_flags() -> list[str]:
     return flags
 
 
+def cdefs() -> str:
+    parts = [(HERE / "rj_cdef.h").read_text()]
+    parts += [p.read_text() for p in sorted(HERE.rglob("*.cdef"))]
+    return "\n".join(parts)
+
+
+def public_headers() -> str:
+    heads = sorted(p.relative_to(HERE) for p in HERE.rglob("rj_*.h")
+                   if "tests" not in p.relative_to(HERE).parts)
+    return "".join(f'#include "{h}"\n' for h in heads)
+
+
 ffibuilder = FFI()
-ffibuilder.cdef((HERE / "rj_cdef.h").read_text())
+ffibuilder.cdef(cdefs())
 ffibuilder.set_source(
     "rockjit._rjc",
-    '#include "rj_api.h"\n',
+    public_headers(),
     sources=c_sources(),
     include_dirs=[str(HERE)],
     extra_compile_args=compile_flags(),
