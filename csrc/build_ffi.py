@@ -1,6 +1,6 @@
 """cffi out-of-line API build of the C core: every csrc/**/*.c except tests/ becomes one
-extension module, ``rockjit._rjc``.  What Python sees is ``rj_cdef.h`` followed by every
-``csrc/**/*.cdef`` fragment (one per area, so areas don't edit one shared file); they must stay
+extension module, ``rockjit._rjc``.  What Python sees is ``rj_api.cdef`` followed by every
+other ``csrc/**/*.cdef`` fragment (one per area, so areas don't edit one shared file); they must stay
 free of preprocessor logic so cffi can parse them.  The module's C side includes every public
 header ``csrc/**/rj_*.h``."""
 from __future__ import annotations
@@ -31,8 +31,9 @@ def compile_flags() -> list[str]:
 
 
 def cdefs() -> str:
-    parts = [(HERE / "rj_cdef.h").read_text()]
-    parts += [p.read_text() for p in sorted(HERE.rglob("*.cdef"))]
+    first = HERE / "rj_api.cdef"
+    parts = [first.read_text()]
+    parts += [p.read_text() for p in sorted(HERE.rglob("*.cdef")) if p != first]
     return "\n".join(parts)
 
 
