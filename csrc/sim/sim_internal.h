@@ -35,6 +35,7 @@ struct rj_sim {
     rj_sim_lut lut;
     struct rj_cbuf_state *cbuf;
     rj_sim_stats stats;
+    struct rj_sim_kick *cur_kick; /* appended by sim A: the kick being run (sim.c) */
 };
 
 /* Everything a block needs while one task runs. */
@@ -87,5 +88,43 @@ float rj_f16_to_f32(uint16_t h);
 uint16_t rj_f32_to_f16(float f);
 void rj_f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 void rj_f32_to_f16_n(const float *src, uint16_t *dst, size_t n);
+
+
+/* ---- Appended by sim A (sim.c / cna.c owner); sim B: these are additive, nothing above
+ * changed. ---- */
+
+/* PC_OPERATION_ENABLE trailer bits -> blocks (seed page 003 section 3: 0x1D fires
+ * PC/CNA/DPU/DPU_RDMA for a conv, 0x60 PPU/PPU_RDMA for pooling; CORE runs with CNA). */
+#define RJ_SIM_EN_PC       (1u << 0)
+#define RJ_SIM_EN_CNA      (1u << 2)
+#define RJ_SIM_EN_DPU      (1u << 3)
+#define RJ_SIM_EN_DPU_RDMA (1u << 4)
+#define RJ_SIM_EN_PPU      (1u << 5)
+#define RJ_SIM_EN_PPU_RDMA (1u << 6)
+
+/* Per-kick context the PC keeps while one hardware kick runs (several tasks when the job
+ * self-chains; notes: encodings/regcmd-task-model.md "Contiguous chaining"). */
+typedef struct rj_sim_kick {
+    uint32_t index;          /* kick number within the job */
+    uint32_t ntasks;         /* TASK_NUMBER of this kick */
+    uint32_t position;       /* 0-based position of the current task inside the kick */
+    uint32_t conv_tasks_run; /* CNA/CORE tasks already retired in this kick (CACC hazard) */
+} rj_sim_kick;
+
+/* The register value the current task needs. Strict mode refuses a value the task did not
+ * write itself (a delta task relying on state left by an earlier task: notes:
+ * encodings/regcmd-task-model.md "delta regcmd doesn't fire"); otherwise the persisted
+ * value is returned, as the register file keeps it across tasks and jobs.
+ * Returns 0 or RJ_EHAZARD (with t->err filled). sim B may use it for DPU registers too. */
+int rj_sim_need(rj_sim_task *t, uint32_t offset, const char *name, uint32_t *out);
+#define RJ_SIM_NEED(t, REG, out) rj_sim_need((t), RJ_REG_##REG, #REG, (out))
+
+/* The kick the current task belongs to (NULL outside a run). */
+const rj_sim_kick *rj_sim_current_kick(const rj_sim_task *t);
+
+/* cna.c: free the CBUF model (called by rj_sim_destroy). */
+void rj_sim_cbuf_free(struct rj_cbuf_state *cbuf);
+
+#include "rj_sim_debug.h" /* rj_sim_f16_selftest, rj_sim_last_acc */
 
 #endif /* RJ_SIM_INTERNAL_H */

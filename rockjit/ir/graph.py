@@ -144,15 +144,21 @@ class Builder:
     def add(self, op: Op, inputs: Iterable[Value], out_type: TensorType | None = None,
             attrs: Mapping[str, Any] | None = None, loc: Loc | None = None) -> Value:
         """Append one single-result node.  Without ``out_type`` the op's shape rule infers it;
-        with it, the shape rule must agree (a disagreement is a frontend bug, not user error)."""
+        with it, the shape rule must agree.  Ops whose result is not derivable (param, iota,
+        reshape, convert, broadcast_in_dim) require ``out_type``.  Any violation raises
+        ``VerifyError`` naming the value being built and ``loc``."""
+        from ..errors import VerifyError
         from .rules import infer_type
 
         inputs = tuple(inputs)
         attrs = dict(attrs or {})
-        inferred = infer_type(op, [v.type for v in inputs], attrs, out_type)
-        if out_type is not None and inferred != out_type:
-            raise TypeError(f"{op.text}: shape rule gives {inferred}, caller says {out_type}"
-                            + (f" at {loc}" if loc else ""))
+        try:
+            inferred = infer_type(op, [v.type for v in inputs], attrs, out_type)
+        except VerifyError as e:
+            # Name the value about to be defined and the user's line, so the report points
+            # at the traced source rather than at the builder.
+            where = f" at {loc}" if loc else ""
+            raise VerifyError(f"building %{self._next}{where}: {e}") from None
         v = self._fresh(inferred)
         self.nodes.append(Node(op, inputs, (v,), attrs, loc))
         return v

@@ -1,0 +1,315 @@
+/* Cube-layout pack/unpack (see rj_layout.h). Plain loops; the innermost copy is one run of
+ * contiguous bytes (a cube atom or a weight block row), so memcpy does the work. */
+#include <string.h>
+
+#include "rj_layout.h"
+
+static int mul_ok(uint64_t a, uint64_t b, uint64_t *out)
+{
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+static int check_esize(uint32_t esize, const char *what, rj_err *err)
+{
+    if (esize != 1 && esize != 2 && esize != 4)
+        return rj_fail(err, RJ_EINVAL, "%s: element size %u bytes is not 1, 2 or 4", what, esize);
+    return 0;
+}
+
+/* Validate a cube layout and resolve its strides and extent. */
+static int cube_geometry(const rj_cube_layout *l, uint64_t *line, uint64_t *surf, uint64_t *bytes,
+                         rj_err *err)
+{
+    if (!l)
+        return rj_fail(err, RJ_EINVAL, "cube layout: NULL layout");
+    if (l->reserved)
+        return rj_fail(err, RJ_EINVAL, "cube layout: reserved field must be zero");
+    int rc = check_esize(l->esize, "cube layout", err);
+    if (rc)
+        return rc;
+    if (!l->height || !l->width || !l->channels || !l->c2)
+        return rj_fail(err, RJ_EINVAL,
+                       "cube layout: height %u, width %u, channels %u and c2 %u must all be >= 1",
+                       l->height, l->width, l->channels, l->c2);
+    uint64_t atom = (uint64_t)l->c2 * l->esize, row, plane;
+    if (!mul_ok(l->width, atom, &row))
+        return rj_fail(err, RJ_EINVAL, "cube layout: a row of %u positions overflows", l->width);
+    *line = l->line_stride ? l->line_stride : row;
+    if (*line < row || *line % atom)
+        return rj_fail(err, RJ_EINVAL,
+                       "cube layout: line stride %llu B must be a multiple of the %llu-byte atom and "
+                       "hold %u positions", (unsigned long long)*line, (unsigned long long)atom,
+                       l->width);
+    if (!mul_ok(l->height, *line, &plane))
+        return rj_fail(err, RJ_EINVAL, "cube layout: %u lines overflow", l->height);
+    *surf = l->surf_stride ? l->surf_stride : plane;
+    if (*surf < plane || *surf % atom)
+        return rj_fail(err, RJ_EINVAL,
+                       "cube layout: surface stride %llu B must be a multiple of the %llu-byte atom "
+                       "and hold %u lines of %llu B", (unsigned long long)*surf,
+                       (unsigned long long)atom, l->height, (unsigned long long)*line);
+    uint64_t groups = ceil_div(l->channels, l->c2), head;
+    if (!mul_ok(groups - 1, *surf, &head) || __builtin_add_overflow(head, plane, bytes))
+        return rj_fail(err, RJ_EINVAL, "cube layout: %llu channel groups overflow",
+                       (unsigned long long)groups);
+    return 0;
+}
+
+static int dense_bytes(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t *out)
+{
+    return mul_ok(a, b, out) && mul_ok(*out, c, out) && mul_ok(*out, d, out);
+}
+
+int rj_cube_bytes(const rj_cube_layout *l, uint64_t *out, rj_err *err)
+{
+    uint64_t line = 0, surf = 0, bytes = 0;
+    int rc = cube_geometry(l, &line, &surf, &bytes, err);
+    if (out)
+        *out = rc ? 0 : bytes;
+    return rc;
+}
+
+static int size_check(const char *what, const char *side, uint64_t have, uint64_t need, rj_err *err)
+{
+    if (have < need)
+        return rj_fail(err, RJ_EINVAL, "%s: the %s buffer holds %llu bytes, the layout needs %llu",
+                       what, side, (unsigned long long)have, (unsigned long long)need);
+    return 0;
+}
+
+/* pack = 1: row-major -> cube; pack = 0: cube -> row-major. */
+static int cube_copy(const rj_cube_layout *l, const void *src, uint64_t src_size, void *dst,
+                     uint64_t dst_size, int pack, rj_err *err)
+{
+    const char *what = pack ? "rj_cube_pack" : "rj_cube_unpack";
+    uint64_t line = 0, surf = 0, bytes = 0, plain = 0;
+    int rc = cube_geometry(l, &line, &surf, &bytes, err);
+    if (rc)
+        return rc;
+    if (!dense_bytes(l->height, l->width, l->channels, l->esize, &plain))
+        return rj_fail(err, RJ_EINVAL, "%s: the row-major tensor size overflows", what);
+    if (!src || !dst)
+        return rj_fail(err, RJ_EINVAL, "%s: NULL buffer", what);
+    rc = size_check(what, "source", src_size, pack ? plain : bytes, err);
+    if (!rc)
+        rc = size_check(what, "destination", dst_size, pack ? bytes : plain, err);
+    if (rc)
+        return rc;
+
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    const uint64_t e = l->esize, c2 = l->c2, C = l->channels, W = l->width;
+    const uint64_t groups = ceil_div(C, c2);
+    if (pack)
+        memset(d, 0, bytes);
+    for (uint64_t g = 0; g < groups; g++) {
+        const uint64_t c0 = g * c2;
+        const uint64_t run = (C - c0 < c2 ? C - c0 : c2) * e;   /* live bytes of this atom */
+        for (uint64_t h = 0; h < l->height; h++) {
+            const uint64_t cube_row = g * surf + h * line;
+            const uint64_t plain_row = (h * W * C + c0) * e;
+            for (uint64_t w = 0; w < W; w++) {
+                const uint64_t atom = cube_row + w * c2 * e, p = plain_row + w * C * e;
+                if (pack)
+                    memcpy(d + atom, s + p, run);
+                else
+                    memcpy(d + p, s + atom, run);
+            }
+        }
+    }
+    return 0;
+}
+
+int rj_cube_pack(const rj_cube_layout *l, const void *src, uint64_t src_size, void *dst,
+                 uint64_t dst_size, rj_err *err)
+{
+    return cube_copy(l, src, src_size, dst, dst_size, 1, err);
+}
+
+int rj_cube_unpack(const rj_cube_layout *l, const void *src, uint64_t src_size, void *dst,
+                   uint64_t dst_size, rj_err *err)
+{
+    return cube_copy(l, src, src_size, dst, dst_size, 0, err);
+}
+
+/* ---- direct-conv / matmul weights ------------------------------------------------------- */
+
+static int weight_geometry(const rj_weight_layout *l, uint64_t *np, uint64_t *kp, uint64_t *bytes,
+                           rj_err *err)
+{
+    if (!l)
+        return rj_fail(err, RJ_EINVAL, "weight layout: NULL layout");
+    if (l->reserved)
+        return rj_fail(err, RJ_EINVAL, "weight layout: reserved field must be zero");
+    int rc = check_esize(l->esize, "weight layout", err);
+    if (rc)
+        return rc;
+    if (!l->kernels || !l->channels || !l->kh || !l->kw || !l->n_group || !l->k_group)
+        return rj_fail(err, RJ_EINVAL,
+                       "weight layout: kernels %u, channels %u, kernel %ux%u and groups %u/%u must "
+                       "all be >= 1", l->kernels, l->channels, l->kh, l->kw, l->n_group,
+                       l->k_group);
+    *np = ceil_div(l->kernels, l->n_group) * l->n_group;
+    *kp = ceil_div(l->channels, l->k_group) * l->k_group;
+    uint64_t taps = (uint64_t)l->kh * l->kw;
+    if (!dense_bytes(*np, *kp, taps, l->esize, bytes))
+        return rj_fail(err, RJ_EINVAL, "weight layout: size overflows");
+    return 0;
+}
+
+int rj_weight_bytes(const rj_weight_layout *l, uint64_t *out, rj_err *err)
+{
+    uint64_t np = 0, kp = 0, bytes = 0;
+    int rc = weight_geometry(l, &np, &kp, &bytes, err);
+    if (out)
+        *out = rc ? 0 : bytes;
+    return rc;
+}
+
+static int weight_copy(const rj_weight_layout *l, const void *src, uint64_t src_size, void *dst,
+                       uint64_t dst_size, int pack, rj_err *err)
+{
+    const char *what = pack ? "rj_weight_pack" : "rj_weight_unpack";
+    uint64_t np = 0, kp = 0, bytes = 0, plain = 0;
+    int rc = weight_geometry(l, &np, &kp, &bytes, err);
+    if (rc)
+        return rc;
+    if (!dense_bytes(l->kernels, l->channels, (uint64_t)l->kh * l->kw, l->esize, &plain))
+        return rj_fail(err, RJ_EINVAL, "%s: the row-major tensor size overflows", what);
+    if (!src || !dst)
+        return rj_fail(err, RJ_EINVAL, "%s: NULL buffer", what);
+    rc = size_check(what, "source", src_size, pack ? plain : bytes, err);
+    if (!rc)
+        rc = size_check(what, "destination", dst_size, pack ? bytes : plain, err);
+    if (rc)
+        return rc;
+
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    const uint64_t e = l->esize, N = l->kernels, K = l->channels, KH = l->kh, KW = l->kw;
+    const uint64_t ng = l->n_group, kg = l->k_group, taps = KH * KW, kb = kp / kg;
+    if (pack)
+        memset(d, 0, bytes);
+    if (taps == 1) {
+        /* 1x1 kernels (every matmul): a kernel's channels inside one K group are one run */
+        for (uint64_t n = 0; n < N; n++) {
+            for (uint64_t k = 0; k < K; k += kg) {
+                const uint64_t run = (K - k < kg ? K - k : kg) * e;
+                const uint64_t cube = (((n / ng) * kb + k / kg) * ng * kg + (n % ng) * kg) * e;
+                const uint64_t p = (n * K + k) * e;
+                if (pack)
+                    memcpy(d + cube, s + p, run);
+                else
+                    memcpy(d + p, s + cube, run);
+            }
+        }
+        return 0;
+    }
+    for (uint64_t n = 0; n < N; n++) {
+        for (uint64_t k = 0; k < K; k++) {
+            const uint64_t block0 = ((n / ng) * kb + k / kg) * taps;
+            const uint64_t inner = (n % ng) * kg + k % kg;
+            for (uint64_t t = 0; t < taps; t++) {
+                const uint64_t cube = ((block0 + t) * ng * kg + inner) * e;
+                const uint64_t p = ((n * K + k) * taps + t) * e;
+                if (pack)
+                    memcpy(d + cube, s + p, e);
+                else
+                    memcpy(d + p, s + cube, e);
+            }
+        }
+    }
+    return 0;
+}
+
+int rj_weight_pack(const rj_weight_layout *l, const void *src, uint64_t src_size, void *dst,
+                   uint64_t dst_size, rj_err *err)
+{
+    return weight_copy(l, src, src_size, dst, dst_size, 1, err);
+}
+
+int rj_weight_unpack(const rj_weight_layout *l, const void *src, uint64_t src_size, void *dst,
+                     uint64_t dst_size, rj_err *err)
+{
+    return weight_copy(l, src, src_size, dst, dst_size, 0, err);
+}
+
+/* ---- depthwise weights ---------------------------------------------------------------- */
+
+static int dw_geometry(const rj_dw_weight_layout *l, uint64_t *cp, uint64_t *bytes, rj_err *err)
+{
+    if (!l)
+        return rj_fail(err, RJ_EINVAL, "depthwise weight layout: NULL layout");
+    if (l->reserved)
+        return rj_fail(err, RJ_EINVAL, "depthwise weight layout: reserved field must be zero");
+    int rc = check_esize(l->esize, "depthwise weight layout", err);
+    if (rc)
+        return rc;
+    if (!l->channels || !l->kh || !l->kw || !l->group)
+        return rj_fail(err, RJ_EINVAL,
+                       "depthwise weight layout: channels %u, kernel %ux%u and group %u must all "
+                       "be >= 1", l->channels, l->kh, l->kw, l->group);
+    *cp = ceil_div(l->channels, l->group) * l->group;
+    if (!dense_bytes(*cp, l->kh, l->kw, l->esize, bytes))
+        return rj_fail(err, RJ_EINVAL, "depthwise weight layout: size overflows");
+    return 0;
+}
+
+int rj_dw_weight_bytes(const rj_dw_weight_layout *l, uint64_t *out, rj_err *err)
+{
+    uint64_t cp = 0, bytes = 0;
+    int rc = dw_geometry(l, &cp, &bytes, err);
+    if (out)
+        *out = rc ? 0 : bytes;
+    return rc;
+}
+
+static int dw_copy(const rj_dw_weight_layout *l, const void *src, uint64_t src_size, void *dst,
+                   uint64_t dst_size, int pack, rj_err *err)
+{
+    const char *what = pack ? "rj_dw_weight_pack" : "rj_dw_weight_unpack";
+    uint64_t cp = 0, bytes = 0, plain = 0;
+    int rc = dw_geometry(l, &cp, &bytes, err);
+    if (rc)
+        return rc;
+    if (!dense_bytes(l->channels, l->kh, l->kw, l->esize, &plain))
+        return rj_fail(err, RJ_EINVAL, "%s: the row-major tensor size overflows", what);
+    if (!src || !dst)
+        return rj_fail(err, RJ_EINVAL, "%s: NULL buffer", what);
+    rc = size_check(what, "source", src_size, pack ? plain : bytes, err);
+    if (!rc)
+        rc = size_check(what, "destination", dst_size, pack ? bytes : plain, err);
+    if (rc)
+        return rc;
+
+    const uint8_t *s = src;
+    uint8_t *d = dst;
+    const uint64_t e = l->esize, G = l->group, taps = (uint64_t)l->kh * l->kw;
+    if (pack)
+        memset(d, 0, bytes);
+    for (uint64_t c = 0; c < l->channels; c++) {
+        for (uint64_t t = 0; t < taps; t++) {
+            const uint64_t cube = (((c / G) * taps + t) * G + c % G) * e;
+            const uint64_t p = (c * taps + t) * e;
+            if (pack)
+                memcpy(d + cube, s + p, e);
+            else
+                memcpy(d + p, s + cube, e);
+        }
+    }
+    return 0;
+}
+
+int rj_dw_weight_pack(const rj_dw_weight_layout *l, const void *src, uint64_t src_size, void *dst,
+                      uint64_t dst_size, rj_err *err)
+{
+    return dw_copy(l, src, src_size, dst, dst_size, 1, err);
+}
+
+int rj_dw_weight_unpack(const rj_dw_weight_layout *l, const void *src, uint64_t src_size,
+                        void *dst, uint64_t dst_size, rj_err *err)
+{
+    return dw_copy(l, src, src_size, dst, dst_size, 0, err);
+}

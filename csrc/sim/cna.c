@@ -1,0 +1,820 @@
+/* CNA + CORE: feature/weight fetch from their cube layouts, the CBUF model, the convolution.
+ *
+ * Register semantics and their sources (facts; the code is ours):
+ *  - CONV_CON1.CONV_MODE 0 = direct, 3 = depthwise, with CORE_MISC_CFG.DW_EN (notes:
+ *    depthwise-conv.md). IN/PROC_PRECISION: 0 int8, 2 fp16, 3 bf16 (notes:
+ *    encodings/precision-field.md); the matmul is same-dtype only (tile-layouts.md).
+ *  - Feature cube: atoms of 16 bytes = C2 channels (8 for 2-byte, 16 for int8), laid
+ *    [C/C2][H][W][C2] (notes: encodings/tile-layouts.md "Feature / input cube"; conformance
+ *    cases 01/03/04). LINE_STRIDE and SURF_STRIDE are decoded from Mesa's formulas
+ *    (rkt_task.c: line = W*16/4, surf = line*(H/4 - 1)), which the conformance programs
+ *    follow: line pitch = 4*LINE_STRIDE bytes, surface pitch = 16*(SURF_STRIDE+LINE_STRIDE)
+ *    bytes (case 04: 48 -> 192 B, 72+48 -> 1920 B = 10*12*16).
+ *  - Weight layouts: direct [N/GK][C/32][KH][KW][GK][32], GK = 16 (fp16/bf16) or 32 (int8);
+ *    depthwise [C/G][KH][KW][G], G = 32 (fp16) or 64 (int8) (tile-layouts.md; matmul-as-conv.md
+ *    nesting; depthwise-conv.md; conformance cases 01/03/04/09; Mesa rkt_coefs.c for the short
+ *    last kernel group and the min(C, group) channel group).
+ *  - WEIGHT_SIZE0/1/2 = total bytes / bytes per kernel / kernels x KH x KW (Mesa rkt_regcmd.c).
+ *  - Strides CONV_CON3 X/Y_STRIDE (stored as the stride); PAD_CON0 top/left; the bottom/right
+ *    extent follows from the output size (CORE_DATAOUT_SIZE_0, stored minus one, Mesa).
+ *  - CBUF: 12 banks x 32 KB, CBUF_CON0 DATA_BANK/WEIGHT_BANK partition them; DATA_REUSE /
+ *    WEIGHT_REUSE keep the previous task's operand (notes: hardware-overview.md,
+ *    encodings/cbuf-reuse.md, encodings/cbuf-bank-slack.md).
+ * Modelled by inference (no citable source; listed in tests/sim/README.md too):
+ *  - ATROUS_X/Y_DILATION hold dilation - 1 (NVDLA's convention; 0 = no dilation as in every
+ *    conformance program).
+ *  - PAD_CON1.PAD_VALUE: fp16 bit pattern in bits 15..0 (bf16 likewise), int8 value in bits 7..0
+ *    (Mesa writes input_zp - 0x80 in the low byte).
+ *  - channels at or above DATAIN_CHANNEL_REAL read as zero.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "core_mac.h"
+#include "sim_internal.h"
+
+#define CBUF_BANKS 12u
+#define CBUF_BANK_BYTES 32768u
+
+enum { PREC_INT8 = 0, PREC_INT16 = 1, PREC_FP16 = 2, PREC_BF16 = 3, PREC_INT4 = 6, PREC_TF32 = 7 };
+
+/* Everything the registers say about one conv task. */
+typedef struct conv_geom {
+    uint32_t prec, is_int, ebytes, c2;      /* precision, element bytes, feature atom channels */
+    int depthwise;
+    uint32_t W, H, C, C_real;               /* input cube */
+    uint32_t OW, OH, N;                     /* output cube (N = output channels) */
+    uint32_t KW, KH, kernels;               /* weights */
+    uint32_t sx, sy, dx, dy, pad_l, pad_t;  /* stride, dilation, padding */
+    uint32_t pad_raw;
+    uint64_t faddr, line_pitch, surf_pitch, fbytes_extent;
+    uint64_t waddr, wbytes, wextent;
+    uint32_t data_bank, weight_bank, data_reuse, weight_reuse;
+    uint32_t gk, gc;                        /* weight kernel group, channel group (effective) */
+} conv_geom;
+
+/* What the CBUF holds, unpacked once into host-friendly arrays. */
+struct rj_cbuf_state {
+    int feat_valid;
+    conv_geom fkey;           /* geometry the feature was loaded with */
+    float *feat_f;            /* [H][W][C] */
+    int32_t *feat_i;
+    size_t feat_cap, feat_cap_i; /* elements allocated, per buffer */
+
+    int wt_valid;
+    conv_geom wkey;
+    float *wt_f;              /* direct: panels [ceil(N/16)][KH*KW*C][16]; depthwise [KH*KW][C] */
+    int32_t *wt_i;            /* direct: [KH*KW*C][N]; depthwise [KH*KW][C] */
+    size_t wt_cap, wt_cap_i;
+
+    /* the last accumulator cube (kept for rj_sim_last_acc) and scratch */
+    rj_sim_acc acc;
+    size_t acc_cap, acc_cap_i;
+    float *col_f;             /* im2col scratch */
+    int32_t *col_i;
+    size_t col_cap, col_cap_i;
+};
+
+void rj_sim_cbuf_free(struct rj_cbuf_state *cb)
+{
+    if (!cb)
+        return;
+    free(cb->feat_f);
+    free(cb->feat_i);
+    free(cb->wt_f);
+    free(cb->wt_i);
+    free(cb->acc.f);
+    free(cb->acc.i);
+    free(cb->col_f);
+    free(cb->col_i);
+    free(cb);
+}
+
+static int grow(void **p, size_t *cap, size_t need_elems, size_t esize)
+{
+    if (need_elems <= *cap && *p)
+        return 0;
+    size_t bytes = need_elems * esize;
+    bytes = (bytes + 63u) & ~(size_t)63u;
+    if (bytes == 0)
+        bytes = 64;
+    void *n = aligned_alloc(64, bytes);
+    if (!n)
+        return -1;
+    free(*p);
+    *p = n;
+    *cap = need_elems;
+    return 0;
+}
+
+static int oom(rj_sim_task *t, const char *what)
+{
+    return rj_fail(t->err, RJ_ENOMEM, "job %u task %u: out of host memory for the %s", t->job_index, t->task_index,
+                   what);
+}
+
+/* ---- register decode ----------------------------------------------------------------- */
+
+#define NEED(REG, var)                             \
+    do {                                           \
+        int rc_ = RJ_SIM_NEED(t, REG, &(var));     \
+        if (rc_)                                   \
+            return rc_;                            \
+    } while (0)
+
+#define BAD(...) rj_fail(t->err, RJ_EINVAL, __VA_ARGS__)
+#define UNSUPP(...) rj_fail(t->err, RJ_EUNSUPP, __VA_ARGS__)
+
+static const char *prec_name(uint32_t p)
+{
+    static const char *names[8] = {"int8", "int16", "fp16", "bf16", "int32/4", "fp32/5", "int4", "tf32"};
+    return names[p & 7u];
+}
+
+static int decode_geom(rj_sim_task *t, conv_geom *g)
+{
+    uint32_t con1, con2, con3, ds0, ds1, ds2, ds3, ws0, ws1, ws2, cb0, cvt0, fc0, pad0, pad1, faddr, dma1,
+        dma2, waddr, dcomp, misc, out0, out1, clip;
+    NEED(CNA_CONV_CON1, con1);
+    NEED(CNA_CONV_CON2, con2);
+    NEED(CNA_CONV_CON3, con3);
+    NEED(CNA_DATA_SIZE0, ds0);
+    NEED(CNA_DATA_SIZE1, ds1);
+    NEED(CNA_DATA_SIZE2, ds2);
+    NEED(CNA_DATA_SIZE3, ds3);
+    NEED(CNA_WEIGHT_SIZE0, ws0);
+    NEED(CNA_WEIGHT_SIZE1, ws1);
+    NEED(CNA_WEIGHT_SIZE2, ws2);
+    NEED(CNA_CBUF_CON0, cb0);
+    NEED(CNA_CVT_CON0, cvt0);
+    NEED(CNA_FC_CON0, fc0);
+    NEED(CNA_PAD_CON0, pad0);
+    NEED(CNA_PAD_CON1, pad1);
+    NEED(CNA_FEATURE_DATA_ADDR, faddr);
+    NEED(CNA_DMA_CON1, dma1);
+    NEED(CNA_DMA_CON2, dma2);
+    NEED(CNA_DCOMP_CTRL, dcomp);
+    NEED(CNA_DCOMP_ADDR0, waddr);
+    NEED(CORE_MISC_CFG, misc);
+    NEED(CORE_DATAOUT_SIZE_0, out0);
+    NEED(CORE_DATAOUT_SIZE_1, out1);
+    NEED(CORE_CLIP_TRUNCATE, clip);
+    (void)con2; /* FEATURE_GRAINS: a fetch-granularity hint, no effect on the result (depthwise-conv.md) */
+
+    uint32_t J = t->job_index, T = t->task_index;
+    memset(g, 0, sizeof *g);
+
+    /* precision: CNA in/proc and CORE proc must name the same supported dtype */
+    uint32_t pin = RJ_GET(con1, CNA_CONV_CON1, IN_PRECISION);
+    uint32_t pproc = RJ_GET(con1, CNA_CONV_CON1, PROC_PRECISION);
+    uint32_t pcore = RJ_GET(misc, CORE_MISC_CFG, PROC_PRECISION);
+    if (pin != pproc || pin != pcore)
+        return UNSUPP("job %u task %u: CNA_CONV_CON1 IN_PRECISION=%u (%s), PROC_PRECISION=%u (%s) and "
+                      "CORE_MISC_CFG.PROC_PRECISION=%u (%s) differ; the MAC path is same-dtype only "
+                      "(notes: encodings/tile-layouts.md)", J, T, pin, prec_name(pin), pproc, prec_name(pproc),
+                      pcore, prec_name(pcore));
+    if (pin != PREC_INT8 && pin != PREC_FP16 && pin != PREC_BF16)
+        return UNSUPP("job %u task %u: CNA_CONV_CON1 precision %u (%s) is not modelled (int8=0, fp16=2, bf16=3 "
+                      "are)", J, T, pin, prec_name(pin));
+    g->prec = pin;
+    g->is_int = pin == PREC_INT8;
+    g->ebytes = g->is_int ? 1u : 2u;
+    g->c2 = 16u / g->ebytes;
+
+    uint32_t mode = RJ_GET(con1, CNA_CONV_CON1, CONV_MODE);
+    uint32_t dw_en = RJ_GET(misc, CORE_MISC_CFG, DW_EN);
+    if (mode != 0 && mode != 3)
+        return UNSUPP("job %u task %u: CNA_CONV_CON1.CONV_MODE=%u is not modelled (0 direct, 3 depthwise)", J, T,
+                      mode);
+    if ((mode == 3) != (dw_en == 1))
+        return UNSUPP("job %u task %u: CNA_CONV_CON1.CONV_MODE=%u but CORE_MISC_CFG.DW_EN=%u; depthwise needs "
+                      "both (notes: depthwise-conv.md)", J, T, mode, dw_en);
+    g->depthwise = mode == 3;
+    if (RJ_GET(con1, CNA_CONV_CON1, DECONV) || RJ_GET(con3, CNA_CONV_CON3, DECONV_X_STRIDE) ||
+        RJ_GET(con3, CNA_CONV_CON3, DECONV_Y_STRIDE))
+        return UNSUPP("job %u task %u: CNA deconvolution fields are set; there is no hardware deconv mode "
+                      "(notes: encodings/conv-transpose.md)", J, T);
+    if (RJ_GET(con1, CNA_CONV_CON1, ARGB_IN) || RJ_GET(con1, CNA_CONV_CON1, NONALIGN_DMA) ||
+        RJ_GET(con1, CNA_CONV_CON1, GROUP_LINE_OFF))
+        return UNSUPP("job %u task %u: CNA_CONV_CON1 0x%x selects the image/non-aligned/row-major input "
+                      "path (ARGB_IN, NONALIGN_DMA or GROUP_LINE_OFF), which the simulator does not model", J, T,
+                      con1);
+    if (!RJ_GET(cvt0, CNA_CVT_CON0, CVT_BYPASS))
+        return UNSUPP("job %u task %u: CNA_CVT_CON0.CVT_BYPASS=0: the input converter is not modelled "
+                      "(the matmul/conv path bypasses it, notes: matmul-as-conv.md)", J, T);
+    if (g->is_int && !RJ_GET(cvt0, CNA_CVT_CON0, DATA_SIGN))
+        return UNSUPP("job %u task %u: CNA_CVT_CON0.DATA_SIGN=0 (unsigned int8 input) is not modelled", J, T);
+    if (RJ_GET(fc0, CNA_FC_CON0, FC_SKIP_EN))
+        return UNSUPP("job %u task %u: CNA_FC_CON0.FC_SKIP_EN is not modelled", J, T);
+    if (RJ_GET(dcomp, CNA_DCOMP_CTRL, DECOMP_CONTROL))
+        return UNSUPP("job %u task %u: CNA_DCOMP_CTRL=0x%x enables weight decompression, which is not "
+                      "modelled (notes: encodings/cna-dcomp-weight-decompression.md)", J, T, dcomp);
+    if (g->is_int && RJ_GET(clip, CORE_CLIP_TRUNCATE, CLIP_TRUNCATE))
+        return UNSUPP("job %u task %u: CORE_CLIP_TRUNCATE=%u: the integer accumulator truncation is not "
+                      "modelled", J, T, RJ_GET(clip, CORE_CLIP_TRUNCATE, CLIP_TRUNCATE));
+
+    g->H = RJ_GET(ds0, CNA_DATA_SIZE0, DATAIN_HEIGHT);
+    g->W = RJ_GET(ds0, CNA_DATA_SIZE0, DATAIN_WIDTH);
+    g->C = RJ_GET(ds1, CNA_DATA_SIZE1, DATAIN_CHANNEL);
+    g->C_real = RJ_GET(ds1, CNA_DATA_SIZE1, DATAIN_CHANNEL_REAL) + 1u;
+    if (!g->W || !g->H || !g->C)
+        return BAD("job %u task %u: CNA_DATA_SIZE0/1 give an empty input cube (W=%u H=%u C=%u)", J, T, g->W, g->H,
+                   g->C);
+    if (g->C_real > g->C)
+        return BAD("job %u task %u: CNA_DATA_SIZE1 DATAIN_CHANNEL_REAL+1=%u exceeds DATAIN_CHANNEL=%u", J, T,
+                   g->C_real, g->C);
+
+    g->OW = RJ_GET(out0, CORE_DATAOUT_SIZE_0, DATAOUT_WIDTH) + 1u;
+    g->OH = RJ_GET(out0, CORE_DATAOUT_SIZE_0, DATAOUT_HEIGHT) + 1u;
+    g->N = RJ_GET(out1, CORE_DATAOUT_SIZE_1, DATAOUT_CHANNEL) + 1u;
+    if (RJ_GET(ds2, CNA_DATA_SIZE2, DATAOUT_WIDTH) != g->OW)
+        return BAD("job %u task %u: CNA_DATA_SIZE2.DATAOUT_WIDTH=%u disagrees with CORE_DATAOUT_SIZE_0 width %u",
+                   J, T, RJ_GET(ds2, CNA_DATA_SIZE2, DATAOUT_WIDTH), g->OW);
+    if (RJ_GET(ds3, CNA_DATA_SIZE3, DATAOUT_ATOMICS) != g->OW * g->OH)
+        return BAD("job %u task %u: CNA_DATA_SIZE3.DATAOUT_ATOMICS=%u is not output width x height = %u", J, T,
+                   RJ_GET(ds3, CNA_DATA_SIZE3, DATAOUT_ATOMICS), g->OW * g->OH);
+
+    g->KW = RJ_GET(ws2, CNA_WEIGHT_SIZE2, WEIGHT_WIDTH);
+    g->KH = RJ_GET(ws2, CNA_WEIGHT_SIZE2, WEIGHT_HEIGHT);
+    g->kernels = RJ_GET(ws2, CNA_WEIGHT_SIZE2, WEIGHT_KERNELS);
+    if (!g->KW || !g->KH || !g->kernels)
+        return BAD("job %u task %u: CNA_WEIGHT_SIZE2 gives an empty kernel (KW=%u KH=%u kernels=%u)", J, T, g->KW,
+                   g->KH, g->kernels);
+    uint32_t per_kernel = RJ_GET(ws1, CNA_WEIGHT_SIZE1, WEIGHT_BYTES_PER_KERNEL);
+    uint32_t want_pk = g->KW * g->KH * g->C * g->ebytes;
+    if (per_kernel != want_pk)
+        return BAD("job %u task %u: CNA_WEIGHT_SIZE1.WEIGHT_BYTES_PER_KERNEL=%u, but KW*KH*C*bytes = %u*%u*%u*%u "
+                   "= %u", J, T, per_kernel, g->KW, g->KH, g->C, g->ebytes, want_pk);
+    if ((uint64_t)ws0 != (uint64_t)per_kernel * g->kernels)
+        return BAD("job %u task %u: CNA_WEIGHT_SIZE0.WEIGHT_BYTES=%u is not bytes per kernel x kernels = %u x %u",
+                   J, T, ws0, per_kernel, g->kernels);
+    g->wbytes = ws0;
+    if (g->depthwise) {
+        if (g->kernels != 1)
+            return BAD("job %u task %u: depthwise needs CNA_WEIGHT_SIZE2.WEIGHT_KERNELS=1, got %u (notes: "
+                       "depthwise-conv.md)", J, T, g->kernels);
+        if (g->N > g->C)
+            return BAD("job %u task %u: depthwise output channels %u exceed the input channels %u", J, T, g->N,
+                       g->C);
+    } else if (g->N > g->kernels) {
+        return BAD("job %u task %u: CORE_DATAOUT_SIZE_1 asks for %u output channels but CNA_WEIGHT_SIZE2 holds "
+                   "%u kernels", J, T, g->N, g->kernels);
+    }
+
+    g->sx = RJ_GET(con3, CNA_CONV_CON3, CONV_X_STRIDE);
+    g->sy = RJ_GET(con3, CNA_CONV_CON3, CONV_Y_STRIDE);
+    if (!g->sx || !g->sy)
+        return BAD("job %u task %u: CNA_CONV_CON3 stride 0 (x=%u y=%u); strides are stored as-is, 1 = dense", J,
+                   T, g->sx, g->sy);
+    g->dx = RJ_GET(con3, CNA_CONV_CON3, ATROUS_X_DILATION) + 1u; /* inference: stored minus one */
+    g->dy = RJ_GET(con3, CNA_CONV_CON3, ATROUS_Y_DILATION) + 1u;
+    g->pad_l = RJ_GET(pad0, CNA_PAD_CON0, PAD_LEFT);
+    g->pad_t = RJ_GET(pad0, CNA_PAD_CON0, PAD_TOP);
+    g->pad_raw = RJ_GET(pad1, CNA_PAD_CON1, PAD_VALUE);
+
+    g->faddr = faddr;
+    uint32_t line_reg = RJ_GET(dma1, CNA_DMA_CON1, LINE_STRIDE);
+    uint32_t surf_reg = RJ_GET(dma2, CNA_DMA_CON2, SURF_STRIDE);
+    g->line_pitch = 4ull * line_reg;
+    g->surf_pitch = 16ull * ((uint64_t)surf_reg + line_reg);
+    if (g->line_pitch < 16ull * g->W)
+        return BAD("job %u task %u: CNA_DMA_CON1.LINE_STRIDE=%u (%llu bytes) is shorter than one line of %u "
+                   "16-byte atoms", J, T, line_reg, (unsigned long long)g->line_pitch, g->W);
+    uint32_t surfaces = (g->C + g->c2 - 1u) / g->c2;
+    if (surfaces > 1 && g->surf_pitch < g->line_pitch * g->H)
+        return BAD("job %u task %u: CNA_DMA_CON2.SURF_STRIDE=%u gives a surface pitch of %llu bytes, shorter "
+                   "than H=%u lines of %llu bytes (surface pitch = 16*(SURF_STRIDE+LINE_STRIDE))", J, T, surf_reg,
+                   (unsigned long long)g->surf_pitch, g->H, (unsigned long long)g->line_pitch);
+    g->fbytes_extent = (uint64_t)(surfaces - 1u) * g->surf_pitch + (uint64_t)(g->H - 1u) * g->line_pitch +
+                       16ull * g->W;
+
+    g->data_bank = RJ_GET(cb0, CNA_CBUF_CON0, DATA_BANK);
+    g->weight_bank = RJ_GET(cb0, CNA_CBUF_CON0, WEIGHT_BANK);
+    g->data_reuse = RJ_GET(cb0, CNA_CBUF_CON0, DATA_REUSE);
+    g->weight_reuse = RJ_GET(cb0, CNA_CBUF_CON0, WEIGHT_REUSE);
+    if (RJ_GET(cb0, CNA_CBUF_CON0, FC_DATA_BANK))
+        return UNSUPP("job %u task %u: CNA_CBUF_CON0.FC_DATA_BANK=%u: a nonzero value corrupts the conv path on "
+                      "hardware and is not modelled; keep it 0 (notes: encodings/cbuf-reuse.md)", J, T,
+                      RJ_GET(cb0, CNA_CBUF_CON0, FC_DATA_BANK));
+
+    /* weight memory layout */
+    g->waddr = waddr;
+    if (g->depthwise) {
+        uint32_t G = g->is_int ? 64u : 32u; /* 64-byte channel group (depthwise-conv.md) */
+        g->gc = g->C < G ? g->C : G;
+        g->gk = 1;
+        uint32_t ngc = (g->C + g->gc - 1u) / g->gc;
+        g->wextent = (uint64_t)ngc * g->gc * g->KH * g->KW * g->ebytes;
+    } else {
+        g->gk = g->is_int ? 32u : 16u;
+        g->gc = g->C < 32u ? g->C : 32u;
+        uint32_t ngc = (g->C + g->gc - 1u) / g->gc;
+        g->wextent = (uint64_t)g->kernels * ngc * g->gc * g->KH * g->KW * g->ebytes;
+    }
+    return 0;
+}
+
+/* ---- strict-mode hazards --------------------------------------------------------------- */
+
+static int check_hazards(rj_sim_task *t, const conv_geom *g)
+{
+    /* The M==1 GEMV break: a feature height below 4 mis-computes at every dtype
+     * (notes: matmul-as-conv.md "Feature height < 4 is broken"). */
+    if (g->H < 4)
+        return rj_sim_hazard(t, "CNA_DATA_SIZE0", "feature height < 4 (M==1 GEMV break)",
+                             "DATAIN_HEIGHT=%u; the datapath produces wrong output below 4 rows. Pad the "
+                             "rows (M) to a multiple of 4 with zero rows.", g->H);
+
+    /* The CACC clears per kick, not per task: integer tasks after the first conv task of a
+     * self-chained kick accumulate onto its residual (notes: regcmd-task-model.md). */
+    const rj_sim_kick *k = t->sim->cur_kick;
+    if (g->is_int && k && k->conv_tasks_run > 0)
+        return rj_sim_hazard(t, "CNA_CONV_CON1", "integer tasks self-chained in one kick",
+                             "task %u of a chained kick runs an %s conv after %u conv task(s) in the same "
+                             "kick; the int32 CACC is not cleared per task, so this result would be garbage. "
+                             "Submit integer tasks gapped (one kick each).", k->position,
+                             prec_name(g->prec), k->conv_tasks_run);
+
+    /* Alignment of the atoms (notes: matmul-as-conv.md "Alignment requirements"):
+     * K (channels) % 32 for fp16/bf16/int8; N (kernels) % 16 fp16/bf16, % 32 int8. */
+    if (g->C % 32u)
+        return rj_sim_hazard(t, "CNA_DATA_SIZE1", "unaligned K",
+                             "DATAIN_CHANNEL=%u is not a multiple of 32 (the %s weight K-group); pad the "
+                             "channels with zeros.", g->C, prec_name(g->prec));
+    if (!g->depthwise && g->kernels % g->gk)
+        return rj_sim_hazard(t, "CNA_WEIGHT_SIZE2", "unaligned N",
+                             "WEIGHT_KERNELS=%u is not a multiple of %u (the %s weight N-group); the NPU "
+                             "reads a whole group and disagrees with the packing (silent garbage). Pad the "
+                             "kernels.", g->kernels, g->gk, prec_name(g->prec));
+
+    /* CBUF over-subscription (notes: hardware-overview.md CBUF 12 x 32 KB; both operands must
+     * be resident; encodings/cbuf-bank-slack.md: int8 feature needs one bank of slack). */
+    uint32_t surfaces = (g->C + g->c2 - 1u) / g->c2;
+    uint64_t fbytes = (uint64_t)surfaces * g->H * g->W * 16u;
+    uint32_t fd_banks = (uint32_t)((fbytes + CBUF_BANK_BYTES - 1u) / CBUF_BANK_BYTES);
+    uint32_t wt_banks = (uint32_t)((g->wbytes + CBUF_BANK_BYTES - 1u) / CBUF_BANK_BYTES);
+    if (g->data_bank + g->weight_bank > CBUF_BANKS)
+        return rj_sim_hazard(t, "CNA_CBUF_CON0", "CBUF over-subscription",
+                             "DATA_BANK=%u + WEIGHT_BANK=%u exceed the %u banks of 32 KB", g->data_bank,
+                             g->weight_bank, CBUF_BANKS);
+    if (g->is_int && g->data_bank < fd_banks + 1u)
+        return rj_sim_hazard(t, "CNA_CBUF_CON0", "int8 feature bank slack",
+                             "the int8 feature cube takes %u bank(s) (%llu bytes) but DATA_BANK=%u; the int8 "
+                             "feature DMA over-reads by one bank, reserve DATA_BANK >= %u", fd_banks,
+                             (unsigned long long)fbytes, g->data_bank, fd_banks + 1u);
+    if (g->data_bank < fd_banks)
+        return rj_sim_hazard(t, "CNA_CBUF_CON0", "CBUF over-subscription",
+                             "the feature cube needs %u bank(s) (%llu bytes) but DATA_BANK=%u; tile M or K",
+                             fd_banks, (unsigned long long)fbytes, g->data_bank);
+    if (g->weight_bank < wt_banks)
+        return rj_sim_hazard(t, "CNA_CBUF_CON0", "CBUF over-subscription",
+                             "the weights need %u bank(s) (%llu bytes) but WEIGHT_BANK=%u; tile N or K",
+                             wt_banks, (unsigned long long)g->wbytes, g->weight_bank);
+    return 0;
+}
+
+/* ---- operand fetch --------------------------------------------------------------------- */
+
+static float pad_value_f(const conv_geom *g)
+{
+    uint16_t bits = (uint16_t)(g->pad_raw & 0xFFFFu);
+    if (g->prec == PREC_BF16) {
+        uint32_t u = (uint32_t)bits << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    return rj_f16_to_f32(bits);
+}
+
+static int32_t pad_value_i(const conv_geom *g) { return (int32_t)(int8_t)(g->pad_raw & 0xFFu); }
+
+static void bf16_to_f32_n(const uint16_t *src, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(dst + i, &u, sizeof u);
+    }
+}
+
+/* Read the feature cube [C/C2][H][W][C2] into [H][W][C]. */
+static int fetch_feature(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb)
+{
+    size_t n = (size_t)g->H * g->W * g->C;
+    if (g->is_int ? grow((void **)&cb->feat_i, &cb->feat_cap_i, n, 4) : grow((void **)&cb->feat_f, &cb->feat_cap, n, 4))
+        return oom(t, "feature cube");
+    const uint8_t *base = rj_sim_mem(t, g->faddr, g->fbytes_extent, "CNA_FEATURE_DATA_ADDR");
+    if (!base)
+        return t->err->code;
+    t->sim->stats.bytes_read += (uint64_t)((g->C + g->c2 - 1u) / g->c2) * g->H * g->W * 16u;
+    uint32_t surfaces = (g->C + g->c2 - 1u) / g->c2;
+    for (uint32_t s = 0; s < surfaces; s++) {
+        uint32_t c0 = s * g->c2;
+        uint32_t cn = g->C - c0 < g->c2 ? g->C - c0 : g->c2;
+        for (uint32_t h = 0; h < g->H; h++) {
+            const uint8_t *line = base + s * g->surf_pitch + h * g->line_pitch;
+            for (uint32_t w = 0; w < g->W; w++) {
+                const uint8_t *atom = line + 16u * w;
+                size_t o = ((size_t)h * g->W + w) * g->C + c0;
+                if (g->is_int) {
+                    for (uint32_t c = 0; c < cn; c++)
+                        cb->feat_i[o + c] = (int8_t)atom[c];
+                } else {
+                    uint16_t half[8];
+                    memcpy(half, atom, sizeof half);
+                    float tmp[8];
+                    if (g->prec == PREC_BF16)
+                        bf16_to_f32_n(half, tmp, 8);
+                    else
+                        rj_f16_to_f32_n(half, tmp, 8);
+                    memcpy(cb->feat_f + o, tmp, cn * sizeof(float));
+                }
+            }
+        }
+    }
+    if (g->C_real < g->C) { /* inference: channels past DATAIN_CHANNEL_REAL read as zero */
+        for (size_t p = 0; p < (size_t)g->H * g->W; p++)
+            for (uint32_t c = g->C_real; c < g->C; c++) {
+                if (g->is_int)
+                    cb->feat_i[p * g->C + c] = 0;
+                else
+                    cb->feat_f[p * g->C + c] = 0.0f;
+            }
+    }
+    return 0;
+}
+
+/* Element offset of weight (kernel n, tap ky/kx, channel c) in the direct layout. */
+static inline size_t wt_index_direct(const conv_geom *g, uint32_t ngc, uint32_t n, uint32_t ky, uint32_t kx,
+                                     uint32_t c)
+{
+    uint32_t kg = n / g->gk, nk = n % g->gk;
+    uint32_t kgs = g->kernels - kg * g->gk < g->gk ? g->kernels - kg * g->gk : g->gk; /* short last group */
+    uint32_t cg = c / g->gc, cc = c % g->gc;
+    size_t block = (size_t)kg * g->gk * ngc * g->gc * g->KH * g->KW;
+    return block + ((((size_t)cg * g->KH + ky) * g->KW + kx) * kgs + nk) * g->gc + cc;
+}
+
+static int fetch_weights(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb)
+{
+    const uint8_t *base = rj_sim_mem(t, g->waddr, g->wextent, "CNA_DCOMP_ADDR0 (weights)");
+    if (!base)
+        return t->err->code;
+    t->sim->stats.bytes_read += g->wextent;
+    uint32_t ngc = (g->C + g->gc - 1u) / g->gc;
+    size_t taps = (size_t)g->KH * g->KW;
+
+    if (g->depthwise) {
+        size_t n = taps * g->C;
+        if (g->is_int ? grow((void **)&cb->wt_i, &cb->wt_cap_i, n, 4) : grow((void **)&cb->wt_f, &cb->wt_cap, n, 4))
+            return oom(t, "weights");
+        for (uint32_t cg = 0; cg < ngc; cg++)
+            for (uint32_t ky = 0; ky < g->KH; ky++)
+                for (uint32_t kx = 0; kx < g->KW; kx++) {
+                    size_t src = (((size_t)cg * g->KH + ky) * g->KW + kx) * g->gc;
+                    size_t dst = ((size_t)ky * g->KW + kx) * g->C + (size_t)cg * g->gc;
+                    uint32_t cn = g->C - cg * g->gc < g->gc ? g->C - cg * g->gc : g->gc;
+                    for (uint32_t c = 0; c < cn; c++) {
+                        if (g->is_int) {
+                            cb->wt_i[dst + c] = (int8_t)base[src + c];
+                        } else {
+                            uint16_t h;
+                            memcpy(&h, base + 2u * (src + c), 2);
+                            float f;
+                            if (g->prec == PREC_BF16)
+                                bf16_to_f32_n(&h, &f, 1);
+                            else
+                                f = rj_f16_to_f32(h);
+                            cb->wt_f[dst + c] = f;
+                        }
+                    }
+                }
+        return 0;
+    }
+
+    size_t Kd = taps * g->C;
+    if (g->is_int) {
+        /* int32 [Kd][N]: k = (ky*KW + kx)*C + c, n contiguous */
+        size_t n = Kd * g->N;
+        if (grow((void **)&cb->wt_i, &cb->wt_cap_i, n, 4))
+            return oom(t, "weights");
+        for (uint32_t k = 0; k < g->N; k++)
+            for (uint32_t ky = 0; ky < g->KH; ky++)
+                for (uint32_t kx = 0; kx < g->KW; kx++)
+                    for (uint32_t c = 0; c < g->C; c++) {
+                        size_t kd = ((size_t)ky * g->KW + kx) * g->C + c;
+                        cb->wt_i[kd * g->N + k] = (int8_t)base[wt_index_direct(g, ngc, k, ky, kx, c)];
+                    }
+        return 0;
+    }
+    /* fp32 panels [ceil(N/16)][Kd][16], zero-padded past N */
+    size_t npan = (g->N + RJ_MAC_NR - 1u) / RJ_MAC_NR;
+    size_t n = npan * Kd * RJ_MAC_NR;
+    if (grow((void **)&cb->wt_f, &cb->wt_cap, n, 4))
+        return oom(t, "weights");
+    memset(cb->wt_f, 0, n * sizeof(float));
+    for (uint32_t k = 0; k < g->N; k++) {
+        float *pan = cb->wt_f + (size_t)(k / RJ_MAC_NR) * Kd * RJ_MAC_NR + k % RJ_MAC_NR;
+        for (uint32_t ky = 0; ky < g->KH; ky++)
+            for (uint32_t kx = 0; kx < g->KW; kx++) {
+                size_t kd0 = ((size_t)ky * g->KW + kx) * g->C;
+                /* channels of one channel group are contiguous in memory: convert a run at once */
+                for (uint32_t c0 = 0; c0 < g->C; c0 += g->gc) {
+                    uint32_t cn = g->C - c0 < g->gc ? g->C - c0 : g->gc;
+                    const uint16_t *src =
+                        (const uint16_t *)(const void *)(base + 2u * wt_index_direct(g, ngc, k, ky, kx, c0));
+                    float run[64];
+                    uint16_t hv[64];
+                    memcpy(hv, src, cn * 2u);
+                    if (g->prec == PREC_BF16)
+                        bf16_to_f32_n(hv, run, cn);
+                    else
+                        rj_f16_to_f32_n(hv, run, cn);
+                    for (uint32_t c = 0; c < cn; c++)
+                        pan[(kd0 + c0 + c) * RJ_MAC_NR] = run[c];
+                }
+            }
+    }
+    return 0;
+}
+
+/* Same operand geometry (what the CBUF holds must match what the registers describe). */
+static int same_feature(const conv_geom *a, const conv_geom *b)
+{
+    return a->prec == b->prec && a->W == b->W && a->H == b->H && a->C == b->C && a->C_real == b->C_real;
+}
+
+static int same_weights(const conv_geom *a, const conv_geom *b)
+{
+    return a->prec == b->prec && a->depthwise == b->depthwise && a->KW == b->KW && a->KH == b->KH &&
+           a->C == b->C && a->kernels == b->kernels && a->N == b->N;
+}
+
+/* DATA_REUSE / WEIGHT_REUSE: use what the CBUF already holds instead of fetching
+ * (notes: encodings/cbuf-reuse.md). A reuse bit with nothing (or something else) loaded is an
+ * error: the hardware would compute with whatever the banks hold. */
+static int load_operands(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb)
+{
+    int strict = (t->sim->flags & RJ_SIM_STRICT) != 0;
+    uint32_t J = t->job_index, T = t->task_index;
+    if (g->data_reuse) {
+        if (!cb->feat_valid)
+            return BAD("job %u task %u: CNA_CBUF_CON0.DATA_REUSE is set but no feature tile is resident in the "
+                       "CBUF (no earlier conv task loaded one); clear DATA_REUSE on the first task", J, T);
+        if (!same_feature(&cb->fkey, g))
+            return BAD("job %u task %u: CNA_CBUF_CON0.DATA_REUSE is set but the resident feature tile is %ux%ux%u "
+                       "%s and this task describes %ux%ux%u %s; clear DATA_REUSE", J, T, cb->fkey.W, cb->fkey.H,
+                       cb->fkey.C, prec_name(cb->fkey.prec), g->W, g->H, g->C, prec_name(g->prec));
+        if (strict && cb->fkey.faddr != g->faddr)
+            return rj_sim_hazard(t, "CNA_FEATURE_DATA_ADDR", "DATA_REUSE of a different tile",
+                                 "DATA_REUSE keeps the tile loaded from 0x%08llx, but this task points at "
+                                 "0x%08llx; the new address is never read", (unsigned long long)cb->fkey.faddr,
+                                 (unsigned long long)g->faddr);
+        if (strict && cb->fkey.data_bank != g->data_bank)
+            return rj_sim_hazard(t, "CNA_CBUF_CON0", "DATA_REUSE across a bank repartition",
+                                 "the resident feature was loaded with DATA_BANK=%u, this task sets %u",
+                                 cb->fkey.data_bank, g->data_bank);
+    } else {
+        cb->feat_valid = 0;
+        int rc = fetch_feature(t, g, cb);
+        if (rc)
+            return rc;
+        cb->fkey = *g;
+        cb->feat_valid = 1;
+    }
+    if (g->weight_reuse) {
+        if (!cb->wt_valid)
+            return BAD("job %u task %u: CNA_CBUF_CON0.WEIGHT_REUSE is set but no weights are resident in the CBUF; "
+                       "clear WEIGHT_REUSE on the first task", J, T);
+        if (!same_weights(&cb->wkey, g))
+            return BAD("job %u task %u: CNA_CBUF_CON0.WEIGHT_REUSE is set but the resident weights (%u kernels "
+                       "%ux%ux%u) differ from this task's (%u kernels %ux%ux%u); clear WEIGHT_REUSE", J, T,
+                       cb->wkey.kernels, cb->wkey.KH, cb->wkey.KW, cb->wkey.C, g->kernels, g->KH, g->KW, g->C);
+        if (strict && cb->wkey.waddr != g->waddr)
+            return rj_sim_hazard(t, "CNA_DCOMP_ADDR0", "WEIGHT_REUSE of a different tile",
+                                 "WEIGHT_REUSE keeps the weights loaded from 0x%08llx, but this task points "
+                                 "at 0x%08llx; the new address is never read",
+                                 (unsigned long long)cb->wkey.waddr, (unsigned long long)g->waddr);
+        if (strict && cb->wkey.weight_bank != g->weight_bank)
+            return rj_sim_hazard(t, "CNA_CBUF_CON0", "WEIGHT_REUSE across a bank repartition",
+                                 "the resident weights were loaded with WEIGHT_BANK=%u, this task sets %u",
+                                 cb->wkey.weight_bank, g->weight_bank);
+    } else {
+        cb->wt_valid = 0;
+        int rc = fetch_weights(t, g, cb);
+        if (rc)
+            return rc;
+        cb->wkey = *g;
+        cb->wt_valid = 1;
+    }
+    return 0;
+}
+
+/* ---- the MAC array ----------------------------------------------------------------------- */
+
+/* Input row/column a tap reads, or -1 when it falls into the padding. */
+static inline int64_t src_coord(uint32_t o, uint32_t stride, uint32_t k, uint32_t dil, uint32_t pad, uint32_t n)
+{
+    int64_t i = (int64_t)o * stride + (int64_t)k * dil - (int64_t)pad;
+    return (i >= 0 && i < (int64_t)n) ? i : -1;
+}
+
+static int is_plain_1x1(const conv_geom *g)
+{
+    return g->KW == 1 && g->KH == 1 && g->sx == 1 && g->sy == 1 && g->pad_l == 0 && g->pad_t == 0 &&
+           g->OW == g->W && g->OH == g->H;
+}
+
+/* im2col: row m = output position, columns (ky, kx, c); padding reads the pad value. */
+static int build_columns(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb, size_t Kd)
+{
+    size_t M = (size_t)g->OH * g->OW;
+    if (g->is_int ? grow((void **)&cb->col_i, &cb->col_cap_i, M * Kd, 4) : grow((void **)&cb->col_f, &cb->col_cap, M * Kd, 4))
+        return oom(t, "im2col scratch");
+    float pf = pad_value_f(g);
+    int32_t pi = pad_value_i(g);
+    for (uint32_t oy = 0; oy < g->OH; oy++)
+        for (uint32_t ox = 0; ox < g->OW; ox++) {
+            size_t row = ((size_t)oy * g->OW + ox) * Kd;
+            for (uint32_t ky = 0; ky < g->KH; ky++) {
+                int64_t iy = src_coord(oy, g->sy, ky, g->dy, g->pad_t, g->H);
+                for (uint32_t kx = 0; kx < g->KW; kx++) {
+                    int64_t ix = src_coord(ox, g->sx, kx, g->dx, g->pad_l, g->W);
+                    size_t dst = row + ((size_t)ky * g->KW + kx) * g->C;
+                    if (iy >= 0 && ix >= 0) {
+                        size_t src = ((size_t)iy * g->W + (size_t)ix) * g->C;
+                        if (g->is_int)
+                            memcpy(cb->col_i + dst, cb->feat_i + src, g->C * sizeof(int32_t));
+                        else
+                            memcpy(cb->col_f + dst, cb->feat_f + src, g->C * sizeof(float));
+                    } else {
+                        for (uint32_t c = 0; c < g->C; c++) {
+                            if (g->is_int)
+                                cb->col_i[dst + c] = pi;
+                            else
+                                cb->col_f[dst + c] = pf;
+                        }
+                    }
+                }
+            }
+        }
+    return 0;
+}
+
+static void depthwise_f(const conv_geom *g, const struct rj_cbuf_state *cb, float *acc)
+{
+    float pf = pad_value_f(g);
+    for (uint32_t oy = 0; oy < g->OH; oy++)
+        for (uint32_t ox = 0; ox < g->OW; ox++) {
+            float *restrict out = acc + ((size_t)oy * g->OW + ox) * g->N;
+            for (uint32_t ky = 0; ky < g->KH; ky++) {
+                int64_t iy = src_coord(oy, g->sy, ky, g->dy, g->pad_t, g->H);
+                for (uint32_t kx = 0; kx < g->KW; kx++) {
+                    int64_t ix = src_coord(ox, g->sx, kx, g->dx, g->pad_l, g->W);
+                    const float *restrict w = cb->wt_f + ((size_t)ky * g->KW + kx) * g->C;
+                    if (iy >= 0 && ix >= 0) {
+                        const float *restrict x = cb->feat_f + ((size_t)iy * g->W + (size_t)ix) * g->C;
+                        for (uint32_t c = 0; c < g->N; c++)
+                            out[c] += x[c] * w[c];
+                    } else {
+                        for (uint32_t c = 0; c < g->N; c++)
+                            out[c] += pf * w[c];
+                    }
+                }
+            }
+        }
+}
+
+static void depthwise_i(const conv_geom *g, const struct rj_cbuf_state *cb, int32_t *acc)
+{
+    int32_t pi = pad_value_i(g);
+    for (uint32_t oy = 0; oy < g->OH; oy++)
+        for (uint32_t ox = 0; ox < g->OW; ox++) {
+            int32_t *restrict out = acc + ((size_t)oy * g->OW + ox) * g->N;
+            for (uint32_t ky = 0; ky < g->KH; ky++) {
+                int64_t iy = src_coord(oy, g->sy, ky, g->dy, g->pad_t, g->H);
+                for (uint32_t kx = 0; kx < g->KW; kx++) {
+                    int64_t ix = src_coord(ox, g->sx, kx, g->dx, g->pad_l, g->W);
+                    const int32_t *restrict w = cb->wt_i + ((size_t)ky * g->KW + kx) * g->C;
+                    if (iy >= 0 && ix >= 0) {
+                        const int32_t *restrict x = cb->feat_i + ((size_t)iy * g->W + (size_t)ix) * g->C;
+                        for (uint32_t c = 0; c < g->N; c++)
+                            out[c] += x[c] * w[c];
+                    } else {
+                        for (uint32_t c = 0; c < g->N; c++)
+                            out[c] += pi * w[c];
+                    }
+                }
+            }
+        }
+}
+
+/* int8 x int8 sums over Kd terms stay inside int32 while Kd * 128 * 128 < 2^31; past that,
+ * accumulate in int64 and saturate to int32, as the wide CACC does before the 32-bit handoff
+ * to the DPU (notes: hardware-overview.md, NVDLA CACC via Mesa rkt_coefs.c). */
+static void gemm_i64_saturating(size_t M, size_t N, size_t Kd, const int32_t *A, const int32_t *B, int32_t *C)
+{
+    for (size_t m = 0; m < M; m++)
+        for (size_t n = 0; n < N; n++) {
+            int64_t s = 0;
+            for (size_t k = 0; k < Kd; k++)
+                s += (int64_t)A[m * Kd + k] * B[k * N + n];
+            C[m * N + n] = s > INT32_MAX ? INT32_MAX : s < INT32_MIN ? INT32_MIN : (int32_t)s;
+        }
+}
+
+int rj_sim_conv_run(rj_sim_task *t)
+{
+    rj_sim *sim = t->sim;
+    conv_geom g;
+    int rc = decode_geom(t, &g);
+    if (rc)
+        return rc;
+    if (sim->flags & RJ_SIM_STRICT) {
+        rc = check_hazards(t, &g);
+        if (rc)
+            return rc;
+    }
+    if (!sim->cbuf) {
+        sim->cbuf = calloc(1, sizeof *sim->cbuf);
+        if (!sim->cbuf)
+            return oom(t, "CBUF model");
+    }
+    struct rj_cbuf_state *cb = sim->cbuf;
+    rc = load_operands(t, &g, cb);
+    if (rc)
+        return rc;
+
+    size_t M = (size_t)g.OH * g.OW;
+    size_t nacc = M * g.N;
+    rj_sim_acc *acc = &cb->acc;
+    if (g.is_int ? grow((void **)&acc->i, &cb->acc_cap_i, nacc, 4) : grow((void **)&acc->f, &cb->acc_cap, nacc, 4))
+        return oom(t, "accumulator");
+    acc->width = g.OW;
+    acc->height = g.OH;
+    acc->channels = g.N;
+    acc->is_int = (int)g.is_int;
+    size_t taps = (size_t)g.KH * g.KW;
+
+    if (g.depthwise) {
+        if (g.is_int) {
+            memset(acc->i, 0, nacc * sizeof(int32_t));
+            depthwise_i(&g, cb, acc->i);
+        } else {
+            memset(acc->f, 0, nacc * sizeof(float));
+            depthwise_f(&g, cb, acc->f);
+        }
+        sim->stats.macs += (uint64_t)M * g.N * taps;
+    } else {
+        size_t Kd = taps * g.C;
+        const float *Af = cb->feat_f;
+        const int32_t *Ai = cb->feat_i;
+        if (!is_plain_1x1(&g)) {
+            rc = build_columns(t, &g, cb, Kd);
+            if (rc)
+                return rc;
+            Af = cb->col_f;
+            Ai = cb->col_i;
+        }
+        if (g.is_int) {
+            if (Kd < (1u << 17)) {
+                memset(acc->i, 0, nacc * sizeof(int32_t));
+                rj_mac_gemm_i32(M, g.N, Kd, Ai, Kd, cb->wt_i, acc->i, g.N);
+            } else {
+                gemm_i64_saturating(M, g.N, Kd, Ai, cb->wt_i, acc->i);
+            }
+        } else {
+            memset(acc->f, 0, nacc * sizeof(float));
+            if (rj_mac_gemm_f32(M, g.N, Kd, Af, Kd, cb->wt_f, acc->f, g.N))
+                return oom(t, "MAC scratch");
+        }
+        sim->stats.macs += (uint64_t)M * g.N * Kd;
+    }
+    if (sim->cur_kick)
+        sim->cur_kick->conv_tasks_run++;
+    return rj_sim_dpu_run(t, acc);
+}
+
+int64_t rj_sim_last_acc(const rj_sim *sim, uint32_t dims[4], void *buf, uint64_t buf_bytes)
+{
+    if (!sim || !sim->cbuf || !(sim->cbuf->acc.f || sim->cbuf->acc.i) || !sim->cbuf->acc.width)
+        return -1;
+    const rj_sim_acc *a = &sim->cbuf->acc;
+    uint64_t n = (uint64_t)a->width * a->height * a->channels;
+    if (dims) {
+        dims[0] = a->width;
+        dims[1] = a->height;
+        dims[2] = a->channels;
+        dims[3] = (uint32_t)a->is_int;
+    }
+    if (buf) {
+        if (buf_bytes < n * 4u)
+            return -1;
+        memcpy(buf, a->is_int ? (const void *)a->i : (const void *)a->f, n * 4u);
+    }
+    return (int64_t)n;
+}

@@ -1,0 +1,875 @@
+/* DPU + DPU_RDMA: the SDP post-processing pipeline between the CORE accumulator (or a cube
+ * read from memory in flying mode) and the output writer.
+ *
+ *   source -> BS (ALU, MUL, ReLU) -> BN (MUL, ALU, ReLU) -> EW (operand op, ReLU, LUT)
+ *          -> OUT_CVT -> write DMA (dpu_write.c)
+ *
+ * Each behaviour cites a notes page (gregordinary/rockchip-npu-notes, /work/notes) or a
+ * register field of rk3588-registers.xml. Settings the notes do not document are refused with
+ * RJ_EUNSUPP naming the register and value; documented hardware misbehaviour is refused with
+ * RJ_EHAZARD in strict mode. Behaviours modelled by inference say so in their comment. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dpu_internal.h"
+#include "lut.h"
+
+/* ---- small helpers ----------------------------------------------------------------------- */
+
+static int dpu_fail(rj_sim_task *t, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int dpu_fail(rj_sim_task *t, int code, const char *fmt, ...)
+{
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return rj_fail(t->err, code, "job %u task %u: %s", t->job_index, t->task_index, msg);
+}
+
+#define UNSUPP(t, ...) dpu_fail((t), RJ_EUNSUPP, __VA_ARGS__)
+
+static int strict(const rj_sim_task *t) { return (t->sim->flags & RJ_SIM_STRICT) != 0; }
+
+static float f32_of_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static int64_t floor_shift(int64_t x, uint32_t s)
+{
+    /* arithmetic right shift, rounding toward -inf (notes: encodings/out-cvt-converter.md,
+     * "arithmetic >>, truncates toward -inf") */
+    if (s == 0)
+        return x;
+    if (s > 62)
+        return x < 0 ? -1 : 0;
+    return x >= 0 ? (x >> s) : -(((-x) - 1) >> s) - 1;
+}
+
+static int64_t sat(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+#define NEED(t, REG, out)                                  \
+    do {                                                   \
+        int need_rc_ = RJ_SIM_NEED((t), REG, (out));       \
+        if (need_rc_)                                      \
+            return need_rc_;                               \
+    } while (0)
+
+/* ---- BS / BN stage configuration -------------------------------------------------------- */
+
+typedef struct sdp_stage {
+    const char *name;        /* "BS" or "BN" */
+    int active, alu, mul, relu;
+    uint32_t alu_algo;       /* 0 max, 1 min, 2 sum */
+    float alu_f, mul_f;      /* float path register operands */
+    int64_t alu_i, mul_i;    /* integer path register operands */
+    uint32_t mul_shift;
+    int32_t *alu_vec;        /* integer path per-channel operand read by BRDMA/NRDMA (owned) */
+} sdp_stage;
+
+/* Register views of one stage; BS and BN share the field layout (rk3588-registers.xml). */
+typedef struct stage_regs {
+    uint32_t cfg, alu_cfg, mul_cfg, rdma_cfg, rdma_base;
+    const char *cfg_name, *alu_name, *mul_name, *rdma_cfg_name, *rdma_base_name;
+} stage_regs;
+
+static const stage_regs BS_REGS = {
+    RJ_REG_DPU_BS_CFG, RJ_REG_DPU_BS_ALU_CFG, RJ_REG_DPU_BS_MUL_CFG,
+    RJ_REG_DPU_RDMA_RDMA_BRDMA_CFG, RJ_REG_DPU_RDMA_RDMA_BS_BASE_ADDR,
+    "DPU_BS_CFG", "DPU_BS_ALU_CFG", "DPU_BS_MUL_CFG",
+    "DPU_RDMA_RDMA_BRDMA_CFG", "DPU_RDMA_RDMA_BS_BASE_ADDR"};
+static const stage_regs BN_REGS = {
+    RJ_REG_DPU_BN_CFG, RJ_REG_DPU_BN_ALU_CFG, RJ_REG_DPU_BN_MUL_CFG,
+    RJ_REG_DPU_RDMA_RDMA_NRDMA_CFG, RJ_REG_DPU_RDMA_RDMA_BN_BASE_ADDR,
+    "DPU_BN_CFG", "DPU_BN_ALU_CFG", "DPU_BN_MUL_CFG",
+    "DPU_RDMA_RDMA_NRDMA_CFG", "DPU_RDMA_RDMA_BN_BASE_ADDR"};
+
+static int parse_stage(rj_sim_task *t, const stage_regs *r, const char *name, int int_path,
+                       uint32_t channels, sdp_stage *st)
+{
+    memset(st, 0, sizeof *st);
+    st->name = name;
+    uint32_t cfg;
+    int rc = rj_sim_need(t, r->cfg, r->cfg_name, &cfg);
+    if (rc)
+        return rc;
+    /* BS_CFG and BN_CFG share bit positions: BYPASS 0, ALU_BYPASS 1, MUL_BYPASS 4, MUL_PRELU 5,
+     * RELU_BYPASS 6, RELUX_EN 7, ALU_SRC 8, ALU_ALGO 16..19 (rk3588-registers.xml). */
+    if (cfg & 1u)
+        return 0;
+    st->active = 1;
+    st->alu = !(cfg & (1u << 1));
+    st->mul = !(cfg & (1u << 4));
+    st->relu = !(cfg & (1u << 6));
+    if (cfg & (1u << 5))
+        return UNSUPP(t, "%s = 0x%x: %s_MUL_PRELU is not modelled", r->cfg_name, cfg, name);
+    if (cfg & (1u << 7))
+        return UNSUPP(t, "%s = 0x%x: %s_RELUX_EN (clamped ReLU) is not modelled; the notes document "
+                      "only the plain ReLU", r->cfg_name, cfg, name);
+    if (st->mul) {
+        uint32_t m;
+        if ((rc = rj_sim_need(t, r->mul_cfg, r->mul_name, &m)))
+            return rc;
+        /* MUL_CFG: MUL_SRC bit 0, TRUNCATE_SRC bit 1, MUL_SHIFT_VALUE 8..13, MUL_OPERAND 16..31. */
+        if (m & 1u)
+            return UNSUPP(t, "%s = 0x%x: %s_MUL_SRC=1 (per-channel multiplier read from memory) is "
+                          "not modelled: the notes give no layout for it; use the register operand",
+                          r->mul_name, m, name);
+        if (m & 2u)
+            return UNSUPP(t, "%s = 0x%x: %s_TRUNCATE_SRC is not modelled", r->mul_name, m, name);
+        uint32_t operand = m >> 16, shift = (m >> 8) & 0x3fu;
+        if (int_path) {
+            /* Integer path: the MUL operand is an integer read as uint16 (notes:
+             * encodings/out-cvt-converter.md, "0x3800 -> x14336"); the shift is applied after
+             * the product (inference, the NVDLA multiplier form). */
+            st->mul_i = operand;
+            st->mul_shift = shift;
+        } else {
+            /* Float path: the operand is an fp16 bit pattern (notes: dpu-lut-activation.md,
+             * BN_MUL_OPERAND 0x6912 = fp16(2596)); the same reading for BS is an inference. */
+            if (shift)
+                return UNSUPP(t, "%s = 0x%x: %s_MUL_SHIFT_VALUE = %u on the float path is not "
+                              "modelled", r->mul_name, m, name, shift);
+            st->mul_f = rj_f16_to_f32((uint16_t)operand);
+        }
+    }
+    if (st->alu) {
+        st->alu_algo = (cfg >> 16) & 0xfu;
+        /* ALU algorithms 0 = max, 1 = min, 2 = sum: the NVDLA SDP encoding the notes confirm for
+         * the EW ALU (dpu-lut-activation.md, "Max / Min") and use for BN (ALU_ALGO 2 = add). */
+        if (st->alu_algo > 2)
+            return UNSUPP(t, "%s = 0x%x: %s_ALU_ALGO = %u is not modelled (0 max, 1 min, 2 sum)",
+                          r->cfg_name, cfg, name, st->alu_algo);
+        if (cfg & (1u << 8)) {
+            if (!int_path)
+                return UNSUPP(t, "%s = 0x%x: %s_ALU_SRC=1 (per-channel operand from memory) on the "
+                              "float path is not modelled: the notes document only the int32 bias "
+                              "vector of the integer path (encodings/sdp-stage-precision.md)",
+                              r->cfg_name, cfg, name);
+            if (!(t->enable_mask & RJ_SIM_EN_DPU_RDMA))
+                return UNSUPP(t, "%s = 0x%x: %s_ALU_SRC=1 reads through DPU_RDMA, but the enable mask "
+                              "0x%x lacks bit 4 (DPU_RDMA)", r->cfg_name, cfg, name, t->enable_mask);
+            uint32_t use, base;
+            if ((rc = rj_sim_need(t, r->rdma_cfg, r->rdma_cfg_name, &use)) ||
+                (rc = rj_sim_need(t, r->rdma_base, r->rdma_base_name, &base)))
+                return rc;
+            /* The per-channel operand is an int32 [C] vector broadcast over all positions, read
+             * with DATA_USE = 1 (notes: encodings/sdp-stage-precision.md, "BRDMA_DATA_USE[1:4]
+             * ... per-channel [C] int32 bias vector"; the BN/NRDMA twin is the same shape). */
+            uint32_t data_use = (use >> 1) & 0xfu;
+            if (data_use != 1)
+                return UNSUPP(t, "%s = 0x%x: DATA_USE = %u is not modelled; only DATA_USE = 1 (the "
+                              "int32 ALU operand vector) is documented", r->rdma_cfg_name, use, data_use);
+            const uint8_t *src = rj_sim_mem(t, base, (uint64_t)channels * 4u, r->rdma_base_name);
+            if (!src)
+                return t->err ? t->err->code : RJ_EFAULT;
+            st->alu_vec = malloc((size_t)channels * sizeof(int32_t));
+            if (!st->alu_vec)
+                return dpu_fail(t, RJ_ENOMEM, "DPU %s: out of memory", name);
+            memcpy(st->alu_vec, src, (size_t)channels * 4u);
+            t->sim->stats.bytes_read += (uint64_t)channels * 4u;
+        } else {
+            uint32_t a;
+            if ((rc = rj_sim_need(t, r->alu_cfg, r->alu_name, &a)))
+                return rc;
+            /* Register operand: an fp32 bit pattern on the float path (notes:
+             * dpu-lut-activation.md, "BN_ALU an fp32 bias", 0x46000000 = 8192.0; the BS reading
+             * is an inference), an int32 on the integer path (inference). */
+            st->alu_f = f32_of_bits(a);
+            st->alu_i = (int32_t)a;
+        }
+    }
+    /* The notes fix MUL-then-ALU for BN only (dpu-lut-activation.md, "index = x*BN_MUL + BN_ALU
+     * (MUL then ALU)"); for BS the order of a combined ALU+MUL is undocumented. */
+    if (r == &BS_REGS && st->alu && st->mul)
+        return UNSUPP(t, "%s = 0x%x: the BS stage with both ALU and MUL active is not modelled: the "
+                      "order of the two is documented only for BN (MUL then ALU)", r->cfg_name, cfg);
+    return 0;
+}
+
+static inline float alu_f(uint32_t algo, float a, float b)
+{
+    return algo == 0 ? fmaxf(a, b) : algo == 1 ? fminf(a, b) : a + b;
+}
+
+static inline int64_t alu_i(uint32_t algo, int64_t a, int64_t b)
+{
+    return algo == 0 ? (a > b ? a : b) : algo == 1 ? (a < b ? a : b) : a + b;
+}
+
+/* ---- EW stage configuration ---------------------------------------------------------------- */
+
+typedef struct ew_stage {
+    int active, op, relu, lut;
+    int op_mul;          /* EW_OP_TYPE = 1: multiply; else the ALU */
+    uint32_t alu_algo;
+    float *operand;      /* per-element operand (owned), NULL when no operand op */
+} ew_stage;
+
+/* Reads the EW operand cube through ERDMA (float path). Geometry: the one the notes report as
+ * hardware-verified for fp16 K-accumulation and EW multiply (encodings/k-accumulation.md,
+ * dpu-lut-activation.md "Two-operand EW"): MRDMA SRC_BASE = operand, ERDMA EW_BASE = operand +
+ * one surface (W*H*16), SURF_NOTCH = EW_SURF_STRIDE = MAX(W*H, 12)*16, COMB_USE = 5. The operand
+ * is a cube in the output layout (16-byte atoms, surfaces EW_SURF_STRIDE apart), element size
+ * from ERDMA_DATA_SIZE (2 = 16-bit fp16, 3 = 32-bit fp32; sdp-stage-precision.md). */
+static int read_ew_operand(rj_sim_task *t, uint32_t W, uint32_t H, uint32_t C, int flying,
+                           uint32_t edata_size, float *dst)
+{
+    uint32_t src, ew_base, ew_stride, notch, ew_notch, fm;
+    NEED(t, DPU_RDMA_RDMA_SRC_BASE_ADDR, &src);
+    NEED(t, DPU_RDMA_RDMA_EW_BASE_ADDR, &ew_base);
+    NEED(t, DPU_RDMA_RDMA_EW_SURF_STRIDE, &ew_stride);
+    NEED(t, DPU_RDMA_RDMA_SURF_NOTCH, &notch);
+    NEED(t, DPU_RDMA_RDMA_FEATURE_MODE_CFG, &fm);
+    ew_notch = rj_sim_reg(t->sim, RJ_REG_DPU_RDMA_RDMA_EW_SURF_NOTCH);
+    (void)ew_notch; /* written equal to SURF_NOTCH by every documented program; not read here */
+    ew_stride &= ~0xfu;
+    notch &= ~0xfu;
+    const uint32_t esize = edata_size == 3 ? 4u : 2u;
+    const uint32_t c2 = 16u / esize;
+    const uint32_t nsurf = (C + c2 - 1u) / c2;
+    const uint64_t P = (uint64_t)W * H;
+    const uint64_t surf_bytes = P * 16u;
+
+    if (flying) {
+        /* A second EW operand cannot ride on a flying main feed: the operand reads 0 on hardware
+         * (notes: dpu-lut-activation.md, "The flying attempt ... writes all-zero -- the ERDMA
+         * operand reads 0"). */
+        if (strict(t))
+            return rj_sim_hazard(t, "DPU_EW_CFG", "flying two-operand EW",
+                                 "an ERDMA operand in flying mode reads as 0 on hardware; run the EW op "
+                                 "with a conv as the main feed (identity weights) instead "
+                                 "(notes: encodings/dpu-lut-activation.md)");
+        memset(dst, 0, (size_t)(P * C) * sizeof(float));
+        return 0;
+    }
+    uint32_t comb = RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, COMB_USE);
+    if (RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, MRDMA_DISABLE) || comb != 5) {
+        /* ERDMA armed while MRDMA is not combining the conv data with the operand stream: the
+         * job times out with the output untouched (notes: encodings/mrdma-trap.md, "The corollary
+         * trap (eltwise path)"). */
+        if (strict(t))
+            return rj_sim_hazard(t, "DPU_RDMA_RDMA_FEATURE_MODE_CFG", "MRDMA trap (eltwise)",
+                                 "value 0x%x: an EW operand needs MRDMA enabled with COMB_USE=5 "
+                                 "(0x17d40 in the verified program); otherwise the job times out "
+                                 "(notes: encodings/mrdma-trap.md, encodings/k-accumulation.md)", fm);
+        return UNSUPP(t, "DPU_RDMA_RDMA_FEATURE_MODE_CFG = 0x%x with an EW operand: only COMB_USE=5 "
+                      "with MRDMA enabled is modelled (the hardware hangs otherwise)", fm);
+    }
+    if (ew_stride == 0 || notch == 0) {
+        /* With the planar pointer-advance left 0 the ERDMA never advances: it reads the offset-0
+         * atom and broadcasts it to every position and surface (notes: k-accumulation.md). */
+        if (strict(t))
+            return rj_sim_hazard(t, ew_stride == 0 ? "DPU_RDMA_RDMA_EW_SURF_STRIDE" : "DPU_RDMA_RDMA_SURF_NOTCH",
+                                 "EW operand never advances",
+                                 "EW_SURF_STRIDE = 0x%x, SURF_NOTCH = 0x%x: with either 0 the ERDMA reads "
+                                 "the first atom and broadcasts it; set both to MAX(W*H, 12)*16 "
+                                 "(notes: encodings/k-accumulation.md)", ew_stride, notch);
+        const uint8_t *a = rj_sim_mem(t, src, 16, "DPU_RDMA_RDMA_SRC_BASE_ADDR");
+        if (!a)
+            return t->err ? t->err->code : RJ_EFAULT;
+        for (uint64_t p = 0; p < P; p++)
+            for (uint32_t c = 0; c < C; c++) {
+                uint32_t lane = c % c2;
+                if (esize == 2) {
+                    uint16_t h;
+                    memcpy(&h, a + lane * 2u, 2);
+                    dst[p * C + c] = rj_f16_to_f32(h);
+                } else {
+                    memcpy(&dst[p * C + c], a + lane * 4u, 4);
+                }
+            }
+        t->sim->stats.bytes_read += 16u;
+        return 0;
+    }
+    if (nsurf > 1 && P < 12) {
+        /* The MAX(W*H, 12) floor over-states the surface stride below 12 positions and the upper
+         * surfaces mis-stride (notes: k-accumulation.md, dpu-lut-activation.md "keep M >= 12"). */
+        if (strict(t))
+            return rj_sim_hazard(t, "DPU_RDMA_RDMA_EW_SURF_STRIDE", "EW operand under 12 positions",
+                                 "the cube has %llu positions (< 12) and %u operand surfaces; the upper "
+                                 "surfaces mis-stride on hardware (notes: encodings/k-accumulation.md); "
+                                 "pad the cube to at least 12 positions", (unsigned long long)P, nsurf);
+        return UNSUPP(t, "EW operand with %llu (< 12) positions and %u surfaces: the hardware's "
+                      "mis-strided read is not modelled", (unsigned long long)P, nsurf);
+    }
+    if (ew_base != (uint64_t)src + surf_bytes || (nsurf > 1 && (ew_stride != surf_bytes || notch != ew_stride)))
+        return UNSUPP(t, "EW operand geometry SRC_BASE 0x%x, EW_BASE 0x%x, EW_SURF_STRIDE 0x%x, "
+                      "SURF_NOTCH 0x%x is not modelled: the hardware-verified transport has "
+                      "EW_BASE = SRC_BASE + W*H*16 (0x%llx) and EW_SURF_STRIDE = SURF_NOTCH = W*H*16 "
+                      "(0x%llx) (notes: encodings/k-accumulation.md)", src, ew_base, ew_stride, notch,
+                      (unsigned long long)((uint64_t)src + surf_bytes), (unsigned long long)surf_bytes);
+    for (uint32_t s = 0; s < nsurf; s++) {
+        const uint8_t *sp = rj_sim_mem(t, (uint64_t)src + (uint64_t)s * ew_stride, surf_bytes,
+                                       "DPU_RDMA_RDMA_SRC_BASE_ADDR");
+        if (!sp)
+            return t->err ? t->err->code : RJ_EFAULT;
+        uint32_t c_end = (s + 1u) * c2 < C ? (s + 1u) * c2 : C;
+        for (uint64_t p = 0; p < P; p++)
+            for (uint32_t c = s * c2; c < c_end; c++) {
+                const uint8_t *e = sp + p * 16u + (c - s * c2) * esize;
+                if (esize == 2) {
+                    uint16_t h;
+                    memcpy(&h, e, 2);
+                    dst[p * C + c] = rj_f16_to_f32(h);
+                } else {
+                    memcpy(&dst[p * C + c], e, 4);
+                }
+            }
+        t->sim->stats.bytes_read += surf_bytes;
+    }
+    return 0;
+}
+
+static int parse_ew(rj_sim_task *t, int int_path, int flying, uint32_t W, uint32_t H, uint32_t C,
+                    ew_stage *ew)
+{
+    memset(ew, 0, sizeof *ew);
+    uint32_t cfg, erdma = 1u; /* ERDMA counts as disabled when DPU_RDMA does not run */
+    NEED(t, DPU_EW_CFG, &cfg);
+    const int rdma_on = (t->enable_mask & RJ_SIM_EN_DPU_RDMA) != 0;
+    if (rdma_on)
+        NEED(t, DPU_RDMA_RDMA_ERDMA_CFG, &erdma);
+    const int erdma_on = !RJ_GET(erdma, DPU_RDMA_RDMA_ERDMA_CFG, ERDMA_DISABLE);
+
+    if (RJ_GET(cfg, DPU_EW_CFG, EW_BYPASS)) {
+        /* EW_BYPASS skips the whole stage, LUT included (NVDLA SDP Y-stage bypass; conformance
+         * 01 sets it with every sub-bypass too). */
+        if (erdma_on)
+            return UNSUPP(t, "DPU_RDMA_RDMA_ERDMA_CFG = 0x%x arms ERDMA while DPU_EW_CFG = 0x%x "
+                          "bypasses the EW stage: not modelled", erdma, cfg);
+        return 0;
+    }
+    ew->active = 1;
+    if (RJ_GET(cfg, DPU_EW_CFG, EW_BINARY_EN) || RJ_GET(cfg, DPU_EW_CFG, EW_EQUAL_EN) ||
+        RJ_GET(cfg, DPU_EW_CFG, EW_MUL_PRELU) || RJ_GET(cfg, DPU_EW_CFG, EW_RELUX_EN))
+        return UNSUPP(t, "DPU_EW_CFG = 0x%x: EW_BINARY_EN / EW_EQUAL_EN / EW_MUL_PRELU / EW_RELUX_EN "
+                      "are not modelled", cfg);
+    ew->relu = !RJ_GET(cfg, DPU_EW_CFG, EW_RELU_BYPASS);
+    ew->lut = !RJ_GET(cfg, DPU_EW_CFG, EW_LUT_BYPASS);
+    int op = !RJ_GET(cfg, DPU_EW_CFG, EW_OP_BYPASS);
+
+    if (op && !RJ_GET(cfg, DPU_EW_CFG, EW_OP_SRC)) {
+        /* EW_OP_SRC = 0 selects the register operands EW_OP_VALUE_0..7. Conformance 05 (hardware-
+         * validated sigmoid) runs with the op unbypassed, EW_OP_SRC = 0, EW_ALU_ALGO = 0, ERDMA
+         * disabled and the values unwritten, and the result shows no max(x, 0): the stage is
+         * modelled as inert there (inference). A nonzero register operand is refused. */
+        if (erdma_on)
+            return UNSUPP(t, "DPU_EW_CFG = 0x%x selects register operands (EW_OP_SRC=0) while ERDMA is "
+                          "armed: not modelled", cfg);
+        for (uint32_t i = 0; i < 8; i++)
+            if (rj_sim_reg(t->sim, RJ_REG_DPU_EW_OP_VALUE_0 + 4u * i) != 0)
+                return UNSUPP(t, "DPU_EW_OP_VALUE_%u = 0x%x: register-operand EW ops (EW_OP_SRC=0) are "
+                              "not modelled; the notes document only the ERDMA operand", i,
+                              rj_sim_reg(t->sim, RJ_REG_DPU_EW_OP_VALUE_0 + 4u * i));
+        op = 0;
+    }
+    if (!op) {
+        if (erdma_on)
+            return UNSUPP(t, "DPU_RDMA_RDMA_ERDMA_CFG = 0x%x arms ERDMA but DPU_EW_CFG = 0x%x consumes no "
+                          "memory operand: not modelled", erdma, cfg);
+        return 0;
+    }
+    if (int_path) {
+        /* The EW ALU is float-only: integer EW K-accumulation adds int32 bit patterns as floats
+         * (notes: encodings/k-accumulation.md "Integer EW K-accumulation -- DEAD",
+         * encodings/sdp-stage-precision.md). */
+        if (strict(t))
+            return rj_sim_hazard(t, "DPU_EW_CFG", "integer EW is float-only",
+                                 "value 0x%x runs an EW operand op on the integer (int32 accumulator) "
+                                 "path; the EW ALU treats the int32 patterns as floats and produces "
+                                 "garbage. Sum integer K-partials on the host "
+                                 "(notes: encodings/k-accumulation.md)", cfg);
+        return UNSUPP(t, "DPU_EW_CFG = 0x%x: an EW operand op on the integer path gives garbage on "
+                      "hardware and is not modelled", cfg);
+    }
+    if (!rdma_on)
+        return UNSUPP(t, "DPU_EW_CFG = 0x%x reads its operand through DPU_RDMA (EW_OP_SRC=1), but the "
+                      "enable mask 0x%x lacks bit 4 (DPU_RDMA)", cfg, t->enable_mask);
+    if (!erdma_on)
+        return UNSUPP(t, "DPU_EW_CFG = 0x%x reads its operand from memory (EW_OP_SRC=1) but "
+                      "DPU_RDMA_RDMA_ERDMA_CFG = 0x%x disables ERDMA", cfg, erdma);
+    /* Per-pixel operand (EW_DATA_MODE = ERDMA_DATA_MODE = 1) of 16 or 32 bits, the sizes of the
+     * two registers agreeing (notes: k-accumulation.md, sdp-stage-precision.md). */
+    uint32_t edata = RJ_GET(cfg, DPU_EW_CFG, EDATA_SIZE);
+    if (RJ_GET(cfg, DPU_EW_CFG, EW_DATA_MODE) != 1 || RJ_GET(erdma, DPU_RDMA_RDMA_ERDMA_CFG, ERDMA_DATA_MODE) != 1 ||
+        RJ_GET(erdma, DPU_RDMA_RDMA_ERDMA_CFG, ERDMA_DATA_SIZE) != edata || (edata != 2 && edata != 3) ||
+        RJ_GET(erdma, DPU_RDMA_RDMA_ERDMA_CFG, ERDMA_SURF_MODE) || RJ_GET(erdma, DPU_RDMA_RDMA_ERDMA_CFG, ERDMA_NONALIGN))
+        return UNSUPP(t, "DPU_EW_CFG = 0x%x / DPU_RDMA_RDMA_ERDMA_CFG = 0x%x: only the per-pixel operand "
+                      "(EW_DATA_MODE = ERDMA_DATA_MODE = 1) with matching 16-bit (2) or 32-bit (3) "
+                      "data size is modelled (notes: encodings/k-accumulation.md)", cfg, erdma);
+    if (RJ_GET(cfg, DPU_EW_CFG, EW_CVT_TYPE) || RJ_GET(cfg, DPU_EW_CFG, EW_CVT_ROUND))
+        return UNSUPP(t, "DPU_EW_CFG = 0x%x: EW_CVT_TYPE / EW_CVT_ROUND (the int8 operand converter) "
+                      "are not modelled on the float path", cfg);
+    if (!RJ_GET(cfg, DPU_EW_CFG, EW_OP_CVT_BYPASS)) {
+        /* The operand converter runs in conformance 02 with scale 1, shift 0, offset 0: the
+         * identity. Any other setting is not modelled. */
+        uint32_t sc = rj_sim_reg(t->sim, RJ_REG_DPU_EW_CVT_SCALE_VALUE);
+        uint32_t of = rj_sim_reg(t->sim, RJ_REG_DPU_EW_CVT_OFFSET_VALUE);
+        if (sc != 1u || of != 0u)
+            return UNSUPP(t, "DPU_EW_CVT_SCALE_VALUE = 0x%x, DPU_EW_CVT_OFFSET_VALUE = 0x%x: only the "
+                          "identity operand conversion (scale 1, shift 0, offset 0) is modelled", sc, of);
+    }
+    ew->op_mul = RJ_GET(cfg, DPU_EW_CFG, EW_OP_TYPE) == 1;
+    ew->alu_algo = RJ_GET(cfg, DPU_EW_CFG, EW_ALU_ALGO);
+    /* EW_OP_TYPE 1 = multiply (0x108003C4), else the ALU with 0 = MAX, 1 = MIN, 2 = SUM
+     * (notes: dpu-lut-activation.md, "Two-operand EW" and "Max / Min"). */
+    if (!ew->op_mul && ew->alu_algo > 2)
+        return UNSUPP(t, "DPU_EW_CFG = 0x%x: EW_ALU_ALGO = %u is not modelled (0 max, 1 min, 2 sum)",
+                      cfg, ew->alu_algo);
+    if (ew->lut)
+        return UNSUPP(t, "DPU_EW_CFG = 0x%x runs an EW operand op and the LUT in one pass: their order "
+                      "and the LUT mux input are not documented", cfg);
+    ew->op = 1;
+    ew->operand = malloc((size_t)W * H * C * sizeof(float));
+    if (!ew->operand)
+        return dpu_fail(t, RJ_ENOMEM, "DPU EW: out of memory for the operand cube");
+    return read_ew_operand(t, W, H, C, flying, edata, ew->operand);
+}
+
+/* ---- the flying source ------------------------------------------------------------------- */
+
+/* DPU-only ("flying") mode: DPU_FEATURE_MODE_CFG.FLYING_MODE = 1 and DPU_RDMA's MRDMA reads the
+ * source cube from SRC_BASE_ADDR, fp16 converted to fp32 by MRDMA_FP16TOFP32_EN (notes:
+ * encodings/dpu-lut-activation.md "Pipeline"; conformance 05: DPU_RDMA FEATURE_MODE_CFG 0x17849).
+ * The cube is the fp16 8-channel atom layout (16 bytes per position). A source of more than one
+ * surface is refused: no documented program has one, so the MRDMA surface stride is unknown. */
+static int read_flying_source(rj_sim_task *t, uint32_t W, uint32_t H, uint32_t C, float *dst)
+{
+    uint32_t fm, src;
+    NEED(t, DPU_RDMA_RDMA_FEATURE_MODE_CFG, &fm);
+    NEED(t, DPU_RDMA_RDMA_SRC_BASE_ADDR, &src);
+    if (!RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, FLYING_MODE) ||
+        RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, MRDMA_DISABLE))
+        return UNSUPP(t, "DPU_RDMA_RDMA_FEATURE_MODE_CFG = 0x%x: the DPU runs without CNA/CORE, so its "
+                      "source must come from MRDMA (FLYING_MODE=1, MRDMA_DISABLE=0)", fm);
+    if (RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, IN_PRECISION) != RJ_PREC_FP16 ||
+        !RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, MRDMA_FP16TOFP32_EN))
+        return UNSUPP(t, "DPU_RDMA_RDMA_FEATURE_MODE_CFG = 0x%x: only an fp16 flying source "
+                      "(IN_PRECISION=2, MRDMA_FP16TOFP32_EN=1) is modelled", fm);
+    if (C > 8)
+        return UNSUPP(t, "DPU_RDMA_RDMA_DATA_CUBE_CHANNEL: a flying source of %u channels spans more than "
+                      "one 8-channel surface; the MRDMA source surface stride is undocumented. Lay the "
+                      "data out as one surface (width = n/8, height 1, 8 channels).", C);
+    const uint64_t P = (uint64_t)W * H;
+    const uint8_t *s = rj_sim_mem(t, src, P * 16u, "DPU_RDMA_RDMA_SRC_BASE_ADDR");
+    if (!s)
+        return t->err ? t->err->code : RJ_EFAULT;
+    for (uint64_t p = 0; p < P; p++)
+        for (uint32_t c = 0; c < C; c++) {
+            uint16_t h;
+            memcpy(&h, s + p * 16u + c * 2u, 2);
+            dst[p * C + c] = rj_f16_to_f32(h);
+        }
+    t->sim->stats.bytes_read += P * 16u;
+    return 0;
+}
+
+/* ---- OUT_CVT ------------------------------------------------------------------------------ */
+
+typedef struct out_cvt {
+    int affine;          /* CVT_TYPE = 1 */
+    int32_t offset;
+    uint32_t scale, shift, minus_exp, fp16_en;
+} out_cvt;
+
+static int parse_out_cvt(rj_sim_task *t, int int_path, uint32_t out_prec, out_cvt *o)
+{
+    uint32_t off, sc, sh;
+    NEED(t, DPU_OUT_CVT_OFFSET, &off);
+    NEED(t, DPU_OUT_CVT_SCALE, &sc);
+    NEED(t, DPU_OUT_CVT_SHIFT, &sh);
+    o->offset = (int32_t)off;
+    o->scale = RJ_GET(sc, DPU_OUT_CVT_SCALE, OUT_CVT_SCALE);
+    o->fp16_en = RJ_GET(sc, DPU_OUT_CVT_SCALE, FP32TOFP16_EN);
+    o->shift = RJ_GET(sh, DPU_OUT_CVT_SHIFT, OUT_CVT_SHIFT);
+    o->minus_exp = RJ_GET(sh, DPU_OUT_CVT_SHIFT, MINUS_EXP);
+    o->affine = RJ_GET(sh, DPU_OUT_CVT_SHIFT, CVT_TYPE);
+    if (RJ_GET(sh, DPU_OUT_CVT_SHIFT, CVT_ROUND))
+        return UNSUPP(t, "DPU_OUT_CVT_SHIFT = 0x%x: CVT_ROUND is not modelled", sh);
+    if (int_path) {
+        /* Integer path: out = (acc * SCALE) >> SHIFT, SCALE a uint16 multiplier, the shift
+         * arithmetic; minus_exp and cvt_type are no-ops there (notes: out-cvt-converter.md). */
+        if (o->offset != 0)
+            return UNSUPP(t, "DPU_OUT_CVT_OFFSET = %d on the integer path is not modelled: whether it is "
+                          "added or subtracted before the multiply is not settled by the notes "
+                          "(encodings/out-cvt-converter.md)", o->offset);
+        if (o->fp16_en)
+            return UNSUPP(t, "DPU_OUT_CVT_SCALE = 0x%x: FP32TOFP16_EN on the integer path (an fp16 output of "
+                          "the int32 accumulator) is documented as correct only for small single-tile "
+                          "shapes and is not modelled (notes: encodings/out-cvt-converter.md)", sc);
+        return 0;
+    }
+    /* Float path: FP32TOFP16_EN narrows to fp16 exactly when the output precision is fp16. */
+    if ((out_prec == RJ_PREC_FP16) != (o->fp16_en != 0))
+        return UNSUPP(t, "DPU_OUT_CVT_SCALE.FP32TOFP16_EN = %u with DPU_DATA_FORMAT.OUT_PRECISION = %u: an "
+                      "fp16 output needs FP32TOFP16_EN=1 and an fp32 output FP32TOFP16_EN=0",
+                      o->fp16_en, out_prec);
+    if (o->affine) {
+        /* CVT_TYPE = 1: out = (v + OFFSET) * 2^-MINUS_EXP * SCALE (notes: dpu-lut-activation.md,
+         * "Signed / wide output -- the affine OUT_CVT"). */
+        if (o->shift != 0)
+            return UNSUPP(t, "DPU_OUT_CVT_SHIFT = 0x%x: OUT_CVT_SHIFT with CVT_TYPE=1 is not modelled", sh);
+        return 0;
+    }
+    if (o->scale != 1 || o->shift != 0 || o->minus_exp != 0 || o->offset != 0)
+        return UNSUPP(t, "OUT_CVT (offset %d, scale %u, shift %u, minus_exp %u) with CVT_TYPE=0 on the "
+                      "float path: only the identity (offset 0, scale 1, shift 0) is modelled; the integer "
+                      "form (acc*SCALE)>>SHIFT is documented for the int32 accumulator only",
+                      o->offset, o->scale, o->shift, o->minus_exp);
+    return 0;
+}
+
+/* ---- the run ------------------------------------------------------------------------------ */
+
+typedef struct dpu_run {
+    sdp_stage bs, bn;
+    ew_stage ew;
+    float *vf;
+    int64_t *vi;
+} dpu_run;
+
+static void run_free(dpu_run *r)
+{
+    free(r->bs.alu_vec);
+    free(r->bn.alu_vec);
+    free(r->ew.operand);
+    free(r->vf);
+    free(r->vi);
+}
+
+/* QUIRK 1/2 checks for one LUT lookup (strict mode). */
+static int lut_hazards(rj_sim_task *t, const out_cvt *cvt, uint64_t e, float x_in, const rj_lut_hit *hit)
+{
+    /* QUIRK 2: with a signed output decode (OUT_CVT_OFFSET < 0) an input within ~0.0015 of 0
+     * makes the LE/LO mux emit a discrete spike (notes: dpu-lut-activation.md, "QUIRK 2 -- the
+     * x~0 LE/LO boundary spike", "Which kinds spike: signed-output only"). */
+    if (cvt->affine && cvt->offset < 0 && fabsf(x_in) <= 0.0015f)
+        return rj_sim_hazard(t, "DPU_LUT_CFG", "QUIRK 2 (x~0 mux spike)",
+                             "element %llu enters the LUT with x = %g, within ~0.0015 of 0, and the output "
+                             "decode is signed (DPU_OUT_CVT_OFFSET = %d); the hardware emits a garbage "
+                             "spike there. Use a non-negative offset framing or repair the band on the "
+                             "host (notes: encodings/dpu-lut-activation.md)",
+                             (unsigned long long)e, (double)x_in, cvt->offset);
+    /* QUIRK 1: an exactly-flat in-table run mis-toggles the mux (notes: dpu-lut-activation.md,
+     * "in flat / asymptotic regions ... a config-independent garbage spike"). The notes give no
+     * threshold; a run of >= 64 identical entries (1/8 of a table) at a value other than the
+     * Q0.15 rails 1 and 32767 (where quantised smooth tails such as tanh's saturate) counts as
+     * flat here -- a heuristic, not a documented bound. */
+    if (hit->region == 0) {
+        int16_t v;
+        uint32_t run = rj_sim_lut_flat_run(t->sim, hit->table, hit->seg, &v);
+        if (run >= 64 && v != 1 && v != 32767)
+            return rj_sim_hazard(t, "DPU_LUT_ACCESS_DATA", "QUIRK 1 (flat LUT run)",
+                                 "element %llu lands in a run of %u identical %s entries (value %d); a flat "
+                                 "in-table run mis-toggles the LE/LO mux on hardware. Use the 2-pass "
+                                 "x*gate(x) form or keep flat regions out of the table "
+                                 "(notes: encodings/dpu-lut-activation.md)", (unsigned long long)e, run,
+                                 hit->table == RJ_LUT_LE ? "LE" : "LO", (int)v);
+    }
+    return 0;
+}
+
+static int run_float(rj_sim_task *t, dpu_run *r, uint64_t n, const out_cvt *cvt)
+{
+    const int lut = r->ew.active && r->ew.lut;
+    const int check = lut && strict(t);
+    for (uint64_t e = 0; e < n; e++) {
+        float x = r->vf[e];
+        if (r->bs.active) {
+            if (r->bs.alu)
+                x = alu_f(r->bs.alu_algo, x, r->bs.alu_f);
+            if (r->bs.mul)
+                x *= r->bs.mul_f;
+            if (r->bs.relu)
+                x = fmaxf(x, 0.0f);
+        }
+        const float x_in = x; /* the value the activation sees before its index scaling */
+        float mux = x;
+        int have_mux = 0;
+        if (r->bn.active) {
+            /* MUL then ALU (notes: dpu-lut-activation.md, "BN-ALU bias works in the index
+             * domain"); the LUT mux keeps the pre-ALU value ("the mux selects on sign(x)"). */
+            if (r->bn.mul)
+                x *= r->bn.mul_f;
+            if (r->bn.alu) {
+                mux = x;
+                have_mux = 1;
+                x = alu_f(r->bn.alu_algo, x, r->bn.alu_f);
+            }
+            if (r->bn.relu)
+                x = fmaxf(x, 0.0f);
+        }
+        if (r->ew.active) {
+            if (r->ew.op) {
+                const float b = r->ew.operand[e];
+                /* computed in fp32, rounded once at the output (conformance 06: "only the final
+                 * conversion rounds"; 02: exact integer partials) */
+                x = r->ew.op_mul ? x * b : alu_f(r->ew.alu_algo, x, b);
+            }
+            if (r->ew.relu)
+                x = fmaxf(x, 0.0f);
+            if (lut) {
+                if (!have_mux)
+                    mux = x;
+                rj_lut_hit hit;
+                x = rj_sim_lut_eval(t->sim, x, mux, &hit);
+                if (check) {
+                    int rc = lut_hazards(t, cvt, e, x_in, &hit);
+                    if (rc)
+                        return rc;
+                }
+            }
+        }
+        if (cvt->affine)
+            x = (float)(((double)x + (double)cvt->offset) * ldexp(1.0, -(int)cvt->minus_exp) * (double)cvt->scale);
+        r->vf[e] = x;
+    }
+    return 0;
+}
+
+static int run_int(rj_sim_task *t, dpu_run *r, uint32_t C, uint64_t n, const out_cvt *cvt, uint32_t out_prec)
+{
+    (void)t;
+    for (uint64_t e = 0; e < n; e++) {
+        const uint32_t c = (uint32_t)(e % C);
+        int64_t x = r->vi[e];
+        const sdp_stage *st[2] = {&r->bs, &r->bn};
+        for (int k = 0; k < 2; k++) {
+            const sdp_stage *s = st[k];
+            if (!s->active)
+                continue;
+            /* BS: only one of ALU/MUL (parse_stage); BN: MUL then ALU. */
+            if (s->mul)
+                x = floor_shift(x * s->mul_i, s->mul_shift);
+            if (s->alu)
+                x = alu_i(s->alu_algo, x, s->alu_vec ? (int64_t)s->alu_vec[c] : s->alu_i);
+            if (s->relu && x < 0)
+                x = 0;
+        }
+        /* OUT_CVT integer form (notes: out-cvt-converter.md): (acc * SCALE) >> SHIFT. */
+        x = floor_shift(x * (int64_t)cvt->scale, cvt->shift);
+        switch (out_prec) {
+        /* Saturation to the output type: documented for int4's int16 output (notes:
+         * tile-layouts.md, "int4's int16 output saturates"); for int8/int32 an inference. */
+        case RJ_PREC_INT32: x = sat(x, INT32_MIN, INT32_MAX); break;
+        case RJ_PREC_INT16: x = sat(x, INT16_MIN, INT16_MAX); break;
+        case RJ_PREC_INT8: x = sat(x, INT8_MIN, INT8_MAX); break;
+        default: break;
+        }
+        r->vi[e] = x;
+    }
+    return 0;
+}
+
+int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
+{
+    rj_sim *sim = t->sim;
+    const int flying = acc == NULL;
+    uint32_t fmc, fmt, wreg, hreg, creg, dst, sstride, owcfg, notch;
+    NEED(t, DPU_FEATURE_MODE_CFG, &fmc);
+    NEED(t, DPU_DATA_FORMAT, &fmt);
+    NEED(t, DPU_DATA_CUBE_WIDTH, &wreg);
+    NEED(t, DPU_DATA_CUBE_HEIGHT, &hreg);
+    NEED(t, DPU_DATA_CUBE_CHANNEL, &creg);
+    NEED(t, DPU_DST_BASE_ADDR, &dst);
+    NEED(t, DPU_DST_SURF_STRIDE, &sstride);
+    NEED(t, DPU_BS_OW_CFG, &owcfg);
+    notch = rj_sim_reg(sim, RJ_REG_DPU_DATA_CUBE_NOTCH_ADDR);
+
+    /* Cube sizes are stored minus one (conformance 01/05: width 0 = 1 column). */
+    const uint32_t W = RJ_GET(wreg, DPU_DATA_CUBE_WIDTH, WIDTH) + 1u;
+    const uint32_t H = RJ_GET(hreg, DPU_DATA_CUBE_HEIGHT, HEIGHT) + 1u;
+    const uint32_t C = RJ_GET(creg, DPU_DATA_CUBE_CHANNEL, CHANNEL) + 1u;
+
+    /* QUIRK 3: a cube of exactly 8191 columns (the 13-bit ceiling) corrupts ~54 tail positions
+     * (notes: dpu-lut-activation.md, "do NOT ride the maximum width"). Field values 8190 and
+     * 8191 (8191 and 8192 columns) both ride the ceiling. */
+    if (strict(t) && W >= 8191u)
+        return rj_sim_hazard(t, "DPU_DATA_CUBE_WIDTH", "QUIRK 3 (13-bit max width)",
+                             "width field %u (%u columns) rides the 13-bit maximum; the hardware corrupts "
+                             "a tail of ~54 cube positions. Tile the cube well under it, e.g. 4096 "
+                             "columns (notes: encodings/dpu-lut-activation.md)", W - 1u, W);
+
+    /* DPU_FEATURE_MODE_CFG: every documented program uses OUTPUT_MODE = 2 (write to memory);
+     * FLYING_MODE picks the source (notes: mrdma-trap.md, dpu-lut-activation.md). */
+    if (RJ_GET(fmc, DPU_FEATURE_MODE_CFG, OUTPUT_MODE) != 2 || RJ_GET(fmc, DPU_FEATURE_MODE_CFG, TP_EN) ||
+        RJ_GET(fmc, DPU_FEATURE_MODE_CFG, COMB_USE) || RJ_GET(fmc, DPU_FEATURE_MODE_CFG, NONALIGN) ||
+        RJ_GET(fmc, DPU_FEATURE_MODE_CFG, RGP_TYPE))
+        return UNSUPP(t, "DPU_FEATURE_MODE_CFG = 0x%x: only OUTPUT_MODE = 2 (write to memory) without "
+                      "TP_EN / COMB_USE / NONALIGN / RGP_TYPE is modelled", fmc);
+    if (RJ_GET(fmc, DPU_FEATURE_MODE_CFG, FLYING_MODE) != (uint32_t)flying)
+        return UNSUPP(t, "DPU_FEATURE_MODE_CFG = 0x%x: FLYING_MODE = %u but the DPU's source is %s; "
+                      "FLYING_MODE = 1 means the source comes from DPU_RDMA (no CNA/CORE in the enable "
+                      "mask), 0 means the CORE accumulator", fmc,
+                      RJ_GET(fmc, DPU_FEATURE_MODE_CFG, FLYING_MODE),
+                      flying ? "DPU_RDMA (no CNA/CORE ran)" : "the CORE accumulator");
+    if (RJ_GET(fmt, DPU_DATA_FORMAT, EW_TRUNCATE_NEG) || RJ_GET(fmt, DPU_DATA_FORMAT, BN_MUL_SHIFT_VALUE_NEG) ||
+        RJ_GET(fmt, DPU_DATA_FORMAT, BS_MUL_SHIFT_VALUE_NEG) || RJ_GET(fmt, DPU_DATA_FORMAT, MC_SURF_OUT))
+        return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: the *_NEG shift fields and MC_SURF_OUT are not modelled", fmt);
+    if (notch)
+        return UNSUPP(t, "DPU_DATA_CUBE_NOTCH_ADDR = 0x%x: a nonzero line/surface notch is not modelled", notch);
+    if (RJ_GET(owcfg, DPU_BS_OW_CFG, TP_ORG_EN))
+        return UNSUPP(t, "DPU_BS_OW_CFG = 0x%x: TP_ORG_EN (the transposed int16 writer, "
+                      "encodings/output-transpose-int16.md) is not modelled", owcfg);
+
+    const uint32_t proc = RJ_GET(fmt, DPU_DATA_FORMAT, PROC_PRECISION);
+    const uint32_t out_prec = RJ_GET(fmt, DPU_DATA_FORMAT, OUT_PRECISION);
+    const int int_path = flying ? 0 : acc->is_int;
+    /* Precision values (notes: precision-field.md): float accumulators come from fp16 (2), bf16
+     * (3) or tf32 (DPU 5) processing, int32 accumulators from int8 (0) or int4 (6). */
+    if (int_path) {
+        if (proc == RJ_PREC_INT16) {
+            if (strict(t))
+                return rj_sim_hazard(t, "DPU_DATA_FORMAT", "no native int16 output",
+                                     "PROC_PRECISION = 1 (int16): the int16 conv's writer emits only one int32 "
+                                     "tile; use int8 byte decomposition (notes: "
+                                     "encodings/output-transpose-int16.md)");
+            return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: the int16 output writer is not modelled", fmt);
+        }
+        if (proc != RJ_PREC_INT8 && proc != RJ_PREC_INT4)
+            return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: PROC_PRECISION = %u does not match the integer "
+                          "accumulator the CORE produced (int8 = 0, int4 = 6)", fmt, proc);
+        if (out_prec != RJ_PREC_INT32 && out_prec != RJ_PREC_INT16 && out_prec != RJ_PREC_INT8 &&
+            out_prec != RJ_PREC_FP32)
+            return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: OUT_PRECISION = %u on the integer path is not modelled "
+                          "(int32 = 4, int16 = 1, int8 = 0, fp32 = 5 are)", fmt, out_prec);
+        /* Integer-path outputs stride as size_e = 7 whatever their width; another value leaves
+         * surfaces unwritten (notes: encodings/size-e-quirk.md; out-cvt-converter.md table: fp32
+         * cast of the int32 accumulator also uses 7). Not documented for int8 outputs. */
+        if (out_prec != RJ_PREC_INT8) {
+            uint32_t e0 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_0), e1 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_1),
+                     e2 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_2);
+            if (strict(t) && (e0 != 7 || e1 != 7 || e2 != 7))
+                return rj_sim_hazard(t, "DPU_BS_OW_CFG", "size_e integer-output quirk",
+                                     "SIZE_E = %u/%u/%u for an integer-path output (OUT_PRECISION %u); the "
+                                     "hardware strides integer outputs as size_e = 7 and leaves surfaces "
+                                     "unwritten otherwise. Set SIZE_E_0..2 = 7 (notes: "
+                                     "encodings/size-e-quirk.md)", e0, e1, e2, out_prec);
+        }
+        if (!RJ_GET(owcfg, DPU_BS_OW_CFG, OD_BYPASS))
+            return UNSUPP(t, "DPU_BS_OW_CFG = 0x%x: OD_BYPASS = 0 (the weight-offset correction of Mesa's "
+                          "quantised path, DPU_BS_OW_OP) is not modelled on the integer path", owcfg);
+    } else {
+        if (proc != RJ_PREC_FP16 && proc != RJ_PREC_BF16 && proc != RJ_PREC_FP32)
+            return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: PROC_PRECISION = %u does not match a float source "
+                          "(fp16 = 2, bf16 = 3, fp32 = 5)", fmt, proc);
+        if (out_prec != RJ_PREC_FP16 && out_prec != RJ_PREC_FP32)
+            return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: OUT_PRECISION = %u on the float path is not modelled "
+                          "(fp16 = 2, fp32 = 5 are)", fmt, out_prec);
+        /* OD_BYPASS/OW_OP: conformance 09 (fp16 depthwise, hardware-bit-exact) runs with
+         * OD_BYPASS = 0 and OW_OP = 0x80, so they do not alter float results (inference). */
+    }
+    if (!flying) {
+        if (acc->width != W || acc->height != H || acc->channels > C)
+            return dpu_fail(t, RJ_EINVAL,
+                            "DPU_DATA_CUBE_WIDTH/HEIGHT/CHANNEL give a %ux%ux%u cube but the CORE produced "
+                            "%ux%ux%u; make the DPU cube match CORE_DATAOUT_SIZE_0/1",
+                            W, H, C, acc->width, acc->height, acc->channels);
+        if (int_path ? !acc->i : !acc->f)
+            return dpu_fail(t, RJ_EINVAL, "DPU: the CORE handed over no %s accumulator",
+                            int_path ? "int32" : "fp32");
+    }
+    /* Any DPU_RDMA read has to see the same cube (DPU_RDMA_RDMA_DATA_CUBE_*, conformance 02/05/06). */
+    if (t->enable_mask & RJ_SIM_EN_DPU_RDMA) {
+        uint32_t rw, rh, rc_;
+        NEED(t, DPU_RDMA_RDMA_DATA_CUBE_WIDTH, &rw);
+        NEED(t, DPU_RDMA_RDMA_DATA_CUBE_HEIGHT, &rh);
+        NEED(t, DPU_RDMA_RDMA_DATA_CUBE_CHANNEL, &rc_);
+        uint32_t RW = RJ_GET(rw, DPU_RDMA_RDMA_DATA_CUBE_WIDTH, WIDTH) + 1u;
+        uint32_t RH = RJ_GET(rh, DPU_RDMA_RDMA_DATA_CUBE_HEIGHT, HEIGHT) + 1u;
+        uint32_t RC = RJ_GET(rc_, DPU_RDMA_RDMA_DATA_CUBE_CHANNEL, CHANNEL) + 1u;
+        if (strict(t) && RW >= 8191u)
+            return rj_sim_hazard(t, "DPU_RDMA_RDMA_DATA_CUBE_WIDTH", "QUIRK 3 (13-bit max width)",
+                                 "width field %u rides the 13-bit maximum (notes: "
+                                 "encodings/dpu-lut-activation.md)", RW - 1u);
+        if (RW != W || RH != H || RC != C)
+            return UNSUPP(t, "DPU_RDMA_RDMA_DATA_CUBE_* give %ux%ux%u but DPU_DATA_CUBE_* give %ux%ux%u: "
+                          "mismatched read/write cubes are not modelled", RW, RH, RC, W, H, C);
+    } else if (flying) {
+        return UNSUPP(t, "the DPU runs without CNA/CORE (mask 0x%x) and without DPU_RDMA (bit 4): it has no "
+                      "source data. A flying DPU job uses mask 0x18 (notes: dpu-lut-activation.md)",
+                      t->enable_mask);
+    }
+
+    const uint32_t esize = rj_sim_dpu_out_esize(out_prec);
+    const uint64_t P = (uint64_t)W * H, n = P * C;
+    const uint32_t c2 = 16u / esize, nsurf = (C + c2 - 1u) / c2;
+    const uint64_t surf_stride = sstride & ~0xfu; /* DST_SURF_STRIDE, bits 31..4, in bytes */
+    if (nsurf > 1 && surf_stride < P * 16u)
+        return UNSUPP(t, "DPU_DST_SURF_STRIDE = 0x%x is smaller than one surface (%llu bytes = W*H*16): "
+                      "overlapping output surfaces are not modelled", sstride, (unsigned long long)(P * 16u));
+
+    dpu_run r;
+    memset(&r, 0, sizeof r);
+    out_cvt cvt;
+    int rc = parse_stage(t, &BS_REGS, "BS", int_path, C, &r.bs);
+    if (!rc)
+        rc = parse_stage(t, &BN_REGS, "BN", int_path, C, &r.bn);
+    if (!rc)
+        rc = parse_out_cvt(t, int_path, out_prec, &cvt);
+    if (!rc)
+        rc = parse_ew(t, int_path, flying, W, H, C, &r.ew);
+    if (!rc && r.ew.active && r.ew.lut) {
+        if (int_path)
+            rc = UNSUPP(t, "DPU_EW_CFG: the LUT on the integer path is not modelled");
+        else
+            rc = rj_sim_lut_validate(t);
+    }
+    if (rc) {
+        run_free(&r);
+        return rc;
+    }
+
+    /* The source cube, in [(h*W + w)*C + c] order. */
+    if (int_path) {
+        r.vi = calloc((size_t)n, sizeof(int64_t));
+        if (!r.vi)
+            rc = dpu_fail(t, RJ_ENOMEM, "DPU: out of memory for a %llu-element cube", (unsigned long long)n);
+        else
+            for (uint64_t p = 0; p < P; p++)
+                for (uint32_t c = 0; c < acc->channels; c++)
+                    r.vi[p * C + c] = acc->i[p * acc->channels + c];
+    } else {
+        r.vf = calloc((size_t)n, sizeof(float));
+        if (!r.vf)
+            rc = dpu_fail(t, RJ_ENOMEM, "DPU: out of memory for a %llu-element cube", (unsigned long long)n);
+        else if (flying)
+            rc = read_flying_source(t, W, H, C, r.vf);
+        else
+            /* Channels the CORE did not produce (a DPU cube wider than the accumulator) read 0,
+             * the value of an all-zero kernel (inference). */
+            for (uint64_t p = 0; p < P; p++)
+                for (uint32_t c = 0; c < acc->channels; c++)
+                    r.vf[p * C + c] = acc->f[p * acc->channels + c];
+    }
+    if (!rc)
+        rc = int_path ? run_int(t, &r, C, n, &cvt, out_prec) : run_float(t, &r, n, &cvt);
+    if (!rc) {
+        float *vf = r.vf;
+        if (int_path && out_prec == RJ_PREC_FP32) {
+            /* fp32 output of the int32 accumulator: a plain cast (notes: out-cvt-converter.md,
+             * "bit-exact cast of the int32 acc"). */
+            vf = malloc((size_t)n * sizeof(float));
+            if (!vf)
+                rc = dpu_fail(t, RJ_ENOMEM, "DPU: out of memory");
+            else
+                for (uint64_t e = 0; e < n; e++)
+                    vf[e] = (float)r.vi[e];
+        }
+        if (!rc) {
+            rj_dpu_out o = {W, H, C, out_prec, esize, dst, surf_stride};
+            rc = rj_sim_dpu_write(t, &o, vf, r.vi);
+        }
+        if (vf != r.vf)
+            free(vf);
+    }
+    run_free(&r);
+    return rc;
+}

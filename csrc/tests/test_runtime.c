@@ -1,0 +1,373 @@
+/* Runtime core: BOs, arena placement, relocations, job checks, host steps, programs. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "layout/rj_layout.h"
+#include "rj_regs.h"
+#include "runtime/rj_runtime.h"
+#include "test_util.h"
+
+static void test_bo_iova_and_guard(void)
+{
+    rj_err err = {0};
+    rj_device *dev;
+    CHECK_OK(rj_sim_device_create(&dev, 2, RJ_SIM_STRICT, &err), err);
+    rj_bo *a, *b, *c;
+    CHECK_OK(rj_bo_create(dev, 0, 5000, &a, &err), err);
+    CHECK_OK(rj_bo_create(dev, 0, 100, &b, &err), err);
+    CHECK_OK(rj_bo_create(dev, 1, 100, &c, &err), err);
+    CHECK(a->iova % 4096 == 0 && b->iova % 4096 == 0, "IOVAs page aligned: 0x%llx 0x%llx",
+          (unsigned long long)a->iova, (unsigned long long)b->iova);
+    /* 5000 bytes map two pages; one unmapped guard page follows. */
+    CHECK(b->iova >= a->iova + 8192 + 4096, "guard gap: a 0x%llx b 0x%llx",
+          (unsigned long long)a->iova, (unsigned long long)b->iova);
+    CHECK(b->iova + b->size <= 0x100000000ull, "below 4 GiB");
+    CHECK(c->ctx == 1 && c->iova == a->iova, "context 1 has its own IOVA space (0x%llx vs 0x%llx)",
+          (unsigned long long)c->iova, (unsigned long long)a->iova);
+    memset(a->host, 0x5A, a->size);
+    CHECK(a->host[4999] == 0x5A, "host mapping writable");
+    rj_bo *bad;
+    CHECK_FAILS(rj_bo_create(dev, 2, 100, &bad, &err), RJ_EINVAL, err, "context 2 does not exist");
+    CHECK_FAILS(rj_bo_create(dev, 0, 0, &bad, &err), RJ_EINVAL, err, "size 0");
+    rj_device_stats st;
+    rj_device_get_stats(dev, &st);
+    CHECK(st.bos_live == 3 && st.bo_bytes_live == 5200, "live %llu bytes %llu",
+          (unsigned long long)st.bos_live, (unsigned long long)st.bo_bytes_live);
+    rj_bo_destroy(dev, c);
+    rj_bo_destroy(dev, b);
+    rj_bo_destroy(dev, a);
+    rj_device_get_stats(dev, &st);
+    CHECK(st.bos_live == 0 && st.bo_bytes_live == 0, "all freed");
+    rj_device_destroy(dev);
+}
+
+static void test_arena_placement(void)
+{
+    rj_err err = {0};
+    rj_device *dev;
+    rj_program *p;
+    uint32_t arena;
+    uint64_t off;
+    CHECK_OK(rj_null_device_create(&dev, 1, &err), err);
+    CHECK_OK(rj_program_create(dev, &p, &err), err);
+    CHECK_OK(rj_program_add_bo(p, 0, RJ_BO_ARENA, 4096, &arena, &err), err);
+    CHECK_OK(rj_program_place(p, arena, RJ_PLACE_ANY, 100, 64, &off, &err), err);
+    CHECK(off == 0, "first region at 0, got %llu", (unsigned long long)off);
+    CHECK_OK(rj_program_place(p, arena, RJ_PLACE_ANY, 10, 256, &off, &err), err);
+    CHECK(off == 256, "next region aligned to 256, got %llu", (unsigned long long)off);
+    CHECK_OK(rj_program_place(p, arena, 1024, 64, 8, &off, &err), err);
+    CHECK(off == 1024, "fixed placement kept");
+    CHECK_OK(rj_program_place(p, arena, 0, 32, 16, &off, &err), err); /* reuse by liveness */
+    CHECK_OK(rj_program_place(p, arena, RJ_PLACE_ANY, 8, 8, &off, &err), err);
+    CHECK(off == 1088, "bump continues after the highest region, got %llu", (unsigned long long)off);
+    CHECK_FAILS(rj_program_place(p, arena, 1001, 8, 8, &off, &err), RJ_EINVAL, err, "alignment");
+    CHECK_FAILS(rj_program_place(p, arena, 4000, 200, 8, &off, &err), RJ_EINVAL, err, "does not fit");
+    CHECK_FAILS(rj_program_place(p, arena, 0, 8, 3, &off, &err), RJ_EINVAL, err, "power of two");
+    rj_program_destroy(p);
+    rj_device_destroy(dev);
+}
+
+static uint64_t word(uint32_t op, uint32_t value, uint32_t reg)
+{
+    return ((uint64_t)op << 48) | ((uint64_t)value << 16) | reg;
+}
+
+static void test_relocations(void)
+{
+    rj_err err = {0};
+    rj_device *dev;
+    rj_program *p;
+    uint32_t rc_bo, tgt, other_ctx_bo;
+    CHECK_OK(rj_sim_device_create(&dev, 2, RJ_SIM_STRICT, &err), err);
+    CHECK_OK(rj_program_create(dev, &p, &err), err);
+    CHECK_OK(rj_program_add_bo(p, 0, RJ_BO_REGCMD, 64, &rc_bo, &err), err);
+    CHECK_OK(rj_program_add_bo(p, 0, RJ_BO_ARENA, 8192, &tgt, &err), err);
+    CHECK_OK(rj_program_add_bo(p, 1, RJ_BO_ARENA, 4096, &other_ctx_bo, &err), err);
+    uint64_t w[3] = {
+        word(RJ_TARGET_DPU | 1, 0xDEAD, RJ_REG_DPU_DST_BASE_ADDR),
+        word(RJ_TARGET_PPU | 1, 0x5, RJ_REG_PPU_DST_BASE_ADDR), /* low flag bits to keep */
+        word(RJ_TARGET_PC | 0x81, 0x1d, RJ_REG_PC_OPERATION_ENABLE),
+    };
+    CHECK_OK(rj_program_write(p, rc_bo, 0, w, sizeof(w), &err), err);
+    rj_reloc r0 = {.regcmd_bo = rc_bo, .target_bo = tgt, .word_offset = 0, .target_offset = 0x40};
+    rj_reloc r1 = {.regcmd_bo = rc_bo, .target_bo = tgt, .word_offset = 8, .target_offset = 0x1000,
+                   .keep_mask = 0xF};
+    CHECK_OK(rj_program_add_reloc(p, &r0, &err), err);
+    CHECK_OK(rj_program_add_reloc(p, &r1, &err), err);
+    CHECK_OK(rj_program_load(p, &err), err);
+    rj_bo info, tinfo;
+    rj_program_bo_info(p, rc_bo, &info, &err);
+    rj_program_bo_info(p, tgt, &tinfo, &err);
+    uint64_t got[2];
+    memcpy(got, info.host, 16);
+    CHECK(got[0] == word(RJ_TARGET_DPU | 1, (uint32_t)tinfo.iova + 0x40, RJ_REG_DPU_DST_BASE_ADDR),
+          "word 0 patched: 0x%016llx", (unsigned long long)got[0]);
+    CHECK(got[1] == word(RJ_TARGET_PPU | 1, ((uint32_t)tinfo.iova + 0x1000) | 5, RJ_REG_PPU_DST_BASE_ADDR),
+          "word 1 patched keeping low bits: 0x%016llx", (unsigned long long)got[1]);
+    /* Loading twice gives the same words (relocations are absolute, not additive). */
+    CHECK_OK(rj_program_load(p, &err), err);
+    uint64_t again[2];
+    memcpy(again, info.host, 16);
+    CHECK(again[0] == got[0] && again[1] == got[1], "reload is idempotent");
+
+    rj_reloc bad = {.regcmd_bo = rc_bo, .target_bo = tgt, .word_offset = 16};
+    CHECK_OK(rj_program_add_reloc(p, &bad, &err), err);
+    CHECK_FAILS(rj_program_load(p, &err), RJ_EINVAL, err, "not a register write");
+
+    rj_reloc cross = {.regcmd_bo = rc_bo, .target_bo = other_ctx_bo, .word_offset = 0};
+    CHECK_FAILS(rj_program_add_reloc(p, &cross, &err), RJ_EINVAL, err, "IOVA space");
+    rj_reloc oob = {.regcmd_bo = rc_bo, .target_bo = tgt, .word_offset = 0, .target_offset = 8192};
+    CHECK_FAILS(rj_program_add_reloc(p, &oob, &err), RJ_EINVAL, err, "outside BO");
+    rj_reloc unaligned = {.regcmd_bo = rc_bo, .target_bo = tgt, .word_offset = 4};
+    CHECK_FAILS(rj_program_add_reloc(p, &unaligned, &err), RJ_EINVAL, err, "multiple of 8");
+    rj_reloc notrc = {.regcmd_bo = tgt, .target_bo = tgt};
+    CHECK_FAILS(rj_program_add_reloc(p, &notrc, &err), RJ_EINVAL, err, "not a regcmd BO");
+    rj_reloc resv = {.regcmd_bo = rc_bo, .target_bo = tgt, .reserved = 1};
+    CHECK_FAILS(rj_program_add_reloc(p, &resv, &err), RJ_EINVAL, err, "reserved");
+    rj_program_destroy(p);
+    rj_device_destroy(dev);
+}
+
+static void test_job_checks_and_null_counts(void)
+{
+    rj_err err = {0};
+    rj_device *dev;
+    CHECK_OK(rj_null_device_create(&dev, 2, &err), err);
+    rj_bo *rc, *in, *out, *far;
+    CHECK_OK(rj_bo_create(dev, 0, 4096, &rc, &err), err);
+    CHECK_OK(rj_bo_create(dev, 0, 1024, &in, &err), err);
+    CHECK_OK(rj_bo_create(dev, 0, 512, &out, &err), err);
+    CHECK_OK(rj_bo_create(dev, 1, 512, &far, &err), err);
+    rj_task tasks[2] = {{rc->iova, 126, 0}, {rc->iova + 1024, 126, 0}};
+    rj_bo *ins[2] = {in, rc}, *outs[1] = {out};
+    rj_job j = {.tasks = tasks, .in_bos = ins, .out_bos = outs, .ntasks = 2, .n_in = 2, .n_out = 1};
+    CHECK_OK(rj_device_submit(dev, &j, 1, &err), err);
+    CHECK_OK(rj_device_wait(dev, &j, 1, 1000000000, &err), err);
+    rj_job chained = j;
+    chained.flags = RJ_JOB_SELF_CHAINED;
+    CHECK_OK(rj_device_submit(dev, &chained, 1, &err), err);
+    rj_device_stats st;
+    rj_device_get_stats(dev, &st);
+    CHECK(st.jobs == 2 && st.tasks == 4 && st.kicks == 3, "jobs %llu tasks %llu kicks %llu",
+          (unsigned long long)st.jobs, (unsigned long long)st.tasks, (unsigned long long)st.kicks);
+    CHECK(st.regcmd_bytes == 4 * 126 * 8 && st.in_bytes == 2 * (1024 + 4096) && st.out_bytes == 1024,
+          "byte counters %llu %llu %llu", (unsigned long long)st.regcmd_bytes,
+          (unsigned long long)st.in_bytes, (unsigned long long)st.out_bytes);
+
+    rj_job nout = j;
+    nout.n_out = 0;
+    CHECK_FAILS(rj_device_submit(dev, &nout, 1, &err), RJ_EINVAL, err, "fence");
+    rj_bo *both[1] = {out};
+    rj_job haz = j;
+    haz.in_bos = both;
+    haz.n_in = 1;
+    CHECK_FAILS(rj_device_submit(dev, &haz, 1, &err), RJ_EHAZARD, err, "both in and out");
+    rj_bo *fars[1] = {far};
+    rj_job cross = j;
+    cross.out_bos = fars;
+    CHECK_FAILS(rj_device_submit(dev, &cross, 1, &err), RJ_EINVAL, err, "lives in context 1");
+    rj_task zero = {rc->iova, 0, 0};
+    rj_job z = j;
+    z.tasks = &zero;
+    z.ntasks = 1;
+    CHECK_FAILS(rj_device_submit(dev, &z, 1, &err), RJ_EINVAL, err, "regcmd_count is 0");
+    rj_device_get_stats(dev, &st);
+    CHECK(st.jobs == 2, "refused jobs are not counted");
+    rj_bo_destroy(dev, far);
+    rj_bo_destroy(dev, out);
+    rj_bo_destroy(dev, in);
+    rj_bo_destroy(dev, rc);
+    rj_device_destroy(dev);
+}
+
+static uint16_t f2h(float f) { return _cvtss_sh(f, 0); }
+static float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+static void test_host_steps(void)
+{
+    rj_err err = {0};
+    rj_device *dev;
+    CHECK_OK(rj_null_device_create(&dev, 1, &err), err);
+    rj_bo *a, *b, *c;
+    CHECK_OK(rj_bo_create(dev, 0, 4096, &a, &err), err);
+    CHECK_OK(rj_bo_create(dev, 0, 4096, &b, &err), err);
+    CHECK_OK(rj_bo_create(dev, 0, 4096, &c, &err), err);
+    rj_bo *bos[3] = {a, b, c};
+    float x[3][4] = {{1, -2, 7.5f, 3}, {-1, -4, -0.5f, -9}, {2, 2, 2, 2}};
+    /* rows are 32 bytes apart (padded), to exercise the stride */
+    for (int r = 0; r < 3; r++)
+        memcpy(a->host + 32 * r, x[r], 16);
+    uint64_t bytes;
+    rj_host_step s = {.kind = RJ_HOST_ROW_MAX, .rows = 3, .cols = 4};
+    s.src = (rj_operand){.bo = 0, .dtype = RJ_DT_F32, .offset = 0, .row_stride = 32};
+    s.dst = (rj_operand){.bo = 1, .dtype = RJ_DT_F32, .offset = 0};
+    s.aux.bo = RJ_NO_BO;
+    CHECK_OK(rj_host_step_run(&s, bos, 3, &bytes, &err), err);
+    float *m = (float *)b->host;
+    CHECK(m[0] == 7.5f && m[1] == -0.5f && m[2] == 2.0f, "row max %g %g %g", m[0], m[1], m[2]);
+    CHECK(bytes == 3 * 4 * 4 + 3 * 4, "bytes %llu", (unsigned long long)bytes);
+
+    /* 1/sum scale computed from the row itself, f32 in -> f16 out */
+    rj_host_step rs = {.kind = RJ_HOST_ROW_RECIP_SCALE, .rows = 3, .cols = 4};
+    rs.src = s.src;
+    rs.dst = (rj_operand){.bo = 2, .dtype = RJ_DT_F16};
+    rs.aux.bo = RJ_NO_BO;
+    CHECK_OK(rj_host_step_run(&rs, bos, 3, &bytes, &err), err);
+    for (int r = 0; r < 3; r++) {
+        double sum = 0;
+        for (int k = 0; k < 4; k++)
+            sum += x[r][k];
+        for (int k = 0; k < 4; k++) {
+            float got = h2f(((uint16_t *)c->host)[r * 4 + k]);
+            CHECK(fabs(got - x[r][k] / sum) <= 1e-3 * fabs(x[r][k] / sum) + 1e-6,
+                  "recip scale [%d,%d] %g vs %g", r, k, got, x[r][k] / sum);
+        }
+    }
+    /* rsqrt(mean of squares + eps), statistic from aux (f16) */
+    uint16_t *stat = (uint16_t *)(b->host + 1024);
+    float sv[3] = {4.0f, 0.25f, 1.0f};
+    for (int r = 0; r < 3; r++)
+        stat[r] = f2h(sv[r]);
+    rj_host_step rq = {.kind = RJ_HOST_ROW_RSQRT_SCALE, .rows = 3, .cols = 4, .eps = 0.0f};
+    rq.src = s.src;
+    rq.dst = (rj_operand){.bo = 2, .dtype = RJ_DT_F32, .offset = 512};
+    rq.aux = (rj_operand){.bo = 1, .dtype = RJ_DT_F16, .offset = 1024};
+    CHECK_OK(rj_host_step_run(&rq, bos, 3, &bytes, &err), err);
+    float *q = (float *)(c->host + 512);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 4; k++)
+            CHECK(fabsf(q[r * 4 + k] - x[r][k] / sqrtf(sv[r])) < 1e-5f, "rsqrt scale [%d,%d]", r, k);
+    /* no aux: RMS of the row itself with eps */
+    rq.aux.bo = RJ_NO_BO;
+    rq.eps = 1e-5f;
+    CHECK_OK(rj_host_step_run(&rq, bos, 3, &bytes, &err), err);
+    for (int r = 0; r < 3; r++) {
+        double ms = 0;
+        for (int k = 0; k < 4; k++)
+            ms += (double)x[r][k] * x[r][k] / 4.0;
+        for (int k = 0; k < 4; k++)
+            CHECK(fabs(q[r * 4 + k] - x[r][k] / sqrt(ms + 1e-5)) < 1e-5, "rms [%d,%d]", r, k);
+    }
+
+    /* gather rows of a 5 x 3 f16 table */
+    uint16_t *table = (uint16_t *)a->host;
+    for (int i = 0; i < 15; i++)
+        table[i] = f2h((float)(i * 10));
+    int32_t idx[4] = {4, 0, 4, 2};
+    memcpy(b->host + 2048, idx, sizeof(idx));
+    rj_host_step g = {.kind = RJ_HOST_GATHER, .rows = 4, .cols = 3, .param = {5}};
+    g.src = (rj_operand){.bo = 0, .dtype = RJ_DT_F16};
+    g.dst = (rj_operand){.bo = 2, .dtype = RJ_DT_F16};
+    g.aux = (rj_operand){.bo = 1, .dtype = RJ_DT_I32, .offset = 2048};
+    CHECK_OK(rj_host_step_run(&g, bos, 3, &bytes, &err), err);
+    uint16_t *gd = (uint16_t *)c->host;
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < 3; k++)
+            CHECK(h2f(gd[r * 3 + k]) == (float)((idx[r] * 3 + k) * 10), "gather [%d,%d]", r, k);
+    idx[2] = 5;
+    memcpy(b->host + 2048, idx, sizeof(idx));
+    CHECK_FAILS(rj_host_step_run(&g, bos, 3, &bytes, &err), RJ_EINVAL, err, "index 5 at position 2");
+
+    /* checks */
+    rj_host_step big = s;
+    big.rows = 200;
+    CHECK_FAILS(rj_host_step_run(&big, bos, 3, &bytes, &err), RJ_EFAULT, err, "needs");
+    rj_host_step badk = s;
+    badk.kind = 99;
+    CHECK_FAILS(rj_host_step_run(&badk, bos, 3, &bytes, &err), RJ_EINVAL, err, "unknown kind");
+    rj_host_step resv = s;
+    resv.reserved = 1;
+    CHECK_FAILS(rj_host_step_run(&resv, bos, 3, &bytes, &err), RJ_EINVAL, err, "reserved");
+    rj_host_step idt = s;
+    idt.src.dtype = RJ_DT_I32;
+    CHECK_FAILS(rj_host_step_run(&idt, bos, 3, &bytes, &err), RJ_EINVAL, err, "f32 or f16");
+
+    rj_bo_destroy(dev, c);
+    rj_bo_destroy(dev, b);
+    rj_bo_destroy(dev, a);
+    rj_device_destroy(dev);
+}
+
+/* Pack a small fp16 [H][W][C] feature map into the cube layout through a program host step
+ * and compare with the layout formula of notes: encodings/tile-layouts.md written out here. */
+static void test_program_pack_steps(void)
+{
+    rj_err err = {0};
+    rj_device *dev;
+    rj_program *p;
+    uint32_t io, arena;
+    enum { H = 3, W = 2, C = 12, C2 = 8, ES = 2 };
+    CHECK_OK(rj_null_device_create(&dev, 1, &err), err);
+    CHECK_OK(rj_program_create(dev, &p, &err), err);
+    CHECK_OK(rj_program_add_bo(p, 0, RJ_BO_IO, 4096, &io, &err), err);
+    CHECK_OK(rj_program_add_bo(p, 0, RJ_BO_ARENA, 4096, &arena, &err), err);
+    uint16_t src[H][W][C];
+    for (int h = 0; h < H; h++)
+        for (int w = 0; w < W; w++)
+            for (int c = 0; c < C; c++)
+                src[h][w][c] = (uint16_t)(1 + h * 1000 + w * 100 + c);
+    CHECK_OK(rj_program_write(p, io, 0, src, sizeof(src), &err), err);
+    rj_host_step pk = {.kind = RJ_HOST_PACK, .param = {RJ_LAYOUT_CUBE, H, W, C, C2, ES}};
+    pk.src = (rj_operand){.bo = io, .dtype = RJ_DT_U8};
+    pk.dst = (rj_operand){.bo = arena, .dtype = RJ_DT_U8, .offset = 256};
+    pk.aux.bo = RJ_NO_BO;
+    rj_host_step un = {.kind = RJ_HOST_UNPACK, .param = {RJ_LAYOUT_CUBE, H, W, C, C2, ES}};
+    un.src = (rj_operand){.bo = arena, .dtype = RJ_DT_U8, .offset = 256};
+    un.dst = (rj_operand){.bo = io, .dtype = RJ_DT_U8, .offset = 2048};
+    un.aux.bo = RJ_NO_BO;
+    CHECK_OK(rj_program_add_host_step(p, &pk, &err), err);
+    CHECK_OK(rj_program_add_host_step(p, &un, &err), err);
+    CHECK_OK(rj_program_run(p, &err), err);
+    rj_bo ab, iob;
+    rj_program_bo_info(p, arena, &ab, &err);
+    rj_program_bo_info(p, io, &iob, &err);
+    const uint16_t *cube = (const uint16_t *)(ab.host + 256);
+    uint64_t line = W * C2 * ES, surf = H * line;
+    int bad = 0;
+    for (int h = 0; h < H; h++)
+        for (int w = 0; w < W; w++)
+            for (int c = 0; c < C; c++) {
+                uint64_t byte = (c / C2) * surf + h * line + w * C2 * ES + (c % C2) * ES;
+                bad += cube[byte / 2] != src[h][w][c];
+            }
+    CHECK(bad == 0, "%d packed elements misplaced", bad);
+    CHECK(memcmp(iob.host + 2048, src, sizeof(src)) == 0, "unpack restores the row-major array");
+    rj_program_stats st;
+    rj_program_get_stats(p, &st);
+    uint64_t cube_bytes = 2 * surf;
+    CHECK(st.host_steps == 2 && st.host_bytes == 2 * (sizeof(src) + cube_bytes),
+          "host steps %llu bytes %llu", (unsigned long long)st.host_steps,
+          (unsigned long long)st.host_bytes);
+    /* a cube that overruns its BO is refused when the step is added */
+    rj_host_step far = pk;
+    far.dst.offset = 4000;
+    CHECK_FAILS(rj_program_add_host_step(p, &far, &err), RJ_EFAULT, err, "needs bytes");
+    rj_program_destroy(p);
+    rj_device_destroy(dev);
+}
+
+static void test_env_table(void)
+{
+    rj_env_flag_info info;
+    uint32_t n = rj_env_flag_count();
+    CHECK(n == RJ_ENV_COUNT, "flag count");
+    for (uint32_t i = 0; i < n; i++) {
+        CHECK(rj_env_flag_describe(i, &info) == 0 && info.name && strncmp(info.name, "RJ_", 3) == 0 &&
+                  info.description && strlen(info.description) > 10,
+              "flag %u registered with a description", i);
+    }
+    CHECK(rj_env_flag_describe(n, &info) == RJ_EINVAL, "out of range");
+}
+
+int main(void)
+{
+    RUN(test_bo_iova_and_guard);
+    RUN(test_arena_placement);
+    RUN(test_relocations);
+    RUN(test_job_checks_and_null_counts);
+    RUN(test_host_steps);
+    RUN(test_program_pack_steps);
+    RUN(test_env_table);
+    TEST_MAIN_END();
+}

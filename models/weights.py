@@ -1,0 +1,118 @@
+"""Loading HF safetensors checkpoints into flat dicts keyed by the HF tensor names.
+
+A model module describes the tensors it needs as `expected_shapes(config) -> {name: shape}`;
+this module reads exactly those tensors from a file and checks every name and shape before the
+model ever runs, so a wrong checkpoint fails here with the name of the tensor at fault rather
+than deep inside a traced matmul.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+from safetensors import safe_open
+
+from rockjit.errors import WeightError
+
+Shapes = Mapping[str, tuple[int, ...]]
+
+
+def _closest(name: str, candidates: Iterable[str]) -> str | None:
+    found = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def missing_message(key: str, shape: tuple[int, ...], where: str, unused: Iterable[str]) -> str:
+    msg = f"{where}: missing tensor '{key}' (expected shape {tuple(shape)})"
+    near = _closest(key, unused)
+    if near is not None:
+        msg += (f"; the closest name present is '{near}' - if that tensor is '{key}' under "
+                f"another name, rename it in the checkpoint")
+    else:
+        msg += "; is this a checkpoint for this model and config?"
+    return msg
+
+
+def shape_message(key: str, expected: tuple[int, ...], got: tuple[int, ...], where: str) -> str:
+    return (f"{where}: tensor '{key}' has shape {tuple(got)} but the config expects "
+            f"{tuple(expected)}; check that the config (sizes, image size, layer count) "
+            f"matches the checkpoint")
+
+
+def check_params(params: Mapping[str, object], expected: Shapes, where: str = "params") -> None:
+    """Raise WeightError unless `params` holds every expected key with the expected shape.
+
+    Extra keys are allowed (a full checkpoint may carry heads this encoder does not use).
+    """
+    unused = [k for k in params if k not in expected]
+    for key, shape in expected.items():
+        if key not in params:
+            raise WeightError(missing_message(key, shape, where, unused))
+        got = tuple(np.shape(params[key]))
+        if got != tuple(shape):
+            raise WeightError(shape_message(key, tuple(shape), got, where))
+
+
+def _is_float(dt: np.dtype) -> bool:
+    # ml_dtypes' bfloat16 / float8 types are not np.floating subclasses.
+    return np.issubdtype(dt, np.floating) or dt.name.startswith(("bfloat", "float8"))
+
+
+def detect_prefix(file_keys: Iterable[str], anchor: str) -> str:
+    """The module path under which a checkpoint stores the encoder ('' for a bare encoder).
+
+    Full-model checkpoints nest the encoder (e.g. 'vision_model.', 'model.', 'model.encoder.');
+    we find it from one tensor name that only this encoder has. Ambiguity is an error, not a guess.
+    """
+    keys = set(file_keys)
+    if anchor in keys:
+        return ""
+    found = sorted(k[: -len(anchor)] for k in keys
+                   if k.endswith("." + anchor))
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        raise WeightError(f"tensor '{anchor}' appears under several prefixes {found}; "
+                          f"pass prefix= to choose the encoder to load")
+    return ""  # nothing matches: the per-key check below reports the missing tensors
+
+
+def load_safetensors(path: str | os.PathLike, expected: Shapes, *, prefix: str | None = None,
+                     dtype: np.dtype | type | None = np.float32) -> dict[str, np.ndarray]:
+    """Read the `expected` tensors from a safetensors file, checking names and shapes.
+
+    prefix: module path of the encoder inside the file; None detects it from the first expected
+    name. dtype: floating tensors are converted to it (None keeps the stored dtype, e.g. bf16).
+    The returned dict is keyed by the names without the prefix, i.e. exactly `expected`'s keys.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise WeightError(f"weights file '{path}' does not exist")
+    where = f"weights file '{path}'"
+    params: dict[str, np.ndarray] = {}
+    with safe_open(path, framework="numpy") as f:
+        file_keys = list(f.keys())
+        if prefix is None:
+            prefix = detect_prefix(file_keys, next(iter(expected)))
+        if prefix:
+            where += f" (under prefix '{prefix}')"
+        present = set(file_keys)
+        wanted = {prefix + k for k in expected}
+        unused = [k[len(prefix):] for k in file_keys
+                  if k not in wanted and k.startswith(prefix)]
+        # Check every name and shape before reading any data: a bad file fails fast.
+        for key, shape in expected.items():
+            full = prefix + key
+            if full not in present:
+                raise WeightError(missing_message(key, shape, where, unused))
+            got = tuple(f.get_slice(full).get_shape())
+            if got != tuple(shape):
+                raise WeightError(shape_message(key, tuple(shape), got, where))
+        for key in expected:
+            arr = f.get_tensor(prefix + key)
+            if dtype is not None and _is_float(arr.dtype):
+                arr = arr.astype(dtype)
+            params[key] = arr
+    return params

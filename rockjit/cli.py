@@ -1,0 +1,113 @@
+"""The ``rockjit`` command line.
+
+    rockjit trace package.module:make_spec [--stats]
+
+``make_spec`` is a zero-argument callable returning a ``rockjit.api.TraceSpec``; the command
+traces it and prints the IR (after import and constant folding).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Any, Callable, Sequence
+
+EXIT_OK = 0
+EXIT_COMPILE_ERROR = 1   # the target traced but rockjit cannot compile it (message says why)
+EXIT_USAGE = 2           # bad target string, import failure, target of the wrong kind
+
+
+class _UsageError(Exception):
+    """A one-line message for the user; the command exits with EXIT_USAGE."""
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _load_target(target: str) -> Callable[[], Any]:
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise _UsageError(f"target {target!r} must look like 'package.module:function'")
+    # Like `python -m`, resolve modules relative to the current directory first.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # any failure while importing the user's module is a usage error
+        raise _UsageError(f"cannot import module {module_name!r}: {_one_line(e)}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise _UsageError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(obj):
+        raise _UsageError(f"{target} is a {type(obj).__name__}, not a callable returning a "
+                          f"TraceSpec")
+    return obj
+
+
+def _trace_spec(target: str) -> Any:
+    from .api import TraceSpec
+
+    make = _load_target(target)
+    try:
+        spec = make()
+    except TypeError as e:
+        raise _UsageError(f"{target} must be callable with no arguments: {_one_line(e)}") from None
+    if not isinstance(spec, TraceSpec):
+        raise _UsageError(f"{target}() returned {type(spec).__name__}, expected "
+                          f"rockjit.api.TraceSpec(fn, args, ...)")
+    return spec
+
+
+def _format_stats(counts: dict[str, int]) -> str:
+    width = max((len(k) for k in counts), default=0)
+    lines = [f"{op:<{width}}  {n}" for op, n in sorted(counts.items(), key=lambda kv: (-kv[1],
+                                                                                         kv[0]))]
+    lines.append(f"{'total':<{width}}  {sum(counts.values())}")
+    return "\n".join(lines)
+
+
+def _cmd_trace(args: argparse.Namespace) -> int:
+    from .errors import RockjitError
+
+    spec = _trace_spec(args.target)
+    try:
+        lowered = spec.lower()
+    except RockjitError as e:
+        print(f"rockjit trace: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_COMPILE_ERROR
+    sys.stdout.write(lowered.as_text())
+    if args.stats:
+        print("\n# op counts")
+        print(_format_stats(lowered.graph.op_counts()))
+    return EXIT_OK
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rockjit", description="rockjit: compile JAX functions for "
+                                "the RK3588 NPU")
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("trace", help="trace a function and print its rockjit IR")
+    t.add_argument("target", help="module:function, a zero-argument callable returning a "
+                                  "rockjit.api.TraceSpec")
+    t.add_argument("--stats", action="store_true", help="also print the count of each IR op")
+    t.set_defaults(run=_cmd_trace)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except _UsageError as e:
+        print(f"rockjit {args.command}: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

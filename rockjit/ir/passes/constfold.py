@@ -1,0 +1,46 @@
+"""Constant folding with the op references.
+
+Any node whose operands are all known constants (including operand-less iota, so RoPE tables
+and masks built from iota fold) is evaluated and replaced by a CONSTANT node with the same
+result and location.  PARAM nodes are never folded: weights stay bound by name.  A
+broadcast_in_dim of a constant is evaluated (so its consumers can fold) but not materialised:
+constants stay small and the consumer broadcasts.  Results above ``MAX_FOLD_ELEMENTS`` are
+left alone.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import Graph, Node
+from ..ops import Op
+from ..reference import evaluate
+from .canonicalize import dce
+
+MAX_FOLD_ELEMENTS = 16 * 1024 * 1024
+
+# Ops that are evaluated when their operands are known but kept as they are.
+_KEEP_NODE = {Op.CONSTANT, Op.BROADCAST_IN_DIM}
+_NEVER_FOLD = {Op.PARAM}
+
+
+def constfold(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> Graph:
+    known: dict[int, np.ndarray] = {}
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        if n.op is Op.CONSTANT:
+            known[n.out.id] = n.attrs["value"]
+            nodes.append(n)
+            continue
+        foldable = (n.op not in _NEVER_FOLD and all(v.id in known for v in n.inputs)
+                    and n.out.type.size <= max_elements)
+        if not foldable:
+            nodes.append(n)
+            continue
+        value = evaluate(n.op, [known[v.id] for v in n.inputs], n.attrs, n.out.type)
+        known[n.out.id] = value
+        if n.op in _KEEP_NODE:
+            nodes.append(n)
+        else:
+            nodes.append(Node(Op.CONSTANT, (), n.outputs, {"value": value}, n.loc))
+    # Operands of folded nodes (iotas, intermediate tables) are now unused.
+    return dce(Graph(graph.name, graph.inputs, nodes, graph.outputs))

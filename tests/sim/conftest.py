@@ -1,0 +1,5 @@
+"""Make the sibling helper modules (harness, programs) importable from the sim tests."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
