@@ -221,6 +221,18 @@ typedef struct ew_stage {
 static int read_ew_operand(rj_sim_task *t, uint32_t W, uint32_t H, uint32_t C, int flying,
                            uint32_t edata_size, float *dst)
 {
+    if (flying) {
+        /* A second EW operand cannot ride on a flying main feed: the operand reads 0 on hardware
+         * (notes: dpu-lut-activation.md, "The flying attempt ... writes all-zero -- the ERDMA
+         * operand reads 0"). */
+        if (strict(t))
+            return rj_sim_hazard(t, "DPU_EW_CFG", "flying two-operand EW",
+                                 "an ERDMA operand in flying mode reads as 0 on hardware; run the EW op "
+                                 "with a conv as the main feed (identity weights) instead "
+                                 "(notes: encodings/dpu-lut-activation.md)");
+        memset(dst, 0, (size_t)W * H * C * sizeof(float));
+        return 0;
+    }
     uint32_t src, ew_base, ew_stride, notch, ew_notch, fm;
     NEED(t, DPU_RDMA_RDMA_SRC_BASE_ADDR, &src);
     NEED(t, DPU_RDMA_RDMA_EW_BASE_ADDR, &ew_base);
@@ -237,18 +249,6 @@ static int read_ew_operand(rj_sim_task *t, uint32_t W, uint32_t H, uint32_t C, i
     const uint64_t P = (uint64_t)W * H;
     const uint64_t surf_bytes = P * 16u;
 
-    if (flying) {
-        /* A second EW operand cannot ride on a flying main feed: the operand reads 0 on hardware
-         * (notes: dpu-lut-activation.md, "The flying attempt ... writes all-zero -- the ERDMA
-         * operand reads 0"). */
-        if (strict(t))
-            return rj_sim_hazard(t, "DPU_EW_CFG", "flying two-operand EW",
-                                 "an ERDMA operand in flying mode reads as 0 on hardware; run the EW op "
-                                 "with a conv as the main feed (identity weights) instead "
-                                 "(notes: encodings/dpu-lut-activation.md)");
-        memset(dst, 0, (size_t)(P * C) * sizeof(float));
-        return 0;
-    }
     uint32_t comb = RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, COMB_USE);
     if (RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, MRDMA_DISABLE) || comb != 5) {
         /* ERDMA armed while MRDMA is not combining the conv data with the operand stream: the

@@ -70,6 +70,9 @@ class InputPrecision:
     core_qd_en: int         # CORE_MISC_CFG.QD_EN on the plain conv/matmul path [conf][dw]
     outputs: Mapping[DType, OutputFormat]  # native output formats [dt]
 
+    def __hash__(self) -> int:  # the mapping field is not hashable; the dtype identifies it
+        return hash((self.dtype, self.precision))
+
 
 @dataclass(frozen=True)
 class ChipProfile:
@@ -92,6 +95,9 @@ class ChipProfile:
     enable_bits: Mapping[str, int]  # PC_OPERATION_ENABLE bit(s) per block group
     precisions: Mapping[DType, InputPrecision]
     sources: Mapping[str, str] = field(compare=False)
+
+    def __hash__(self) -> int:  # mapping fields are not hashable; a registered name is unique
+        return hash((self.name, self.encoding))
 
     # -- derived ---------------------------------------------------------------------
     @property

@@ -15,7 +15,7 @@ Address words are relocations: the word holds 0 until ``place`` patches in buffe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence
 

@@ -16,6 +16,9 @@ Every register value below is a formula over the tile or a fact with its source.
   [slack] notes encodings/cbuf-bank-slack.md   [size-e] notes encodings/size-e-quirk.md
   [mrdma] notes encodings/mrdma-trap.md        [task] notes encodings/regcmd-task-model.md
   [dw]    notes depthwise-conv.md       [reuse] notes encodings/cbuf-reuse.md
+  [prec]  notes encodings/precision-field.md   [seed 003] /work/shared/seeds/003_*.txt
+The precision codes, atoms, groups, size_e/surface multipliers and CBUF numbers come from the
+chip profile (profile.py), which cites them.
 """
 from __future__ import annotations
 
@@ -32,8 +35,9 @@ from ..regcmd import LoweringError, Reloc, Task, TaskProgram
 # DMA burst length code 15 (the longest burst) on the CNA feature/weight reads, the DPU write
 # and the DPU_RDMA read: the value of every conformance program and of Mesa's conv emitter.
 BURST_LEN = 15
-# DPU_FEATURE_MODE_CFG.OUTPUT_MODE 2: the DPU writes its result to memory (WDMA) rather than
-# handing it to the PPU; the value of every CNA->CORE->DPU program in [conf] and [mesa].
+# DPU_FEATURE_MODE_CFG.OUTPUT_MODE 2: the value of every CNA->CORE->DPU program that writes
+# its result to memory, in [conf] (01-04, 06, 09) and [mesa]. No source documents the other
+# codes, so none is used.
 OUTPUT_TO_MEMORY = 2
 
 _SUPPORTED = {(DType.F16, DType.F16), (DType.F16, DType.F32), (DType.I8, DType.I32)}
