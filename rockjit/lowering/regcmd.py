@@ -11,7 +11,8 @@ trailer the conformance programs end with:
 
 Every register word is built by ``registers.emit``/``emit_raw``; the two special trailer ops
 (OP_40, OP_ENABLE) by ``registers.word`` with the op constants registers.py defines for them.
-Address words are relocations: the word holds 0 until ``place`` patches in buffer base + offset.
+Address words are relocations: the word holds 0 until ``patch`` (or ``TaskProgram.array``)
+writes in the buffer's device address + offset.
 """
 from __future__ import annotations
 
@@ -121,6 +122,14 @@ def patch(words: Sequence[int], relocs: Mapping[int, Reloc],
     return out
 
 
+# Registers a userspace program must not write, with the reason.
+_FORBIDDEN = {
+    name: "the kernel arms it with its per-core bit before every task; a regcmd write without "
+          "that bit makes the task never complete (seeds 003 section 4, rocket_job.c)"
+    for name in ("CNA_S_POINTER", "CORE_S_POINTER")
+}
+
+
 class Task:
     """Builder: add register writes in program order, then ``finish``."""
 
@@ -147,7 +156,14 @@ class Task:
         self._chain_refusal = reason
 
     def _append(self, reg: str, word: int) -> None:
-        self._blocks.add(R.register(reg).block)
+        block = R.register(reg).block
+        if reg in _FORBIDDEN:
+            raise LoweringError(f"task {self.name!r}: {reg} must not be written from a regcmd: "
+                                f"{_FORBIDDEN[reg]}")
+        if block == "PC":
+            raise LoweringError(f"task {self.name!r}: {reg} is a PC register; the PC trailer "
+                                f"(finish/link) is the only place a task programs the PC")
+        self._blocks.add(block)
         self._words.append(word)
 
     def finish(self) -> TaskProgram:

@@ -66,6 +66,15 @@ def test_enable_refuses_half_a_conv() -> None:
         Task("empty", P).finish()
 
 
+def test_task_refuses_kernel_owned_registers() -> None:
+    t = Task("bad", P)
+    with pytest.raises(LoweringError, match="per-core bit"):
+        t.write("CNA_S_POINTER", POINTER_PP_EN=1)
+    with pytest.raises(LoweringError, match="PC register"):
+        t.write_raw("PC_BASE_ADDRESS", 0x1000)
+    t.write("DPU_S_POINTER", POINTER_PP_EN=1)   # the DPU ones are the program's to arm
+
+
 def _fp16_task(name: str, off: int = 0):
     tile = plan_matmul_tile(8, 64, 32, DType.F16, DType.F16, P)
     return emit_matmul(tile, P, Reloc("a"), Reloc("b"), Reloc("c", off), name=name)

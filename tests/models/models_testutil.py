@@ -7,8 +7,6 @@ import time
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 import numpy as np
-import torch
-from safetensors.torch import save_file
 
 TOL = 1e-4
 
@@ -26,12 +24,14 @@ def report(label: str, err: float) -> None:
     print(f"\n[max rel err] {label}: {err:.3e}")
 
 
-def perturb_vectors_(model: torch.nn.Module, seed: int, skip: tuple[str, ...] = ()) -> None:
+def perturb_vectors_(model: "torch.nn.Module", seed: int, skip: tuple[str, ...] = ()) -> None:
     """Add noise to every 1-D parameter (norm scales/shifts, biases).
 
     HF initialises them to exactly 1 and 0, which would hide a swapped or dropped bias or norm
     weight; with noise every one of them changes the output.
     """
+    import torch  # lazily: the IR tests use this module without torch
+
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -39,7 +39,7 @@ def perturb_vectors_(model: torch.nn.Module, seed: int, skip: tuple[str, ...] = 
                 p.add_(0.1 * torch.randn(p.shape, generator=g))
 
 
-def random_fill_(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
+def random_fill_(model: "torch.nn.Module", seed: int, std: float = 0.02) -> None:
     """Fill every parameter with fresh noise: matrices N(0, std), 1-D tensors named *.weight
     (norm scales) 1 + N(0, 0.1), other 1-D tensors (biases) N(0, 0.1).
 
@@ -47,6 +47,8 @@ def random_fill_(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
     normal init (15 s for ModernBERT-base on this machine); buffers (RoPE inv_freq) are still
     computed by the modules' constructors.
     """
+    import torch  # lazily: the IR tests use this module without torch
+
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -58,7 +60,9 @@ def random_fill_(model: torch.nn.Module, seed: int, std: float = 0.02) -> None:
                 p.normal_(0.0, 0.1, generator=g)
 
 
-def save_state_dict(model: torch.nn.Module, path) -> None:
+def save_state_dict(model: "torch.nn.Module", path) -> None:
+    from safetensors.torch import save_file
+
     sd = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
     save_file(sd, str(path))
 

@@ -1,0 +1,145 @@
+"""Host steps as the C library defines them (csrc/runtime/host_steps.c), built from Python.
+
+``HOST_STEPS`` is the registry: one constructor per kind. The compiler's partition pass maps
+an IR op to a kind name here; each constructor returns a filled ``rj_host_step``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ._ffi import ffi, lib
+from .errors import ProgramError
+
+DTYPES: dict[str, int] = {
+    "f32": lib.RJ_DT_F32, "float32": lib.RJ_DT_F32,
+    "f16": lib.RJ_DT_F16, "float16": lib.RJ_DT_F16,
+    "i32": lib.RJ_DT_I32, "int32": lib.RJ_DT_I32,
+    "i8": lib.RJ_DT_I8, "int8": lib.RJ_DT_I8,
+    "u8": lib.RJ_DT_U8, "uint8": lib.RJ_DT_U8,
+}
+
+
+def dtype_code(dtype: str | np.dtype) -> int:
+    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ProgramError(f"host steps support dtypes {sorted(set(DTYPES))}, not {name!r}") from None
+
+
+@dataclass(frozen=True)
+class Operand:
+    """``bo`` (program BO index) + byte ``offset``, element dtype and row stride in bytes."""
+
+    bo: int
+    offset: int = 0
+    dtype: str = "f32"
+    row_stride: int = 0
+
+
+def _fill(dst, op: Operand | None) -> None:
+    if op is None:
+        dst.bo = lib.RJ_NO_BO
+        return
+    dst.bo = op.bo
+    dst.dtype = dtype_code(op.dtype)
+    dst.offset = op.offset
+    dst.row_stride = op.row_stride
+
+
+def _step(kind: int, src: Operand, dst: Operand, aux: Operand | None = None, rows: int = 0,
+          cols: int = 0, eps: float = 0.0, params: tuple[int, ...] = (),
+          params64: tuple[int, ...] = ()):
+    s = ffi.new("rj_host_step *")
+    s.kind = kind
+    _fill(s.src, src)
+    _fill(s.dst, dst)
+    _fill(s.aux, aux)
+    s.rows, s.cols, s.eps = rows, cols, eps
+    for i, p in enumerate(params):
+        s.param[i] = p
+    for i, p in enumerate(params64):
+        s.param64[i] = p
+    return s
+
+
+def row_max(src: Operand, dst: Operand, rows: int, cols: int):
+    """dst[r] = max over the row of src (softmax's max subtraction)."""
+    return _step(lib.RJ_HOST_ROW_MAX, src, dst, rows=rows, cols=cols)
+
+
+def row_recip_scale(src: Operand, dst: Operand, rows: int, cols: int, stat: Operand | None = None):
+    """dst[r, :] = src[r, :] / s[r]; s = stat[r] or the row sum of src (softmax's 1/sum)."""
+    return _step(lib.RJ_HOST_ROW_RECIP_SCALE, src, dst, stat, rows=rows, cols=cols)
+
+
+def row_rsqrt_scale(src: Operand, dst: Operand, rows: int, cols: int, eps: float,
+                    stat: Operand | None = None):
+    """dst[r, :] = src[r, :] * rsqrt(s[r] + eps); s = stat[r] or the mean of squares."""
+    return _step(lib.RJ_HOST_ROW_RSQRT_SCALE, src, dst, stat, rows=rows, cols=cols, eps=eps)
+
+
+def gather(table: Operand, indices: Operand, dst: Operand, rows: int, cols: int, table_rows: int):
+    """dst[i, :] = table[indices[i], :] (embedding lookup); indices are int32."""
+    return _step(lib.RJ_HOST_GATHER, table, dst, indices, rows=rows, cols=cols, params=(table_rows,))
+
+
+def _cube(kind: int, src: Operand, dst: Operand, height: int, width: int, channels: int, c2: int,
+          esize: int, line_stride: int = 0, surf_stride: int = 0):
+    return _step(kind, src, dst, params=(lib.RJ_LAYOUT_CUBE, height, width, channels, c2, esize),
+                 params64=(line_stride, surf_stride))
+
+
+def pack_cube(src: Operand, dst: Operand, **layout: int):
+    """Row-major [H][W][C] at src -> feature cube at dst (csrc/layout rj_cube_pack)."""
+    return _cube(lib.RJ_HOST_PACK, src, dst, **layout)
+
+
+def unpack_cube(src: Operand, dst: Operand, **layout: int):
+    """Feature cube at src -> row-major [H][W][C] at dst (rj_cube_unpack)."""
+    return _cube(lib.RJ_HOST_UNPACK, src, dst, **layout)
+
+
+def _weight(kind: int, src: Operand, dst: Operand, kernels: int, channels: int, kh: int, kw: int,
+            n_group: int, k_group: int, esize: int):
+    return _step(kind, src, dst, params=(lib.RJ_LAYOUT_WEIGHT, kernels, channels, kh, kw, n_group,
+                                         k_group, esize))
+
+
+def pack_weight(src: Operand, dst: Operand, **layout: int):
+    """Row-major [N][K][KH][KW] -> weight blocks (rj_weight_pack)."""
+    return _weight(lib.RJ_HOST_PACK, src, dst, **layout)
+
+
+def unpack_weight(src: Operand, dst: Operand, **layout: int):
+    return _weight(lib.RJ_HOST_UNPACK, src, dst, **layout)
+
+
+def _dw(kind: int, src: Operand, dst: Operand, channels: int, kh: int, kw: int, group: int,
+        esize: int):
+    return _step(kind, src, dst, params=(lib.RJ_LAYOUT_DW_WEIGHT, channels, kh, kw, group, esize))
+
+
+def pack_dw_weight(src: Operand, dst: Operand, **layout: int):
+    """Row-major [C][KH][KW] -> depthwise weight groups (rj_dw_weight_pack)."""
+    return _dw(lib.RJ_HOST_PACK, src, dst, **layout)
+
+
+def unpack_dw_weight(src: Operand, dst: Operand, **layout: int):
+    return _dw(lib.RJ_HOST_UNPACK, src, dst, **layout)
+
+
+HOST_STEPS: dict[str, Callable] = {
+    "row_max": row_max,
+    "row_recip_scale": row_recip_scale,
+    "row_rsqrt_scale": row_rsqrt_scale,
+    "gather": gather,
+    "pack_cube": pack_cube,
+    "unpack_cube": unpack_cube,
+    "pack_weight": pack_weight,
+    "unpack_weight": unpack_weight,
+    "pack_dw_weight": pack_dw_weight,
+    "unpack_dw_weight": unpack_dw_weight,
+}
