@@ -162,11 +162,16 @@ int rj_sim_lut_validate(rj_sim_task *t)
                            "encodings/dpu-lut-activation.md)",
                            t->job_index, t->task_index, names[id], (long long)g.start,
                            (long long)g.end, names[id], g.sel, RJ_LUT_ENTRIES - 1);
+        const int16_t *tab = table_ro(sim, id);
+        if (!tab)
+            return rj_fail(t->err, RJ_EINVAL,
+                           "job %u task %u: DPU_EW_CFG runs the LUT (EW_LUT_BYPASS=0) but no %s "
+                           "table was ever uploaded (DPU_LUT_ACCESS_CFG with LUT_ACCESS_TYPE=1, then "
+                           "DPU_LUT_ACCESS_DATA words)", t->job_index, t->task_index, names[id]);
         if (!(sim->flags & RJ_SIM_STRICT))
             continue;
-        const int16_t *tab = table_ro(sim, id);
         for (uint32_t i = 0; i <= g.segs; i++) {
-            if (tab && tab[i] != 0)
+            if (tab[i] != 0)
                 continue;
             /* QUIRK 4: an entry of exactly 0 decodes to ~4.0 instead of 0 (notes:
              * dpu-lut-activation.md, "a q=0 LUT table entry mis-decodes"). */

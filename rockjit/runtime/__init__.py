@@ -1,0 +1,34 @@
+"""The runtime: devices, programs and their step lists, over the C core (cffi).
+
+    dev = SimDevice()                      # or RocketDevice(fake=True), NullDevice()
+    b = ProgramBuilder(dev)
+    arena = b.add_bo(1 << 20, role="arena")
+    ...                                    # regcmd words, relocations, jobs, host steps
+    prog = b.build()
+    prog.run()                             # the whole step list in one C call
+"""
+from __future__ import annotations
+
+from . import host_steps
+from .device import Bo, BufferInfo, Device, NullDevice, RocketDevice, SimDevice
+from .errors import (AddressError, DeviceError, DeviceMemoryError, DeviceTimeoutError, HazardError,
+                     ProgramError, RuntimeCError, SimUnsupportedError)
+from .host_steps import HOST_STEPS, Operand
+from .program import Program, ProgramBuilder, Task
+from ._ffi import ffi, lib
+
+
+def env_flags() -> dict[str, str]:
+    """Every environment flag rockjit reads, with its description (csrc/runtime/envflags.c)."""
+    info = ffi.new("rj_env_flag_info *")
+    out = {}
+    for i in range(lib.rj_env_flag_count()):
+        lib.rj_env_flag_describe(i, info)
+        out[ffi.string(info.name).decode()] = ffi.string(info.description).decode()
+    return out
+
+
+__all__ = ["Bo", "BufferInfo", "Device", "SimDevice", "RocketDevice", "NullDevice", "Program",
+           "ProgramBuilder", "Task", "Operand", "HOST_STEPS", "host_steps", "env_flags",
+           "RuntimeCError", "ProgramError", "DeviceMemoryError", "AddressError", "HazardError",
+           "SimUnsupportedError", "DeviceError", "DeviceTimeoutError"]

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-import pytest
-
 
 from harness import CONFORMANCE, SimError, Simulator, open_case  # sim A's harness
 from programs import get_raw, insert_before_trailer, set_fields, set_raw  # noqa: F401 (re-exported)

@@ -188,3 +188,9 @@ def test_flying_two_operand_ew_is_a_hazard():
 def test_other_lut_cfg_is_refused():
     r = run_case("05", mutate=lambda j, t, w: set_raw(w, "DPU_LUT_CFG", 0x08))
     assert r.rc == RJ_EUNSUPP and "DPU_LUT_CFG" in r.msg, r.msg
+
+
+def test_lut_without_an_upload_is_refused():
+    """Running the LUT on a fresh simulator whose tables were never uploaded is a program error."""
+    r = run_case("05", mutate=lambda j, t, w: np.concatenate([w[:2], w[1030:]]))
+    assert r.rc == -1 and "no LE table was ever uploaded" in r.msg, r.msg

@@ -1,0 +1,201 @@
+"""ProgramBuilder / Program: the API the compiler drives.
+
+Build once: BOs (an arena with placed regions, weights uploaded once, regcmd words), the
+relocations that patch address words at load, jobs, and a step list of NPU steps and host
+steps. ``Program.run()`` then executes the whole step list in one C call
+(``rj_program_run``), so no Python runs between steps."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ._ffi import call, ffi, lib
+from .device import BufferInfo, Device
+from .errors import ProgramError
+
+ROLES = {"arena": lib.RJ_BO_ARENA, "weights": lib.RJ_BO_WEIGHTS, "regcmd": lib.RJ_BO_REGCMD,
+         "io": lib.RJ_BO_IO}
+
+PROGRAM_STATS_FIELDS = ("runs", "steps", "npu_steps", "jobs", "tasks", "kicks", "host_steps",
+                        "host_bytes", "upload_bytes", "readback_bytes", "relocs_applied")
+
+
+@dataclass(frozen=True)
+class Task:
+    """``words`` regcmd words at byte ``offset`` of regcmd BO ``bo``."""
+
+    bo: int
+    offset: int
+    words: int
+
+
+class _ProgramHandle:
+    """Owns the C program; shared by the builder and the Program it becomes."""
+
+    def __init__(self, device: Device) -> None:
+        out = ffi.new("rj_program **")
+        call(lib.rj_program_create, device._handle(), out)
+        self.ptr = out[0]
+        self.device = device  # keeps the device alive as long as the program
+        device._programs.add(self)
+
+    def get(self):
+        if self.ptr is None:
+            raise ProgramError("this program was closed (or its device was); build a new one")
+        return self.ptr
+
+    def close(self) -> None:
+        if self.ptr is not None:
+            lib.rj_program_destroy(self.ptr)
+            self.ptr = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class _Access:
+    """Reads, writes and BO info shared by builder and program."""
+
+    _h: _ProgramHandle
+
+    def bo_info(self, bo: int) -> BufferInfo:
+        out = ffi.new("rj_bo *")
+        call(lib.rj_program_bo_info, self._h.get(), bo, out)
+        return BufferInfo(int(out.iova), int(out.size), int(out.ctx), int(out.handle))
+
+    def write(self, bo: int, data: bytes | bytearray | memoryview | np.ndarray, offset: int = 0) -> None:
+        """Copy bytes into a BO (counted as upload bytes)."""
+        buf = np.ascontiguousarray(data).view(np.uint8).reshape(-1) if isinstance(data, np.ndarray) \
+            else np.frombuffer(bytes(data), dtype=np.uint8)
+        call(lib.rj_program_write, self._h.get(), bo, offset, ffi.from_buffer(buf), buf.nbytes)
+
+    def read(self, bo: int, size: int, offset: int = 0) -> bytes:
+        out = bytearray(size)
+        call(lib.rj_program_read, self._h.get(), bo, offset, ffi.from_buffer(out), size)
+        return bytes(out)
+
+    def read_array(self, bo: int, dtype, shape: Sequence[int], offset: int = 0) -> np.ndarray:
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape)) * dt.itemsize
+        return np.frombuffer(self.read(bo, n, offset), dtype=dt).reshape(shape).copy()
+
+    def stats(self) -> dict[str, int]:
+        out = ffi.new("rj_program_stats *")
+        lib.rj_program_get_stats(self._h.get(), out)
+        return {name: int(getattr(out, name)) for name in PROGRAM_STATS_FIELDS}
+
+
+class ProgramBuilder(_Access):
+    """Collects BOs, relocations, jobs and steps; ``build()`` loads and returns a Program."""
+
+    def __init__(self, device: Device) -> None:
+        self._h = _ProgramHandle(device)
+        self.device = device
+
+    def add_bo(self, size: int, role: str = "io", core: int = 0) -> int:
+        """A BO of ``size`` bytes in context ``core``; returns its program index."""
+        if role not in ROLES:
+            raise ProgramError(f"BO role {role!r} is not one of {sorted(ROLES)}")
+        out = ffi.new("uint32_t *")
+        call(lib.rj_program_add_bo, self._h.get(), core, ROLES[role], size, out)
+        return int(out[0])
+
+    def place(self, bo: int, size: int, align: int = 64, offset: int | None = None) -> int:
+        """Place a region in an arena BO: at ``offset`` (liveness reuse may overlap regions) or
+        after the highest region; returns the region's byte offset."""
+        out = ffi.new("uint64_t *")
+        at = lib.RJ_PLACE_ANY if offset is None else offset
+        call(lib.rj_program_place, self._h.get(), bo, at, size, align, out)
+        return int(out[0])
+
+    def upload(self, bo: int, data, offset: int = 0) -> None:
+        """Weights and other constants: written once, before the first run."""
+        self.write(bo, data, offset)
+
+    def write_words(self, bo: int, words: Iterable[int] | np.ndarray, word_index: int = 0) -> None:
+        """Regcmd words (u64) at word ``word_index`` of a regcmd BO."""
+        arr = np.asarray(list(words) if not isinstance(words, np.ndarray) else words, dtype="<u8")
+        self.write(bo, arr, offset=8 * word_index)
+
+    def add_reloc(self, regcmd_bo: int, word_index: int, target_bo: int, target_offset: int = 0,
+                  keep_mask: int = 0) -> None:
+        """At load, word ``word_index`` of ``regcmd_bo`` gets value = iova(target_bo) +
+        target_offset (bits 47..16; op and register kept; ``keep_mask`` keeps low value bits)."""
+        r = ffi.new("rj_reloc *")
+        r.regcmd_bo, r.target_bo = regcmd_bo, target_bo
+        r.word_offset, r.target_offset, r.keep_mask = 8 * word_index, target_offset, keep_mask
+        call(lib.rj_program_add_reloc, self._h.get(), r)
+
+    def add_job(self, tasks: Sequence[Task | tuple[int, int, int]], reads: Iterable[int] = (),
+                writes: Iterable[int] = (), core: int = 0, chained: bool = False) -> int:
+        """A job of tasks on context ``core``. ``reads``/``writes`` are BO indices; a BO the job
+        both reads and writes is listed as written only, because the kernel signals such a
+        job done without running it when a handle is in both lists (notes:
+        encodings/regcmd-task-model.md). Regcmd BOs are listed as read by the runtime."""
+        writes = list(dict.fromkeys(writes))
+        reads = [b for b in dict.fromkeys(reads) if b not in writes]
+        out = ffi.new("uint32_t *")
+        h = self._h.get()
+        call(lib.rj_program_add_job, h, core, lib.RJ_JOB_SELF_CHAINED if chained else 0, out)
+        job = int(out[0])
+        for t in tasks:
+            t = t if isinstance(t, Task) else Task(*t)
+            call(lib.rj_program_job_add_task, h, job, t.bo, t.offset, t.words)
+        for b in reads:
+            call(lib.rj_program_job_add_bo, h, job, b, lib.RJ_JOB_IN)
+        for b in writes:
+            call(lib.rj_program_job_add_bo, h, job, b, lib.RJ_JOB_OUT)
+        return job
+
+    def add_npu_step(self, jobs: Sequence[int]) -> None:
+        """Submit ``jobs`` together (different contexts run in parallel), then fence them."""
+        arr = ffi.new("uint32_t[]", list(jobs))
+        call(lib.rj_program_add_npu_step, self._h.get(), arr, len(jobs))
+
+    def add_host_step(self, step) -> None:
+        """A step built by rockjit.runtime.host_steps (checked against the BOs now)."""
+        call(lib.rj_program_add_host_step, self._h.get(), step)
+
+    def build(self, timeout_s: float = 10.0) -> "Program":
+        """Patch relocations, check every job, hand the BOs to the device."""
+        h = self._h.get()
+        lib.rj_program_set_timeout(h, int(timeout_s * 1e9))
+        call(lib.rj_program_load, h)
+        prog = Program(self._h)
+        self._h = _Closed()
+        return prog
+
+
+class _Closed:
+    def get(self):
+        raise ProgramError("this ProgramBuilder already built its Program; use the Program")
+
+
+class Program(_Access):
+    """A loaded program: run it, move bytes in and out, read its counters."""
+
+    def __init__(self, handle: _ProgramHandle) -> None:
+        self._h = handle
+        self.device = handle.device
+
+    def run(self) -> None:
+        """Execute the whole step list in one C call."""
+        call(lib.rj_program_run, self._h.get())
+
+    def set_timeout(self, seconds: float) -> None:
+        """Per-NPU-step fence timeout (becomes one absolute deadline per step)."""
+        lib.rj_program_set_timeout(self._h.get(), int(seconds * 1e9))
+
+    def close(self) -> None:
+        self._h.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
