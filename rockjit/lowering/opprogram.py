@@ -1,0 +1,99 @@
+"""What one IR op becomes: the contract between the per-op emitters and the pipeline.
+
+An emitter returns an ``OpProgram``: the named buffers it touches and an ordered list of steps.
+Buffer names are local to the op; the pipeline binds them (``BufferSpec.bind``) to the op's
+input/output values and places everything else (scratch, constants) in the program's arena or
+its resident-weight buffer.  Steps are either NPU steps (jobs of self-chained kicks, the jobs of
+one step being independent so they may run on different cores at once) or host steps (a kind
+the runtime's C host-step library implements, with operands given as buffer slices).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence, Union
+
+import numpy as np
+
+from .layouts import CubeLayout
+from .regcmd import Kick
+
+Role = Literal["input", "output", "scratch", "const"]
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """A buffer an op reads or writes.
+
+    input/output: bound by the pipeline to the op's operand/result number ``bind``; ``layout``
+    is the cube layout the op reads or writes there (None: row-major ``dtype`` ``shape``).
+    scratch: op-private device memory of ``nbytes``.  const: bytes fixed at compile time
+    (prepacked weights, bias cubes, ones vectors), uploaded once with the resident weights.
+    """
+
+    name: str
+    role: Role
+    nbytes: int
+    layout: CubeLayout | None = None
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    bind: int | None = None
+    data: np.ndarray | None = None
+    align: int = 64
+
+
+@dataclass(frozen=True)
+class Slice:
+    """``nbytes`` of buffer ``buffer`` starting at ``offset``."""
+
+    buffer: str
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class NpuJob:
+    """One SUBMIT job: its kicks run in order on one core."""
+
+    kicks: tuple[Kick, ...]
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    integer: bool = False       # int8 jobs: never self-chained, partials summed on the host
+
+    @property
+    def tasks(self) -> int:
+        return sum(k.task_number for k in self.kicks)
+
+
+@dataclass(frozen=True)
+class NpuStep:
+    """Independent jobs; the scheduler spreads them over the cores and fences them together."""
+
+    jobs: tuple[NpuJob, ...]
+
+
+@dataclass(frozen=True)
+class HostStep:
+    """One call into the runtime's host-step library (``kind`` names the C routine)."""
+
+    kind: str
+    operands: Mapping[str, Slice]
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+Step = Union[NpuStep, HostStep]
+
+
+@dataclass(frozen=True)
+class OpProgram:
+    buffers: tuple[BufferSpec, ...]
+    steps: tuple[Step, ...]
+    macs: int = 0
+
+    def buffer(self, name: str) -> BufferSpec:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(f"op program has no buffer {name!r}")
+
+    def jobs(self) -> Sequence[NpuJob]:
+        return [j for s in self.steps if isinstance(s, NpuStep) for j in s.jobs]
