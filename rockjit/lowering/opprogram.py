@@ -17,7 +17,7 @@ import numpy as np
 from .layouts import CubeLayout
 from .regcmd import Kick
 
-Role = Literal["input", "output", "scratch", "const"]
+Role = Literal["input", "output", "scratch", "const", "regcmd"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,8 @@ class BufferSpec:
     is the cube layout the op reads or writes there (None: row-major ``dtype`` ``shape``).
     scratch: op-private device memory of ``nbytes``.  const: bytes fixed at compile time
     (prepacked weights, bias cubes, ones vectors), uploaded once with the resident weights.
+    regcmd: where the op's kicks are laid out (each Kick names it and its base offset); the
+    pipeline places it in the program's regcmd buffer and patches relocations at load.
     """
 
     name: str
