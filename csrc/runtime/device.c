@@ -50,10 +50,18 @@ void rj_hostmem_bo_destroy(rj_bo *bo)
 
 /* ---- generic device calls ------------------------------------------------------------------ */
 
+/* A device outlives its BOs: when it is destroyed while some are alive (a program or a
+ * garbage-collected Python object still holds them) the release finishes with the last
+ * rj_bo_destroy, so no destruction order can use freed device state. */
 void rj_device_destroy(rj_device *dev)
 {
-    if (dev)
-        dev->ops->destroy(dev);
+    if (!dev)
+        return;
+    if (dev->stats.bos_live > 0) {
+        dev->destroy_pending = 1;
+        return;
+    }
+    dev->ops->destroy(dev);
 }
 
 uint32_t rj_device_kind(const rj_device *dev) { return dev ? dev->ops->kind : 0; }
@@ -104,6 +112,8 @@ void rj_bo_destroy(rj_device *dev, rj_bo *bo)
     dev->stats.bos_live--;
     dev->stats.bo_bytes_live -= bo->size;
     free(bo);
+    if (dev->destroy_pending && dev->stats.bos_live == 0)
+        dev->ops->destroy(dev);
 }
 
 int rj_bo_sync_for_device(rj_device *dev, rj_bo *bo, rj_err *err)

@@ -26,7 +26,7 @@ typedef struct rj_device_ops {
 struct rj_device {
     const rj_device_ops *ops;
     uint32_t nctx;
-    uint32_t reserved;
+    uint32_t destroy_pending; /* destroy was asked while BOs were alive: finish at the last */
     rj_device_stats stats;
     void *priv;
 };

@@ -79,6 +79,8 @@ enum {
 
 int rj_sim_device_create(rj_device **out, uint32_t nctx, uint32_t sim_flags, rj_err *err);
 int rj_null_device_create(rj_device **out, uint32_t nctx, rj_err *err);
+/* Frees the device now, or, while BOs created on it are alive, when the last one is freed
+ * (so programs and devices may be released in any order). */
 void rj_device_destroy(rj_device *dev);
 uint32_t rj_device_kind(const rj_device *dev);
 uint32_t rj_device_nctx(const rj_device *dev);

@@ -9,54 +9,25 @@
 #include "lut.h"
 
 /* ---- table storage -------------------------------------------------------------------
- * sim_internal.h sizes rj_sim_lut for the NVDLA v1 geometry (LE 65 / LO 257), but RK3588 tables
- * hold 513 entries each (notes: dpu-lut-activation.md). Until the shared header grows, the
- * 2x513 tables live in a block owned by the simulator instance, found through a tagged pointer
- * stored inside sim->lut.lo. Once the header arrays hold >= 513 entries they are used directly
- * and this side block is never allocated. */
-#define HDR_LE_N (sizeof(((rj_sim_lut *)0)->le) / sizeof(int16_t))
-#define HDR_LO_N (sizeof(((rj_sim_lut *)0)->lo) / sizeof(int16_t))
-#define HDR_FITS (HDR_LE_N >= RJ_LUT_ENTRIES && HDR_LO_N >= RJ_LUT_ENTRIES)
+ * RK3588 tables hold 513 entries each (notes: dpu-lut-activation.md); rj_sim_lut keeps both and
+ * remembers which were ever uploaded, so a lookup through a never-written table is refused
+ * rather than reading zeros. */
+_Static_assert(sizeof(((rj_sim_lut *)0)->le) / sizeof(int16_t) == RJ_LUT_ENTRIES &&
+               sizeof(((rj_sim_lut *)0)->lo) / sizeof(int16_t) == RJ_LUT_ENTRIES,
+               "rj_sim_lut must hold RJ_LUT_ENTRIES entries per table");
 
-static const uint64_t side_cookie = 0x524a4c5554353133ull; /* "RJLUT513" */
-
-typedef struct lut_side_tag {
-    uint64_t cookie;
-    int16_t *mem; /* 2 * RJ_LUT_ENTRIES entries: LE then LO */
-} lut_side_tag;
-
-_Static_assert(sizeof(((rj_sim_lut *)0)->lo) >= sizeof(lut_side_tag),
-               "rj_sim_lut.lo too small to hold the LUT side-table tag");
-
-static int16_t *side_tables(const rj_sim *sim)
-{
-    lut_side_tag tag;
-    memcpy(&tag, sim->lut.lo, sizeof(tag));
-    return tag.cookie == side_cookie ? tag.mem : NULL;
-}
-
-/* Entries of table `id`, or NULL when nothing was ever uploaded (all-zero tables). */
+/* Entries of table `id`, or NULL when nothing was ever uploaded. */
 static const int16_t *table_ro(const rj_sim *sim, int id)
 {
-    if (HDR_FITS)
-        return id == RJ_LUT_LE ? (const int16_t *)sim->lut.le : (const int16_t *)sim->lut.lo;
-    int16_t *mem = side_tables(sim);
-    return mem ? mem + (size_t)id * RJ_LUT_ENTRIES : NULL;
+    if (!(sim->lut.loaded & (1u << id)))
+        return NULL;
+    return id == RJ_LUT_LE ? sim->lut.le : sim->lut.lo;
 }
 
 static int16_t *table_rw(rj_sim *sim, int id)
 {
-    if (HDR_FITS)
-        return id == RJ_LUT_LE ? (int16_t *)sim->lut.le : (int16_t *)sim->lut.lo;
-    int16_t *mem = side_tables(sim);
-    if (!mem) {
-        mem = calloc(2u * RJ_LUT_ENTRIES, sizeof(int16_t));
-        if (!mem)
-            return NULL;
-        lut_side_tag tag = {side_cookie, mem};
-        memcpy(sim->lut.lo, &tag, sizeof(tag));
-    }
-    return mem + (size_t)id * RJ_LUT_ENTRIES;
+    sim->lut.loaded |= 1u << id;
+    return id == RJ_LUT_LE ? sim->lut.le : sim->lut.lo;
 }
 
 /* ---- upload port ---------------------------------------------------------------------- */
@@ -87,9 +58,6 @@ int rj_sim_dpu_on_write(rj_sim_task *t, uint32_t offset, uint32_t value)
                        t->job_index, t->task_index, sim->lut.table ? "LO" : "LE",
                        sim->lut.cursor, RJ_LUT_ENTRIES, RJ_LUT_ENTRIES);
     int16_t *tab = table_rw(sim, sim->lut.table ? RJ_LUT_LO : RJ_LUT_LE);
-    if (!tab)
-        return rj_fail(t->err, RJ_ENOMEM, "job %u task %u: DPU LUT: out of memory for the tables",
-                       t->job_index, t->task_index);
     tab[sim->lut.cursor++] = (int16_t)RJ_GET(value, DPU_LUT_ACCESS_DATA, LUT_ACCESS_DATA);
     return 0;
 }

@@ -13,4 +13,8 @@ int rj_sim_f16_selftest(void);
  * Copies into buf when it is large enough. Returns the element count, or -1. */
 int64_t rj_sim_last_acc(const rj_sim *sim, uint32_t dims[4], void *buf, uint64_t buf_bytes);
 
+/* Cross-checks every MAC kernel (AVX-512 when the host has it, AVX2/portable) against a plain
+ * loop on edge-heavy shapes (0 = all exact). */
+int rj_sim_mac_selftest(void);
+
 #endif /* RJ_SIM_DEBUG_H */

@@ -18,12 +18,13 @@
 #define RJ_SIM_NREGS (0x8000u / 4u)
 
 typedef struct rj_sim_lut {
-    /* DPU LUT tables as uploaded through LUT_ACCESS_CFG/LUT_ACCESS_DATA: LE (65 entries)
-     * and LO (257 entries), 16-bit signed each (NVDLA LUT geometry). */
-    int16_t le[65];
-    int16_t lo[257];
+    /* DPU LUT tables as uploaded through LUT_ACCESS_CFG/LUT_ACCESS_DATA: LE and LO, 513
+     * entries each, 16-bit signed (notes: encodings/dpu-lut-activation.md; conformance 05). */
+    int16_t le[513];
+    int16_t lo[513];
     uint32_t cursor;   /* next entry index of the table being written */
     uint32_t table;    /* 0 = LE, 1 = LO, as selected by LUT_ACCESS_CFG */
+    uint32_t loaded;   /* bit per table: written at least once */
 } rj_sim_lut;
 
 struct rj_cbuf_state; /* CNA-private: what the CBUF holds, for DATA_REUSE/WEIGHT_REUSE */

@@ -347,6 +347,22 @@ static void test_program_pack_steps(void)
     rj_device_destroy(dev);
 }
 
+/* The device may be released before its program: the release completes with the last BO. */
+static void test_device_outlives_its_bos(void)
+{
+    rj_err err = {0};
+    rj_device *dev;
+    rj_program *p;
+    uint32_t a, b;
+    CHECK_OK(rj_sim_device_create(&dev, 1, RJ_SIM_STRICT, &err), err);
+    CHECK_OK(rj_program_create(dev, &p, &err), err);
+    CHECK_OK(rj_program_add_bo(p, 0, RJ_BO_ARENA, 4096, &a, &err), err);
+    CHECK_OK(rj_program_add_bo(p, 0, RJ_BO_IO, 4096, &b, &err), err);
+    rj_device_destroy(dev);   /* deferred: two BOs alive */
+    rj_program_destroy(p);    /* frees the BOs, then the device (ASan checks both) */
+    CHECK(1, "no use after free");
+}
+
 static void test_env_table(void)
 {
     rj_env_flag_info info;
@@ -368,6 +384,7 @@ int main(void)
     RUN(test_job_checks_and_null_counts);
     RUN(test_host_steps);
     RUN(test_program_pack_steps);
+    RUN(test_device_outlives_its_bos);
     RUN(test_env_table);
     TEST_MAIN_END();
 }

@@ -37,6 +37,7 @@ class Bo:
 
     def __init__(self, device: "Device", ptr) -> None:
         self._device = device
+        self._dev_ptr = device._handle()  # the C device outlives its BOs (rj_device_destroy)
         self._ptr = ptr
 
     @property
@@ -60,8 +61,14 @@ class Bo:
 
     def close(self) -> None:
         if self._ptr is not None:
-            lib.rj_bo_destroy(self._device._handle(), self._ptr)
+            lib.rj_bo_destroy(self._dev_ptr, self._ptr)
             self._ptr = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
 
     def _alive(self) -> None:
         if self._ptr is None:

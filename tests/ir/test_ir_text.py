@@ -15,7 +15,7 @@ from rockjit.ir.printer import print_graph
 from rockjit.ir.verifier import verify
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graphs())
 def test_random_graphs_round_trip_and_verify(g: Graph) -> None:
     verify(g)

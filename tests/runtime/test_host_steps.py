@@ -1,0 +1,173 @@
+"""Host steps against numpy (and the conformance weight blob for the layout steps)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rockjit.runtime import (AddressError, NullDevice, Operand, ProgramBuilder, ProgramError,
+                             SimDevice, SimUnsupportedError, host_steps)
+
+from .conftest import case_dir
+
+RNG = np.random.default_rng(7)
+
+
+def make_prog(*sizes):
+    dev = NullDevice()
+    b = ProgramBuilder(dev)
+    bos = [b.add_bo(s, "arena") for s in sizes]
+    return dev, b, bos
+
+
+@pytest.mark.parametrize("src_dt,dst_dt", [("f32", "f32"), ("f16", "f16"), ("f16", "f32")])
+def test_row_max(src_dt, dst_dt):
+    rows, cols, stride = 5, 37, 160  # padded rows
+    x = RNG.standard_normal((rows, cols)).astype(src_dt.replace("f", "float"))
+    dev, b, (src, dst) = make_prog(rows * stride, 1024)
+    for r in range(rows):
+        b.upload(src, x[r].tobytes(), offset=r * stride)
+    b.add_host_step(host_steps.row_max(Operand(src, 0, src_dt, stride), Operand(dst, 8, dst_dt),
+                                       rows, cols))
+    prog = b.build()
+    prog.run()
+    got = prog.read_array(dst, dst_dt.replace("f", "float"), (rows,), offset=8)
+    np.testing.assert_array_equal(got, x.max(axis=1).astype(got.dtype))
+    st = prog.stats()
+    itm = np.dtype(src_dt.replace("f", "float")).itemsize
+    assert st["host_steps"] == 1
+    assert st["host_bytes"] == rows * cols * itm + rows * np.dtype(got.dtype).itemsize
+    prog.close()
+    dev.close()
+
+
+@pytest.mark.parametrize("with_stat", [False, True])
+def test_row_recip_scale(with_stat):
+    rows, cols = 6, 50
+    x = RNG.uniform(0.1, 2.0, (rows, cols)).astype(np.float32)
+    stat = RNG.uniform(1.0, 9.0, rows).astype(np.float32)
+    dev, b, (src, dst, aux) = make_prog(x.nbytes, x.nbytes // 2, 64)
+    b.upload(src, x)
+    b.upload(aux, stat)
+    b.add_host_step(host_steps.row_recip_scale(
+        Operand(src, 0, "f32"), Operand(dst, 0, "f16"), rows, cols,
+        stat=Operand(aux, 0, "f32") if with_stat else None))
+    prog = b.build()
+    prog.run()
+    got = prog.read_array(dst, np.float16, (rows, cols)).astype(np.float32)
+    denom = stat[:, None] if with_stat else x.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(got, x / denom, rtol=1e-3, atol=1e-6)
+    prog.close()
+    dev.close()
+
+
+@pytest.mark.parametrize("with_stat", [False, True])
+def test_row_rsqrt_scale(with_stat):
+    rows, cols, eps = 4, 64, 1e-5
+    x = RNG.standard_normal((rows, cols)).astype(np.float16)
+    ms = RNG.uniform(0.5, 3.0, rows).astype(np.float32)
+    dev, b, (src, dst, aux) = make_prog(x.nbytes, 4 * x.size, 64)
+    b.upload(src, x)
+    b.upload(aux, ms)
+    b.add_host_step(host_steps.row_rsqrt_scale(
+        Operand(src, 0, "f16"), Operand(dst, 0, "f32"), rows, cols, eps,
+        stat=Operand(aux, 0, "f32") if with_stat else None))
+    prog = b.build()
+    prog.run()
+    got = prog.read_array(dst, np.float32, (rows, cols))
+    xf = x.astype(np.float64)
+    s = ms[:, None].astype(np.float64) if with_stat else (xf * xf).mean(axis=1, keepdims=True)
+    np.testing.assert_allclose(got, xf / np.sqrt(s + eps), rtol=1e-5, atol=1e-6)
+    prog.close()
+    dev.close()
+
+
+def test_gather_embedding_rows():
+    vocab, dim, n = 50, 24, 9
+    table = RNG.standard_normal((vocab, dim)).astype(np.float16)
+    idx = RNG.integers(0, vocab, n).astype(np.int32)
+    dev, b, (tb, ib, ob) = make_prog(table.nbytes, 64, n * dim * 2)
+    b.upload(tb, table)
+    b.upload(ib, idx)
+    b.add_host_step(host_steps.gather(Operand(tb, 0, "f16"), Operand(ib, 0, "i32"),
+                                      Operand(ob, 0, "f16"), n, dim, vocab))
+    prog = b.build()
+    prog.run()
+    np.testing.assert_array_equal(prog.read_array(ob, np.float16, (n, dim)), table[idx])
+    assert prog.stats()["host_bytes"] == n * (2 * dim * 2 + 4)
+    # An index out of range is an error that names it.
+    bad = idx.copy()
+    bad[3] = vocab
+    prog.write(ib, bad)
+    with pytest.raises(ProgramError, match=f"index {vocab} at position 3"):
+        prog.run()
+    prog.close()
+    dev.close()
+
+
+def test_pack_unpack_cube_matches_layout_formula():
+    h, w, c, c2 = 3, 5, 20, 8
+    x = RNG.integers(0, 60000, (h, w, c)).astype(np.uint16)
+    line, surf = w * c2 * 2, h * w * c2 * 2
+    groups = -(-c // c2)
+    dev, b, (src, cube, back) = make_prog(x.nbytes, groups * surf, x.nbytes)
+    b.upload(src, x)
+    layout = dict(height=h, width=w, channels=c, c2=c2, esize=2)
+    b.add_host_step(host_steps.pack_cube(Operand(src), Operand(cube), **layout))
+    b.add_host_step(host_steps.unpack_cube(Operand(cube), Operand(back), **layout))
+    prog = b.build()
+    prog.run()
+    got = np.frombuffer(prog.read(cube, groups * surf), np.uint16)
+    # notes encodings/tile-layouts.md: byte(h,w,c) = (c//c2)*surf + h*line + w*c2*2 + (c%c2)*2
+    hh, ww, cc = np.meshgrid(range(h), range(w), range(c), indexing="ij")
+    pos = ((cc // c2) * surf + hh * line + ww * c2 * 2 + (cc % c2) * 2) // 2
+    np.testing.assert_array_equal(got[pos], x)
+    pad = np.ones(got.size, bool)
+    pad[pos.ravel()] = False
+    assert not got[pad].any()  # padding channels are zero
+    np.testing.assert_array_equal(prog.read_array(back, np.uint16, (h, w, c)), x)
+    prog.close()
+    dev.close()
+
+
+def test_pack_weight_reproduces_conformance_blob():
+    """Case 01's weight.bin is B[32,64] fp16 in [N/16][K/32][16][32] blocks (case.md); unpack
+    it with numpy from that formula, then pack it with the host step: the bytes must match."""
+    d = case_dir("01_matmul_fp16")
+    blob = (d / "program" / "blobs" / "weight.bin").read_bytes()
+    n_, k_ = 32, 64
+    raw = np.frombuffer(blob, np.uint16)
+    nn, kk = np.meshgrid(range(n_), range(k_), indexing="ij")
+    pos = ((nn // 16) * (k_ // 32) + kk // 32) * 512 + (nn % 16) * 32 + kk % 32
+    bmat = raw[pos]
+    dev, b, (src, dst) = make_prog(bmat.nbytes, len(blob))
+    b.upload(src, bmat)
+    b.add_host_step(host_steps.pack_weight(Operand(src), Operand(dst), kernels=n_, channels=k_,
+                                           kh=1, kw=1, n_group=16, k_group=32, esize=2))
+    prog = b.build()
+    prog.run()
+    assert prog.read(dst, len(blob)) == blob
+    prog.close()
+    dev.close()
+
+
+def test_host_step_checks_at_add_time():
+    dev, b, (a, c) = make_prog(256, 256)
+    with pytest.raises(AddressError, match="needs"):
+        b.add_host_step(host_steps.row_max(Operand(a, 0, "f32"), Operand(c, 0, "f32"), 100, 16))
+    with pytest.raises(ProgramError, match="f32 or f16"):
+        b.add_host_step(host_steps.row_max(Operand(a, 0, "i32"), Operand(c, 0, "f32"), 2, 2))
+    with pytest.raises(ProgramError, match="program has 2 BOs"):
+        b.add_host_step(host_steps.row_max(Operand(7, 0, "f32"), Operand(c, 0, "f32"), 2, 2))
+    with pytest.raises(ProgramError, match="not a layout kind"):
+        step = host_steps.pack_cube(Operand(a), Operand(c), height=1, width=1, channels=1, c2=8,
+                                    esize=2)
+        step.param[0] = 9
+        b.add_host_step(step)
+    b.build().close()
+    dev.close()
+
+
+def test_registry_covers_every_kind():
+    assert {"row_max", "row_recip_scale", "row_rsqrt_scale", "gather", "pack_cube",
+            "unpack_cube"} <= set(host_steps.HOST_STEPS)
+    assert SimUnsupportedError.code == -5 and SimDevice.kind == "sim"
