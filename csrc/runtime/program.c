@@ -62,6 +62,7 @@ struct rj_program {
     rj_job *scratch;         /* per-step job descriptors */
     uint32_t cap_scratch;
     int loaded;
+    int trace;               /* RJ_TRACE_STEPS, read once per load, not per step */
     int64_t timeout_ns;
     rj_program_stats stats;
 };
@@ -518,6 +519,30 @@ static int resolve_job(rj_program *p, uint32_t ji, rj_err *err)
                                "encodings/regcmd-task-model.md). List a BO the job reads and "
                                "writes as out only.", ji);
     }
+    /* Every BO a task's words address must be in the job's lists: the kernel orders jobs by
+     * those lists (implicit fences) and the runtime hands exactly those BOs to the device. */
+    for (uint32_t r = 0; r < p->nrelocs; r++) {
+        const rj_reloc *rl = &p->relocs[r];
+        for (uint32_t t = 0; t < j->ntasks; t++) {
+            const prog_task *pt = &j->tasks[t];
+            if (rl->regcmd_bo != pt->bo || rl->word_offset < pt->offset ||
+                rl->word_offset >= pt->offset + 8ull * pt->words)
+                continue;
+            rj_bo *target = p->bos[rl->target_bo].bo;
+            int listed = 0;
+            for (uint32_t i = 0; i < n && !listed; i++)
+                listed = j->in_bos[i] == target;
+            for (uint32_t o = 0; o < j->n_out && !listed; o++)
+                listed = j->out_bos[o] == target;
+            if (!listed)
+                return rj_fail(err, RJ_EINVAL,
+                               "job %u task %u: word %llu addresses BO %u, which the job lists "
+                               "neither as read nor as written; list it so the kernel orders the "
+                               "job against its other users and the runtime syncs it", ji, t,
+                               (unsigned long long)((rl->word_offset - pt->offset) / 8),
+                               rl->target_bo);
+        }
+    }
     for (uint32_t o = 0; o < j->n_out; o++)
         if (j->out_bos[o]->ctx != j->ctx)
             return rj_fail(err, RJ_EINVAL, "job %u runs on context %u but writes a BO of context %u "
@@ -578,6 +603,7 @@ int rj_program_load(rj_program *p, rj_err *err)
     for (uint32_t i = 0; i < p->nbos; i++)
         if ((rc = hand_to_device(p, &p->bos[i], err)))
             return rc;
+    p->trace = rj_env_on(RJ_ENV_TRACE_STEPS);
     p->loaded = 1;
     return RJ_OK;
 }
@@ -627,7 +653,7 @@ static int run_npu_step(rj_program *p, uint32_t si, const prog_step *s, rj_err *
         p->stats.kicks += (j->flags & RJ_JOB_SELF_CHAINED) ? 1 : j->ntasks;
     }
     p->stats.npu_steps++;
-    if (rj_env_on(RJ_ENV_TRACE_STEPS))
+    if (p->trace)
         fprintf(stderr, "rockjit: step %u: npu, %u job(s)\n", si, s->count);
     return RJ_OK;
 fail:
@@ -654,7 +680,7 @@ static int run_host_step(rj_program *p, uint32_t si, const prog_step *s, rj_err 
     p->bos[s->host.dst.bo].cpu_dirty = 1;
     p->stats.host_steps++;
     p->stats.host_bytes += bytes;
-    if (rj_env_on(RJ_ENV_TRACE_STEPS))
+    if (p->trace)
         fprintf(stderr, "rockjit: step %u: host %s, %llu bytes\n", si,
                 rj_host_step_name(s->host.kind), (unsigned long long)bytes);
     return RJ_OK;

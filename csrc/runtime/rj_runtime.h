@@ -26,7 +26,6 @@ typedef struct rj_bo {
     uint32_t handle; /* device handle (GEM handle on rocket) */
     uint32_t ctx;    /* context the BO lives in */
     uint64_t map_size; /* bytes mapped (size rounded up to the page) */
-    void *priv;      /* device-private */
 } rj_bo;
 
 /* ---- devices ---------------------------------------------------------------------------- */

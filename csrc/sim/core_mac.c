@@ -6,8 +6,10 @@
  * matmul-as-conv.md "The data flow per tile"). Its summation order is not documented, so
  * any fp32 order is as good as another; we use a cache-blocked order that is fast. The fp16
  * rounding of the result belongs to the DPU output converter, not here. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -236,8 +238,8 @@ static int have_avx512(void)
 #endif
 }
 
-int rj_mac_gemm_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, const float *Bp, float *C,
-                    size_t ldc)
+static int gemm_f32_one(size_t M, size_t N, size_t K, const float *A, size_t lda, const float *Bp, float *C,
+                        size_t ldc)
 {
 #if RJ_MAC_HAVE_512
     if (!force_avx2 && have_avx512())
@@ -246,12 +248,56 @@ int rj_mac_gemm_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, co
     return gemm_f32_avx2(M, N, K, A, lda, Bp, C, ldc);
 }
 
+/* Large products are split over two threads by output-channel panels (each thread owns whole
+ * 32-column panel pairs, so every element is summed in exactly the order the one-thread path
+ * uses: the split never changes a result bit). */
+typedef struct gemm_part {
+    size_t M, N, K, lda, ldc;
+    const float *A, *Bp;
+    float *C;
+    int rc;
+} gemm_part;
+
+static void *gemm_part_run(void *arg)
+{
+    gemm_part *p = arg;
+    p->rc = gemm_f32_one(p->M, p->N, p->K, p->A, p->lda, p->Bp, p->C, p->ldc);
+    return NULL;
+}
+
+static int host_threads(void)
+{
+    static int cached;
+    if (!cached) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        cached = n >= 2 ? 2 : 1;
+    }
+    return cached;
+}
+
+int rj_mac_gemm_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, const float *Bp, float *C,
+                    size_t ldc)
+{
+    size_t npanels = (N + RJ_MAC_NR - 1) / RJ_MAC_NR;
+    if (host_threads() < 2 || (double)M * N * K < 4.0e6 || npanels < 4)
+        return gemm_f32_one(M, N, K, A, lda, Bp, C, ldc);
+    size_t split = (npanels / 2) & ~(size_t)1; /* an even panel count for the first half */
+    gemm_part hi = {M, N - split * RJ_MAC_NR, K, lda, ldc, A, Bp + split * K * RJ_MAC_NR,
+                    C + split * RJ_MAC_NR, 0};
+    pthread_t th;
+    if (pthread_create(&th, NULL, gemm_part_run, &hi) != 0)
+        return gemm_f32_one(M, N, K, A, lda, Bp, C, ldc);
+    int rc = gemm_f32_one(M, split * RJ_MAC_NR, K, A, lda, Bp, C, ldc);
+    pthread_join(th, NULL);
+    return rc ? rc : hi.rc;
+}
+
 /* Compare every available kernel with a plain double-precision loop on awkward shapes
  * (edge rows/panels, K across cache blocks). Returns 0, or the failing shape index + 1. */
 int rj_sim_mac_selftest(void)
 {
     static const size_t shapes[][3] = {{1, 1, 1}, {6, 16, 8}, {13, 33, 300}, {150, 48, 257}, {12, 32, 520},
-                                       {7, 17, 31}};
+                                       {7, 17, 31}, {40, 160, 700}};
     uint32_t seed = 12345u;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];

@@ -116,3 +116,61 @@ def test_job_must_use_bos_of_its_core():
         with pytest.raises(ProgramError, match="context 1"):
             b.build()
         del lc
+
+
+def test_self_chained_job_is_one_kick_and_must_be_contiguous():
+    from rockjit.runtime import ProgramError
+    with NullDevice() as dev:
+        b = ProgramBuilder(dev)
+        rc = b.add_bo(4096, "regcmd")
+        out = b.add_bo(4096, "io")
+        # 126-word tasks laid back to back (stride = even word count; notes:
+        # encodings/regcmd-task-model.md "Contiguous chaining")
+        j = b.add_job([(rc, 0, 126), (rc, 126 * 8, 126), (rc, 2 * 126 * 8, 126)], writes=[out],
+                      chained=True)
+        g = b.add_job([(rc, 0, 126), (rc, 1024, 126)], writes=[out])
+        b.add_npu_step([j])
+        b.add_npu_step([g])
+        prog = b.build()
+        prog.run()
+        st = prog.stats()
+        assert (st["jobs"], st["tasks"], st["kicks"]) == (2, 5, 1 + 2)
+        assert dev.stats()["kicks"] == 3
+        prog.close()
+
+        b = ProgramBuilder(dev)
+        rc = b.add_bo(4096, "regcmd")
+        out = b.add_bo(4096, "io")
+        b.add_job([(rc, 0, 125), (rc, 1024, 126)], writes=[out], chained=True)
+        with pytest.raises(ProgramError, match="contiguous: expected BO 0 byte 1008"):
+            b.build()
+
+
+def test_job_must_list_every_bo_its_words_address():
+    from rockjit.lowering.registers import emit_raw
+    from rockjit.runtime import ProgramError
+    with SimDevice() as dev:
+        b = ProgramBuilder(dev)
+        rc = b.add_bo(4096, "regcmd")
+        src, out = b.add_bo(4096, "io"), b.add_bo(4096, "io")
+        b.write_words(rc, [emit_raw("CNA_FEATURE_DATA_ADDR", 0), emit_raw("DPU_DST_BASE_ADDR", 0)])
+        b.add_reloc(rc, 0, src)
+        b.add_reloc(rc, 1, out)
+        b.add_job([(rc, 0, 2)], writes=[out])
+        with pytest.raises(ProgramError, match="word 0 addresses BO 1, which the job lists neither"):
+            b.build()
+
+
+def test_dump_regcmd_writes_relocated_words(tmp_path, monkeypatch):
+    monkeypatch.setenv("RJ_DUMP_REGCMD", str(tmp_path))
+    with SimDevice() as dev:
+        b = ProgramBuilder(dev)
+        lc = add_case(b, "01_matmul_fp16")
+        b.add_npu_step(lc.jobs)
+        prog = b.build()
+        dumped = np.fromfile(tmp_path / "job0000_task0000.regcmd", dtype="<u8")
+        assert len(dumped) == 126
+        # the output address word now holds our output BO's IOVA
+        values = (dumped >> np.uint64(16)) & np.uint64(0xFFFFFFFF)
+        assert prog.bo_info(lc.out_bo).iova in values.tolist()
+        prog.close()
