@@ -171,3 +171,14 @@ def test_registry_covers_every_kind():
     assert {"row_max", "row_recip_scale", "row_rsqrt_scale", "gather", "pack_cube",
             "unpack_cube"} <= set(host_steps.HOST_STEPS)
     assert SimUnsupportedError.code == -5 and SimDevice.kind == "sim"
+
+
+def test_trace_steps_flag(monkeypatch, capfd):
+    monkeypatch.setenv("RJ_TRACE_STEPS", "1")
+    dev, b, (a, c) = make_prog(256, 256)
+    b.add_host_step(host_steps.row_max(Operand(a, 0, "f32"), Operand(c, 0, "f32"), 2, 8))
+    prog = b.build()
+    prog.run()
+    assert "rockjit: step 0: host row_max, 72 bytes" in capfd.readouterr().err
+    prog.close()
+    dev.close()
