@@ -6,6 +6,7 @@
 
 Each module has a frozen config dataclass with the published defaults, `expected_shapes(config)`,
 `load_params(path, config)` (safetensors, every name and shape checked), `forward(params, ...)`
-and `trace_spec()` for `rockjit trace models.<name>:trace_spec`.  Shared pieces: `layers`
-(norms, attention, GELU, RoPE) and `weights` (the loader and its checks).
+and `trace_spec(**overrides)` for `rockjit trace models.<name>:trace_spec [field=value ...]`.
+Shared pieces: `layers` (norms, attention, GELU, RoPE), `weights` (the loader and its checks)
+and `specs` (config overrides and shape-only weights for tracing).
 """

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from . import layers as L
+from .specs import configure, encoder_spec
 from .weights import load_safetensors
 
 
@@ -137,12 +137,10 @@ def forward(params: dict, input_ids: jax.Array, attention_mask: jax.Array,
     return L.layer_norm(x, params["final_norm.weight"], None, eps)
 
 
-def trace_spec(config: ModernBertConfig = ModernBertConfig(), batch: int = 1, seq_len: int = 512):
-    """What `rockjit trace models.modernbert:trace_spec` traces: forward at this config/shape."""
-    from rockjit.api import TraceSpec  # lazy: the frontend is optional for plain JAX use
-
-    params = {k: jax.ShapeDtypeStruct(s, jnp.float32) for k, s in expected_shapes(config).items()}
+def trace_spec(batch: int = 1, seq_len: int = 512, **overrides):
+    """What `rockjit trace models.modernbert:trace_spec [seq_len=N] [field=value ...]` traces:
+    forward on [batch, seq_len] ids and mask, at the base config with `overrides` applied."""
+    config = configure(ModernBertConfig(), overrides)
     ids = jax.ShapeDtypeStruct((batch, seq_len), jnp.int32)
     mask = jax.ShapeDtypeStruct((batch, seq_len), jnp.int32)
-    return TraceSpec(partial(forward, config=config), (params, ids, mask),
-                     static_argnums=(), resident_argnums=(0,))
+    return encoder_spec(forward, config, expected_shapes(config), ids, mask)

@@ -7,7 +7,6 @@ Parameter names are those of transformers' SiglipVisionModel state_dict (5.x: no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +14,7 @@ import numpy as np
 from jax import lax
 
 from . import layers as L
+from .specs import configure, encoder_spec
 from .weights import load_safetensors
 
 
@@ -153,13 +153,10 @@ def forward(params: dict, pixel_values: jax.Array,
     return x, _pooling_head(params, x, config)
 
 
-def trace_spec(config: SiglipVisionConfig = SiglipVisionConfig(), batch: int = 1):
-    """What `rockjit trace models.siglip:trace_spec` traces: forward at this config."""
-    from rockjit.api import TraceSpec  # lazy: the frontend is optional for plain JAX use
-
-    params = {k: jax.ShapeDtypeStruct(s, jnp.float32) for k, s in expected_shapes(config).items()}
+def trace_spec(batch: int = 1, **overrides):
+    """What `rockjit trace models.siglip:trace_spec [image_size=N] [field=value ...]` traces:
+    forward at the SigLIP-B/16 224 config with `overrides` applied."""
+    config = configure(SiglipVisionConfig(), overrides)
     pixels = jax.ShapeDtypeStruct((batch, config.num_channels, config.image_size,
                                    config.image_size), jnp.float32)
-    return TraceSpec(partial(forward, config=config), (params, pixels),
-                     static_argnums=(), resident_argnums=(0,))
-
+    return encoder_spec(forward, config, expected_shapes(config), pixels)

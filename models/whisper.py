@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +15,7 @@ import numpy as np
 from jax import lax
 
 from . import layers as L
+from .specs import configure, encoder_spec
 from .weights import load_safetensors
 
 _LN_EPS = 1e-5  # torch.nn.LayerNorm's default; Whisper's norms do not set one
@@ -139,11 +139,14 @@ def forward(params: dict, input_features: jax.Array,
     return L.layer_norm(x, params["layer_norm.weight"], params["layer_norm.bias"], _LN_EPS)
 
 
-def trace_spec(config: WhisperEncoderConfig = WhisperEncoderConfig(), batch: int = 1):
-    """What `rockjit trace models.whisper:trace_spec` traces: forward at this config."""
-    from rockjit.api import TraceSpec  # lazy: the frontend is optional for plain JAX use
+PRESETS = {"base": WhisperEncoderConfig.base, "tiny": WhisperEncoderConfig.tiny}
 
-    params = {k: jax.ShapeDtypeStruct(s, jnp.float32) for k, s in expected_shapes(config).items()}
+
+def trace_spec(preset: str = "base", batch: int = 1, **overrides):
+    """What `rockjit trace models.whisper:trace_spec [preset=tiny] [field=value ...]` traces:
+    forward on a [batch, 80, 3000] log-mel at the preset config with `overrides` applied."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown Whisper preset {preset!r}; choose one of {sorted(PRESETS)}")
+    config = configure(PRESETS[preset](), overrides)
     feats = jax.ShapeDtypeStruct((batch, config.num_mel_bins, config.num_frames), jnp.float32)
-    return TraceSpec(partial(forward, config=config), (params, feats),
-                     static_argnums=(), resident_argnums=(0,))
+    return encoder_spec(forward, config, expected_shapes(config), feats)

@@ -60,6 +60,9 @@ def _interpreter_backend(graph: Graph, params: Mapping[str, np.ndarray]) -> Runn
 
 def _check_backend(name: str) -> None:
     if name not in BACKENDS:
+        # the NPU backends register themselves when the lowering is imported
+        from .lowering import backend as _npu  # noqa: F401
+    if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; registered backends: {sorted(BACKENDS)}")
 
 
@@ -432,6 +435,14 @@ class Compiled:
         outs = runner(inputs)
         return tree_unflatten(self.out_tree, [np.asarray(o) for o in outs])
 
+    def stats(self) -> dict[str, int]:
+        """The compiled program's counters (NPU backends; after the first call)."""
+        stats = getattr(self._runner, "stats", None)
+        if stats is None:
+            raise TraceError(f"backend {self.backend!r} keeps no program stats"
+                             + ("" if self._runner else "; call the function first"))
+        return stats()
+
 
 class Lowered:
     """A traced function in rockjit IR (after import and simplification)."""
@@ -510,6 +521,26 @@ class CompiledFunction:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+
+    def compiled(self, *args: Any, **kwargs: Any) -> "Compiled":
+        """The Compiled object for these arguments' signature (traced if needed)."""
+        args = _bind_kwargs(self.fn, args, kwargs)
+        sig = self._signature(args)
+        c = self._cache.get(sig.key())
+        if c is None:
+            self.trace_count += 1
+            graph, out_tree = _trace(sig, _graph_name(self.fn))
+            c = Lowered(graph, sig, out_tree, self.backend, args).compile()
+            self._cache[sig.key()] = c
+        return c
+
+    def stats(self, *args: Any, **kwargs: Any) -> dict[str, int]:
+        """Program stats of the most recently compiled signature (or of ``args``')."""
+        if args or kwargs:
+            return self.compiled(*args, **kwargs).stats()
+        if not self._cache:
+            raise TraceError("nothing compiled yet; call the function first")
+        return list(self._cache.values())[-1].stats()
 
 
 def compile(fn: Callable[..., Any] | None = None, *, static_argnums: int | Sequence[int] = (),

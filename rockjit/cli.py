@@ -1,17 +1,25 @@
 """The ``rockjit`` command line.
 
-    rockjit trace package.module:make_spec [--stats]
+    rockjit trace package.module:make_spec [name=value ...] [--stats]
 
-``make_spec`` is a zero-argument callable returning a ``rockjit.api.TraceSpec``; the command
-traces it and prints the IR (after import and constant folding).
+``make_spec`` is a callable returning a ``rockjit.api.TraceSpec``; the command traces it and
+prints the IR (after import and constant folding).  ``name=value`` pairs are passed to it as
+keyword arguments (a config field, a sequence length), so one spec function serves every size:
+
+    rockjit trace models.whisper:trace_spec preset=tiny
+    rockjit trace models.siglip:trace_spec image_size=512 num_hidden_layers=2
+
+A value is read as a Python literal (``3``, ``0.5``, ``True``, ``(1, 2)``) and otherwise kept as
+a string (``preset=tiny``).
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import os
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 EXIT_OK = 0
 EXIT_COMPILE_ERROR = 1   # the target traced but rockjit cannot compile it (message says why)
@@ -50,14 +58,33 @@ def _load_target(target: str) -> Callable[[], Any]:
     return obj
 
 
-def _trace_spec(target: str) -> Any:
+def _keyword_args(pairs: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise _UsageError(f"argument {pair!r} must look like name=value (e.g. "
+                              f"num_hidden_layers=2)")
+        if name in out:
+            raise _UsageError(f"argument {name!r} is given twice")
+        try:
+            out[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            out[name] = text  # a bare word such as preset=tiny
+    return out
+
+
+def _trace_spec(target: str, kwargs: Mapping[str, Any]) -> Any:
     from .api import TraceSpec
 
     make = _load_target(target)
     try:
-        spec = make()
-    except TypeError as e:
-        raise _UsageError(f"{target} must be callable with no arguments: {_one_line(e)}") from None
+        spec = make(**kwargs)
+    except (TypeError, ValueError) as e:
+        # A wrong keyword or a value the spec function refuses: the user's command line is
+        # at fault, and the function's own message says which part.
+        given = " ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "no arguments"
+        raise _UsageError(f"{target} cannot be called with {given}: {_one_line(e)}") from None
     if not isinstance(spec, TraceSpec):
         raise _UsageError(f"{target}() returned {type(spec).__name__}, expected "
                           f"rockjit.api.TraceSpec(fn, args, ...)")
@@ -75,7 +102,7 @@ def _format_stats(counts: dict[str, int]) -> str:
 def _cmd_trace(args: argparse.Namespace) -> int:
     from .errors import RockjitError
 
-    spec = _trace_spec(args.target)
+    spec = _trace_spec(args.target, _keyword_args(args.kwargs))
     try:
         lowered = spec.lower()
     except RockjitError as e:
@@ -93,8 +120,10 @@ def _parser() -> argparse.ArgumentParser:
                                 "the RK3588 NPU")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("trace", help="trace a function and print its rockjit IR")
-    t.add_argument("target", help="module:function, a zero-argument callable returning a "
+    t.add_argument("target", help="module:function, a callable returning a "
                                   "rockjit.api.TraceSpec")
+    t.add_argument("kwargs", nargs="*", metavar="name=value",
+                   help="keyword arguments for the target (Python literals, else strings)")
     t.add_argument("--stats", action="store_true", help="also print the count of each IR op")
     t.set_defaults(run=_cmd_trace)
     return p

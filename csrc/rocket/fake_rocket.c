@@ -5,15 +5,18 @@
  *
  * Kernel behaviour modelled (torvalds/linux drivers/accel/rocket/, restated):
  *   open        one file = one IOVA space (starting at 0, notes: perf/iova-and-multicore.md)
- *               and one scheduling entity; here also one simulator core.
+ *               and one scheduling entity; here also one simulator core with its own worker
+ *               thread, so jobs of different files run at the same time, as on three cores.
  *   CREATE_BO   page-aligned first-fit IOVA; handles count from 1; returns an mmap offset.
  *   SUBMIT      job_count 0 -> success, nothing done; job_struct_size < 40 or reserved != 0
  *               -> EINVAL; then per job: task_count 0, task_struct_size < 8, regcmd_count 0
  *               -> EINVAL; an unknown handle -> ENOENT. A failing job is dropped and SUBMIT
- *               still returns 0 (rocket_ioctl_submit ignores each job's result).
- *   PREP_BO     reserved != 0 -> EINVAL; unknown handle -> ENOENT; waits for the BO's writer
- *               until the absolute CLOCK_MONOTONIC deadline: 0 or a past deadline polls and
- *               gives EBUSY, a future one that expires gives ETIMEDOUT.
+ *               still returns 0 (rocket_ioctl_submit ignores each job's result). An accepted
+ *               job is queued on its file and runs asynchronously; its out-BOs are busy until
+ *               it completes. Jobs of one file run in submission order.
+ *   PREP_BO     reserved != 0 -> EINVAL; unknown handle -> ENOENT; blocks until the BO's
+ *               writers completed or the absolute CLOCK_MONOTONIC deadline passed: 0 or a past
+ *               deadline polls and gives EBUSY, a future one that expires gives ETIMEDOUT.
  *   FINI_BO     reserved != 0 -> EINVAL; unknown handle -> ENOENT.
  *   GEM_CLOSE   unknown handle -> EINVAL; memory lives on while mapped.
  * Deliberately stricter than the kernel: an ioctl whose encoded size or direction differs
@@ -46,22 +49,42 @@ typedef struct fake_bo {
     uint32_t handle;
     int handle_open;
     uint32_t maps;
-    int busy;            /* a hung job's fence never signals */
+    uint32_t busy;       /* queued or running jobs that write it (a hung job never finishes) */
+    uint32_t refs;       /* queued jobs and waiters holding it (the kernel's job BO refs) */
     uint64_t iova, size, map_size, mmap_offset;
     uint8_t *mem;
 } fake_bo;
 
+/* An accepted job waiting for (or running on) its file's worker. It holds a reference on every
+ * BO of the file, so the memory it may address outlives a GEM_CLOSE issued meanwhile. */
+typedef struct fake_job {
+    struct fake_job *next;
+    rj_task *tasks;
+    uint32_t ntasks;
+    fake_bo **bos;       /* the file's BOs at submit: the job's view of the IOVA space */
+    uint32_t nbos;
+    fake_bo **outs;      /* writers: busy drops when the job completes */
+    uint32_t nouts;
+    int hang;            /* injected: never completes */
+} fake_job;
+
 typedef struct fake_file {
     int used;
     int fd;
-    rj_sim *sim;
+    rj_sim *sim;         /* touched only by the file's worker once the file is open */
     uint32_t next_handle;
     int job_err_code;
     char job_err_msg[1024];
+    pthread_t worker;
+    pthread_cond_t work; /* the queue got a job, or the file is closing */
+    fake_job *head, *tail;
+    int closing;
 } fake_file;
 
 static struct {
     pthread_mutex_t lock;
+    pthread_cond_t done; /* some job completed (CLOCK_MONOTONIC, for PREP_BO deadlines) */
+    uint32_t running;    /* jobs executing right now, over all files */
     fake_file files[FAKE_MAX_FILES];
     fake_bo **bos;
     uint32_t nbos, cap_bos;
@@ -119,9 +142,21 @@ static fake_bo *lookup(int file, uint32_t handle)
     return NULL;
 }
 
+static pthread_once_t done_once = PTHREAD_ONCE_INIT;
+
+/* PREP_BO deadlines are CLOCK_MONOTONIC, so the completion condition waits on that clock. */
+static void init_done_cond(void)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&K.done, &a);
+    pthread_condattr_destroy(&a);
+}
+
 static void free_bo_if_unused(fake_bo *b)
 {
-    if (b->handle_open || b->maps)
+    if (b->handle_open || b->maps || b->refs)
         return;
     for (uint32_t i = 0; i < K.nbos; i++)
         if (K.bos[i] == b) {
@@ -211,48 +246,128 @@ static int do_create_bo(int fi, rj_drm_rocket_create_bo *a)
 /* Copy a user array the way copy_from_user would fail on it. */
 static int user_ok(uint64_t ptr, uint64_t count) { return count == 0 || ptr != 0; }
 
-static void run_job(int fi, const rj_drm_rocket_job *j, uint32_t ji, fake_bo **ins, fake_bo **outs)
+static void job_free(fake_job *j)
+{
+    for (uint32_t i = 0; i < j->nbos; i++) {
+        j->bos[i]->refs--;
+        free_bo_if_unused(j->bos[i]);
+    }
+    free(j->bos);
+    free(j->outs);
+    free(j->tasks);
+    free(j);
+}
+
+/* The file's worker: the core the fd is scheduled on. It runs queued jobs in order on the
+ * file's own simulator, with the global lock dropped, so files run in parallel. Called with
+ * K.lock held; returns with it held once the file is closing and its queue is drained. */
+static void *worker_main(void *arg)
+{
+    fake_file *f = arg;
+    pthread_mutex_lock(&K.lock);
+    for (;;) {
+        while (!f->head && !f->closing)
+            pthread_cond_wait(&f->work, &K.lock);
+        fake_job *j = f->head;
+        if (!j)
+            break;
+        f->head = j->next;
+        if (!f->head)
+            f->tail = NULL;
+        if (j->hang) {
+            /* The job never completes: its writers stay busy, its fence never signals. */
+            job_free(j);
+            continue;
+        }
+        rj_region *regions = calloc(j->nbos ? j->nbos : 1, sizeof(*regions));
+        for (uint32_t i = 0; regions && i < j->nbos; i++)
+            regions[i] = (rj_region){.iova = j->bos[i]->iova, .size = j->bos[i]->size,
+                                     .host = j->bos[i]->mem};
+        uint32_t delay_us = K.faults.job_delay_us;
+        K.running++;
+        if (K.running > K.st.max_running)
+            K.st.max_running = K.running;
+        pthread_mutex_unlock(&K.lock);
+
+        rj_err e = {0};
+        int rc = regions ? rj_sim_run_job(f->sim, regions, j->nbos, j->tasks, j->ntasks, &e)
+                         : rj_fail(&e, RJ_ENOMEM, "fake rocket: out of memory for a job's regions");
+        if (delay_us) {
+            /* Stand-in for the time the NPU spends on the job (fault injection). */
+            struct timespec ts = {.tv_sec = delay_us / 1000000u,
+                                  .tv_nsec = (long)(delay_us % 1000000u) * 1000};
+            while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+            }
+        }
+        free(regions);
+
+        pthread_mutex_lock(&K.lock);
+        K.running--;
+        if (rc && !f->job_err_code) {
+            /* On silicon this is a job that hangs until the 500 ms scheduler timeout and a
+             * core reset; the fence still signals. Keep the simulator's reason for job_error(). */
+            f->job_err_code = rc;
+            snprintf(f->job_err_msg, sizeof(f->job_err_msg), "%s", e.msg);
+        }
+        K.st.jobs_run++;
+        for (uint32_t o = 0; o < j->nouts; o++)
+            j->outs[o]->busy--;
+        job_free(j);
+        pthread_cond_broadcast(&K.done);
+    }
+    pthread_mutex_unlock(&K.lock);
+    return NULL;
+}
+
+/* Queue an accepted job on its file (K.lock held). */
+static void queue_job(int fi, const rj_drm_rocket_job *dj, uint32_t ji, fake_bo **outs)
 {
     fake_file *f = &K.files[fi];
-    if (K.faults.hang_jobs) {
-        K.faults.hang_jobs--;
-        for (uint32_t o = 0; o < j->out_bo_handle_count; o++)
-            outs[o]->busy = 1;
-        return;
-    }
+    fake_job *j = calloc(1, sizeof(*j));
     uint32_t n = 0;
     for (uint32_t i = 0; i < K.nbos; i++)
         n += K.bos[i]->file == fi;
-    rj_region *regions = calloc(n ? n : 1, sizeof(*regions));
-    rj_task *tasks = calloc(j->task_count, sizeof(*tasks));
-    if (!regions || !tasks) {
-        free(regions);
-        free(tasks);
+    if (j) {
+        j->tasks = calloc(dj->task_count, sizeof(*j->tasks));
+        j->bos = calloc(n ? n : 1, sizeof(*j->bos));
+        j->outs = calloc(dj->out_bo_handle_count ? dj->out_bo_handle_count : 1, sizeof(*j->outs));
+    }
+    if (!j || !j->tasks || !j->bos || !j->outs) {
+        if (j) {
+            free(j->tasks);
+            free(j->bos);
+            free(j->outs);
+            free(j);
+        }
         drop_job(ENOMEM, "SUBMIT job %u: out of memory", ji);
         return;
     }
-    n = 0;
-    for (uint32_t i = 0; i < K.nbos; i++)
-        if (K.bos[i]->file == fi)
-            regions[n++] = (rj_region){.iova = K.bos[i]->iova, .size = K.bos[i]->size,
-                                       .host = K.bos[i]->mem};
-    const uint8_t *base = (const uint8_t *)(uintptr_t)j->tasks;
-    for (uint32_t t = 0; t < j->task_count; t++) {
+    const uint8_t *base = (const uint8_t *)(uintptr_t)dj->tasks;
+    for (uint32_t t = 0; t < dj->task_count; t++) {
         rj_drm_rocket_task dt;
-        memcpy(&dt, base + (uint64_t)t * j->task_struct_size, sizeof(dt));
-        tasks[t] = (rj_task){.regcmd_iova = dt.regcmd, .regcmd_count = dt.regcmd_count};
+        memcpy(&dt, base + (uint64_t)t * dj->task_struct_size, sizeof(dt));
+        j->tasks[t] = (rj_task){.regcmd_iova = dt.regcmd, .regcmd_count = dt.regcmd_count};
     }
-    rj_err e = {0};
-    int rc = rj_sim_run_job(f->sim, regions, n, tasks, j->task_count, &e);
-    if (rc && !f->job_err_code) {
-        /* On silicon this is a job that hangs until the 500 ms scheduler timeout and a core
-         * reset; the fence still signals. Keep the simulator's reason for job_error(). */
-        f->job_err_code = rc;
-        snprintf(f->job_err_msg, sizeof(f->job_err_msg), "%s", e.msg);
+    j->ntasks = dj->task_count;
+    for (uint32_t i = 0; i < K.nbos; i++)
+        if (K.bos[i]->file == fi) {
+            K.bos[i]->refs++;
+            j->bos[j->nbos++] = K.bos[i];
+        }
+    for (uint32_t o = 0; o < dj->out_bo_handle_count; o++) {
+        outs[o]->busy++;
+        j->outs[j->nouts++] = outs[o];
     }
-    K.st.jobs_run++;
-    free(tasks);
-    free(regions);
+    if (K.faults.hang_jobs) {
+        K.faults.hang_jobs--;
+        j->hang = 1;
+    }
+    if (f->tail)
+        f->tail->next = j;
+    else
+        f->head = j;
+    f->tail = j;
+    pthread_cond_signal(&f->work);
 }
 
 static int lookup_handles(int fi, uint64_t ptr, uint32_t count, fake_bo **out, uint32_t ji,
@@ -308,7 +423,7 @@ static void submit_job(int fi, const rj_drm_rocket_job *j, uint32_t ji)
                      "such a job having executed nothing (notes: encodings/regcmd-task-model.md)",
                      ji);
         else
-            run_job(fi, j, ji, ins, outs);
+            queue_job(fi, j, ji, outs);
     }
     free(ins);
     free(outs);
@@ -340,8 +455,9 @@ static int do_submit(int fi, rj_drm_rocket_submit *a)
     return 0;
 }
 
-/* Returns 0, or -1 with errno; *sleep_ns > 0 asks the caller to sleep unlocked first. */
-static int do_prep_bo(int fi, rj_drm_rocket_prep_bo *a, int64_t *sleep_ns)
+/* Returns 0, or -1 with errno. Blocks (K.lock released while waiting) until the BO has no
+ * pending writer or the absolute deadline passes. */
+static int do_prep_bo(int fi, rj_drm_rocket_prep_bo *a)
 {
     K.st.preps++;
     if (a->reserved != 0)
@@ -363,13 +479,25 @@ static int do_prep_bo(int fi, rj_drm_rocket_prep_bo *a, int64_t *sleep_ns)
     }
     if (!b->busy)
         return 0;
-    int64_t now = rj_now_ns();
-    K.st.timeouts++;
-    if (a->timeout_ns == 0 || a->timeout_ns <= now)
+    if (a->timeout_ns == 0 || a->timeout_ns <= rj_now_ns()) {
+        K.st.timeouts++;
         return fail_errno(EBUSY, "PREP_BO: handle %u still busy at a deadline already passed (poll)",
                           a->handle);
-    *sleep_ns = a->timeout_ns - now;
-    return fail_errno(ETIMEDOUT, "PREP_BO: handle %u still busy at the deadline", a->handle);
+    }
+    struct timespec until = {.tv_sec = a->timeout_ns / 1000000000ll,
+                             .tv_nsec = a->timeout_ns % 1000000000ll};
+    b->refs++; /* a GEM_CLOSE while we wait must not free it under us */
+    int rc = 0;
+    while (b->busy && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&K.done, &K.lock, &until);
+    int still = b->busy != 0;
+    b->refs--;
+    free_bo_if_unused(b);
+    if (still) {
+        K.st.timeouts++;
+        return fail_errno(ETIMEDOUT, "PREP_BO: handle %u still busy at the deadline", a->handle);
+    }
+    return 0;
 }
 
 static int do_fini_bo(int fi, rj_drm_rocket_fini_bo *a)
@@ -394,10 +522,10 @@ static int do_gem_close(int fi, rj_drm_gem_close *a)
 
 static int fake_ioctl(int fd, unsigned long request, void *arg)
 {
+    pthread_once(&done_once, init_done_cond);
     pthread_mutex_lock(&K.lock);
     K.st.ioctls++;
     int fi, rc;
-    int64_t sleep_ns = 0;
     if (!file_of(fd, &fi)) {
         rc = fail_errno(EBADF, "ioctl on fd %d, which is not an open fake rocket file", fd);
         goto out;
@@ -427,18 +555,13 @@ static int fake_ioctl(int fd, unsigned long request, void *arg)
     switch (which) {
     case RJ_ROCKET_IOCTL_CREATE_BO: rc = do_create_bo(fi, arg); break;
     case RJ_ROCKET_IOCTL_SUBMIT: rc = do_submit(fi, arg); break;
-    case RJ_ROCKET_IOCTL_PREP_BO: rc = do_prep_bo(fi, arg, &sleep_ns); break;
+    case RJ_ROCKET_IOCTL_PREP_BO: rc = do_prep_bo(fi, arg); break;
     case RJ_ROCKET_IOCTL_FINI_BO: rc = do_fini_bo(fi, arg); break;
     default: rc = do_gem_close(fi, arg); break;
     }
 out:;
     int e = errno;
     pthread_mutex_unlock(&K.lock);
-    if (sleep_ns > 0) {
-        struct timespec ts = {.tv_sec = sleep_ns / 1000000000ll, .tv_nsec = sleep_ns % 1000000000ll};
-        while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-        }
-    }
     errno = e;
     return rc;
 }
@@ -455,6 +578,7 @@ static int fake_open(const char *path, int flags)
         errno = EACCES; /* the DRM node is used read-write */
         return -1;
     }
+    pthread_once(&done_once, init_done_cond);
     pthread_mutex_lock(&K.lock);
     int rc = -1, e = EMFILE;
     for (int i = 0; i < FAKE_MAX_FILES; i++) {
@@ -474,6 +598,14 @@ static int fake_open(const char *path, int flags)
             e = ENOMEM;
             break;
         }
+        pthread_cond_init(&f->work, NULL);
+        if (pthread_create(&f->worker, NULL, worker_main, f) != 0) {
+            pthread_cond_destroy(&f->work);
+            rj_sim_destroy(f->sim);
+            close(fd);
+            e = EAGAIN;
+            break;
+        }
         f->used = 1;
         f->fd = fd;
         f->next_handle = 1;
@@ -491,11 +623,18 @@ static int fake_close(int fd)
     pthread_mutex_lock(&K.lock);
     int fi;
     fake_file *f = file_of(fd, &fi);
-    if (!f) {
+    if (!f || f->closing) {
         pthread_mutex_unlock(&K.lock);
         errno = EBADF;
         return -1;
     }
+    /* The last reference to the file goes: queued jobs still finish (the kernel keeps their
+     * BOs referenced), then the worker exits. */
+    f->closing = 1;
+    pthread_cond_signal(&f->work);
+    pthread_mutex_unlock(&K.lock);
+    pthread_join(f->worker, NULL);
+    pthread_mutex_lock(&K.lock);
     /* Closing the file releases its handles; mapped memory stays until munmap. */
     for (uint32_t i = K.nbos; i-- > 0;) {
         fake_bo *b = K.bos[i];
@@ -506,6 +645,7 @@ static int fake_close(int fd)
         free_bo_if_unused(b);
     }
     rj_sim_destroy(f->sim);
+    pthread_cond_destroy(&f->work);
     close(f->fd);
     memset(f, 0, sizeof(*f));
     pthread_mutex_unlock(&K.lock);

@@ -128,7 +128,8 @@ typedef struct rj_fake_rocket_faults {
     uint32_t fail_create_at;    /* the Nth CREATE_BO from now fails with ENOMEM (0 = never) */
     uint32_t fail_mmap_at;      /* the Nth mmap from now fails with ENOMEM (0 = never) */
     uint32_t fail_submit;       /* the next N SUBMIT calls fail with ENOMEM */
-    uint32_t reserved[3];       /* must be zero */
+    uint32_t job_delay_us;      /* every job takes at least this long (stand-in for NPU time) */
+    uint32_t reserved[2];       /* must be zero */
 } rj_fake_rocket_faults;
 
 #define RJ_FAKE_ROCKET_MAX_DEADLINES 8
@@ -149,6 +150,7 @@ typedef struct rj_fake_rocket_stats {
     int64_t prep_deadlines[RJ_FAKE_ROCKET_MAX_DEADLINES]; /* timeout_ns of the last PREP_BOs */
     uint32_t n_prep_deadlines;  /* how many of the above are filled (most recent last) */
     int32_t last_errno;         /* errno of the last refused ioctl or dropped job */
+    uint32_t max_running;       /* most jobs executing at the same moment, over all fds */
     char last_error[512];       /* why (the kernel's drm_dbg reason, in our words) */
 } rj_fake_rocket_stats;
 

@@ -89,9 +89,25 @@ static int simdev_submit(rj_device *d, const rj_job *jobs, uint32_t njobs, rj_er
         int rc = regions_for(d, c, err);
         if (rc)
             return rc;
+        rj_sim_stats before, after;
+        rj_sim_get_stats(c->sim, &before);
         rc = rj_sim_run_job(c->sim, c->regions, c->nbos, jobs[i].tasks, jobs[i].ntasks, err);
         if (rc)
             return rc;
+        /* The simulator decides kicks from the words alone (a chain link in the first task's
+         * trailer); the job's flag is what the runtime counts. A disagreement is a program bug
+         * that would make the counters lie, so it is refused. */
+        rj_sim_get_stats(c->sim, &after);
+        uint64_t kicks = after.kicks - before.kicks;
+        int chained = (jobs[i].flags & RJ_JOB_SELF_CHAINED) != 0;
+        if (jobs[i].ntasks > 1 && chained != (kicks == 1))
+            return rj_fail(err, RJ_EINVAL,
+                           "job %u is %sflagged self-chained but its %u tasks ran as %llu kick(s): %s "
+                           "(notes: encodings/regcmd-task-model.md \"Contiguous chaining\")", i,
+                           chained ? "" : "not ", jobs[i].ntasks, (unsigned long long)kicks,
+                           chained ? "link every task's trailer to the next one (PC_BASE_ADDRESS "
+                                     "in the OP_NONE slot) or drop the flag"
+                                   : "set the flag for a job whose trailers link its tasks");
     }
     return RJ_OK;
 }

@@ -92,6 +92,8 @@ def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _binary(f: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> RefFn:
+    """Arithmetic and comparisons alike: both operands widened, ``f`` applied, the result cast
+    to the node's type (the operand dtype, or bool for a comparison)."""
     def ref(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType) -> np.ndarray:
         a, b = ins
         w = _wide(a.dtype)
@@ -103,14 +105,6 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind in "iu":
         return _int_div(a, b)
     return a / b
-
-
-def _compare(f: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> RefFn:
-    def ref(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType) -> np.ndarray:
-        a, b = ins
-        w = _wide(a.dtype)
-        return _cast(f(a.astype(w), b.astype(w)), t)
-    return ref
 
 
 def _select_n(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType) -> np.ndarray:
@@ -317,12 +311,12 @@ REFERENCE: dict[Op, RefFn] = {
     Op.MAX: _binary(np.maximum),
     Op.MIN: _binary(np.minimum),
     Op.POW: _binary(np.power),
-    Op.EQ: _compare(np.equal),
-    Op.NE: _compare(np.not_equal),
-    Op.LT: _compare(np.less),
-    Op.LE: _compare(np.less_equal),
-    Op.GT: _compare(np.greater),
-    Op.GE: _compare(np.greater_equal),
+    Op.EQ: _binary(np.equal),
+    Op.NE: _binary(np.not_equal),
+    Op.LT: _binary(np.less),
+    Op.LE: _binary(np.less_equal),
+    Op.GT: _binary(np.greater),
+    Op.GE: _binary(np.greater_equal),
     Op.SELECT_N: _select_n,
     Op.REDUCE_SUM: _reduce_sum,
     Op.REDUCE_MAX: _reduce_max,

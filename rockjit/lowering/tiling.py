@@ -191,12 +191,15 @@ def _input_window(shape: ConvShape, profile: ChipProfile, oy0: int, n: int) -> R
 
 
 def _balanced(total: int, limit: int, align: int) -> list[Span]:
-    """Cut ``total`` into the fewest pieces <= limit, equal sizes rounded up to ``align``."""
-    n = ceil_div(total, limit)
-    size = min(limit, round_up(ceil_div(total, n), align))
+    """Cut ``total`` into the fewest pieces <= limit, sizes whole ``align`` atoms as equal as
+    they can be (the larger ones first); only the last piece may end off the atom grid."""
+    atoms, cap = ceil_div(total, align), max(1, limit // align)
+    n = ceil_div(atoms, cap)
+    base, extra = divmod(atoms, n)
     out, s = [], 0
-    while s < total:
-        out.append(Span(s, min(size, total - s)))
+    for i in range(n):
+        size = min((base + (i < extra)) * align, total - s)
+        out.append(Span(s, size))
         s += size
     return out
 
@@ -237,7 +240,8 @@ def _check_shape(shape: ConvShape, profile: ChipProfile) -> None:
 
 
 def plan_conv(shape: ConvShape, profile: ChipProfile, *, max_rows: int | None = None,
-              max_kernels: int | None = None, max_channels: int | None = None) -> ConvPlan:
+              max_kernels: int | None = None, max_channels: int | None = None,
+              max_k_steps: int | None = None) -> ConvPlan:
     """The cheapest tiling of ``shape`` (module docstring). ``max_*`` cap the tile sizes (tests,
     and matching a foreign program's forced tiling); they never lift a hardware limit."""
     if profile.encoding != "rk3588":
@@ -262,7 +266,7 @@ def plan_conv(shape: ConvShape, profile: ChipProfile, *, max_rows: int | None = 
     why_not: list[str] = []
     n_k_steps = 1 if shape.depthwise else shape.channels // p.k_align
     seen_ct: set[int] = set()
-    for nk in range(1, n_k_steps + 1):
+    for nk in range(1, min(n_k_steps, max_k_steps or n_k_steps) + 1):
         ct = shape.channels if shape.depthwise else round_up(ceil_div(shape.channels, nk), p.k_align)
         if ct in seen_ct or ceil_div(shape.channels, ct) != nk:
             continue

@@ -53,3 +53,10 @@ def check(got: np.ndarray, ref: np.ndarray, bound: np.ndarray | float, what: str
             f"{what}: {int((excess > 0).sum())} of {err.size} elements out of tolerance; worst at "
             f"{i}: got {got64[i]!r}, want {ref64[i]!r}, |err| {err[i]:.3g} > bound "
             f"{np.broadcast_to(bound, err.shape)[i]:.3g}")
+
+
+def lut_bound(ref: np.ndarray, table_error: np.ndarray | float) -> np.ndarray:
+    """A LUT activation: the table's stated absolute error (``table_error``, from the emitter
+    that builds the table, including any intermediate fp16 rounding of a 2-pass form) plus
+    the final rounding to fp16 (one u of |ref|) and the FLOOR."""
+    return np.asarray(table_error, np.float64) + elementwise_bound(ref, rounds=1)

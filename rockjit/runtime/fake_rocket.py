@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from ._ffi import call, ffi, lib
 
-FAULTS = ("prep_eintr", "hang_jobs", "fail_create_at", "fail_mmap_at", "fail_submit")
+FAULTS = ("prep_eintr", "hang_jobs", "fail_create_at", "fail_mmap_at", "fail_submit",
+          "job_delay_us")
 STATS = ("open_fds", "live_bos", "live_bytes", "ioctls", "ioctl_errors", "bos_created", "submits",
-         "jobs_run", "jobs_dropped", "preps", "finis", "eintr_returned", "timeouts", "last_errno")
+         "jobs_run", "jobs_dropped", "preps", "finis", "eintr_returned", "timeouts", "last_errno",
+         "max_running")
 
 
 def reset() -> None:

@@ -55,7 +55,7 @@ def test_bad_target_in_subprocess_exits_2() -> None:
     ("cli_targets:missing", "has no attribute 'missing'"),
     ("cli_targets:NOT_CALLABLE", "is a int, not a callable"),
     ("cli_targets:not_a_spec", "returned str, expected rockjit.api.TraceSpec"),
-    ("cli_targets:mlp", "must be callable with no arguments"),
+    ("cli_targets:mlp", "cannot be called with no arguments"),
 ])
 def test_bad_target_is_one_line_and_exit_2(target: str, needle: str, capsys, monkeypatch
                                            ) -> None:

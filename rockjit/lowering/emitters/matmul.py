@@ -30,15 +30,11 @@ from ...ir.types import DType
 from ..layouts import (CubeLayout, WeightLayout, matrix_feature_layout, matrix_output_layout,
                        pack_matrix, unpack_matrix, weight_layout)
 from ..profile import ChipProfile
-from ..regcmd import LoweringError, Reloc, Task, TaskProgram
-
-# DMA burst length code 15 (the longest burst) on the CNA feature/weight reads, the DPU write
-# and the DPU_RDMA read: the value of every conformance program and of Mesa's conv emitter.
-BURST_LEN = 15
-# DPU_FEATURE_MODE_CFG.OUTPUT_MODE 2: the value of every CNA->CORE->DPU program that writes
-# its result to memory, in [conf] (01-04, 06, 09) and [mesa]. No source documents the other
-# codes, so none is used.
-OUTPUT_TO_MEMORY = 2
+from ..opprogram import BufferSpec, OpProgram
+from ..regcmd import LoweringError, Reloc, TaskProgram
+from ..tiling import KACC_DPU, KACC_HOST, ConvPlan, ConvShape, plan_conv, round_up
+from .conv import (ConvTaskGeom, CubeRef, Scratch, TiledTasks, assemble, build_tiled,
+                   emit_conv_task, host_partial_sum)
 
 _SUPPORTED = {(DType.F16, DType.F16), (DType.F16, DType.F32), (DType.I8, DType.I32)}
 
@@ -159,145 +155,185 @@ def emit_matmul(tile: MatmulTile, profile: ChipProfile, a: Reloc, b: Reloc, c: R
     ``reuse`` = "data" or "weight" keeps that operand from the previous task of the same job in
     the CBUF instead of fetching it again (CNA_CBUF_CON0 DATA_REUSE / WEIGHT_REUSE [reuse]); the
     caller guarantees the previous task loaded the same operand with the same CBUF split.
+    The task is the 1x1 stride-1 conv of emitters/conv.py over an M-row, 1-wide feature map.
     """
-    if reuse not in ("none", "data", "weight"):
-        raise LoweringError(f"reuse must be 'none', 'data' or 'weight' (one operand at a time "
-                            f"[reuse]), got {reuse!r}")
-    p = profile.input(tile.in_dtype)
-    out = profile.output(tile.in_dtype, tile.out_dtype)
-    h, w = tile.m_pad, 1          # the feature map: M rows of one position each
-    oh, ow = h, w                 # a 1x1 stride-1 unpadded conv keeps the spatial size
-    t = Task(name, profile)
+    g = ConvTaskGeom(tile.in_dtype, tile.out_dtype, False, tile.m_pad, 1, tile.k_pad,
+                     tile.a_layout.line_stride, tile.a_layout.surf_stride, 1, 1, tile.n_pad,
+                     1, 1, 1, 1, 0, 0, tile.m_pad, 1, tile.c_layout.surf_stride)
+    return emit_conv_task(g, profile, a, b, c, name=name, reuse=reuse)
 
-    # Arm the DPU / DPU_RDMA ping-pong register groups at the start of every task [task]; the
-    # kernel does the same for CNA and CORE (with its per-core bit), so we must not [seed 003 s4].
-    t.write("DPU_S_POINTER", POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)
-    t.write("DPU_RDMA_RDMA_S_POINTER", POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)
 
-    # ---- CNA: feature + weight fetch -------------------------------------------------------
-    # direct convolution (CONV_MODE 0), input and MAC precision of the datatype [prec]
-    t.write("CNA_CONV_CON1", CONV_MODE=0, IN_PRECISION=p.precision, PROC_PRECISION=p.precision)
-    # feature grains = input rows + 1: the derived value that works for direct convs [dw]
-    # (conformance 01/02/04: 9, 17, 11 for 8, 16, 10 rows)
-    t.write("CNA_CONV_CON2", FEATURE_GRAINS=h + 1)
-    t.write("CNA_CONV_CON3", CONV_X_STRIDE=1, CONV_Y_STRIDE=1)
-    t.write("CNA_DATA_SIZE0", DATAIN_WIDTH=w, DATAIN_HEIGHT=h)
-    # channels as stored (padding zeros included), and the last channel index [mesa]
-    t.write("CNA_DATA_SIZE1", DATAIN_CHANNEL=tile.k_pad, DATAIN_CHANNEL_REAL=tile.k_pad - 1)
-    t.write("CNA_DATA_SIZE2", DATAOUT_WIDTH=ow)
-    t.write("CNA_DATA_SIZE3", DATAOUT_ATOMICS=ow * oh)            # output positions [mesa]
-    t.write("CNA_WEIGHT_SIZE0", WEIGHT_BYTES=tile.b_bytes)         # N*K*esize
-    t.write("CNA_WEIGHT_SIZE1", WEIGHT_BYTES_PER_KERNEL=tile.k_pad * p.esize)
-    t.write("CNA_WEIGHT_SIZE2", WEIGHT_KERNELS=tile.n_pad, WEIGHT_HEIGHT=1, WEIGHT_WIDTH=1)
-    # the CBUF partition of plan_matmul_tile and the optional operand reuse [reuse];
-    # FC_DATA_BANK must stay 0 on the conv path [reuse]
-    t.write("CNA_CBUF_CON0", DATA_BANK=tile.data_banks, WEIGHT_BANK=tile.weight_banks,
-            DATA_REUSE=int(reuse == "data"), WEIGHT_REUSE=int(reuse == "weight"))
-    t.write("CNA_CBUF_CON1", DATA_ENTRIES=tile.data_entries)
-    # input converter bypassed: signed data passes unscaled (scale 1) [mesa][conf]
-    t.write("CNA_CVT_CON0", CVT_BYPASS=1, CVT_TYPE=1, DATA_SIGN=1)
-    for i in range(1, 5):
-        t.write(f"CNA_CVT_CON{i}", **{f"CVT_SCALE{i - 1}": 1})
-    t.write("CNA_FC_CON0")
-    t.write("CNA_FC_CON1")
-    t.write("CNA_PAD_CON0")                                         # no padding
-    t.write_addr("CNA_FEATURE_DATA_ADDR", a.buffer, a.offset)
-    t.write("CNA_FC_CON2")
-    t.write("CNA_DMA_CON0", DATA_BURST_LEN=BURST_LEN, WEIGHT_BURST_LEN=BURST_LEN)
-    # feature strides, in 16-byte atoms: line = 4 * W, surface = W * (H - 4)
-    # ([mesa] rkt_task.c: line = W*16/4, surface = line * (H/4 - 1); [conf] 01, 02 and 04
-    # agree: 4/4, 4/12, 48/72). H >= 4 keeps the surface stride non-negative [mm].
-    t.write("CNA_DMA_CON1", LINE_STRIDE=4 * w)
-    t.write("CNA_DMA_CON2", SURF_STRIDE=w * (h - 4))
-    t.write("CNA_FC_DATA_SIZE0", DMA_WIDTH=w, DMA_HEIGHT=h)
-    t.write("CNA_FC_DATA_SIZE1", DMA_CHANNEL=tile.k_pad)
-    # weights are not compressed: decompression off, the stream read plainly from ADDR0 [mm]
-    t.write("CNA_DCOMP_CTRL")
-    t.write("CNA_DCOMP_REGNUM")
-    t.write_addr("CNA_DCOMP_ADDR0", b.buffer, b.offset)
-    for i in range(16):
-        t.write(f"CNA_DCOMP_AMOUNT{i}")
-    t.write("CNA_CVT_CON5")
-    t.write("CNA_PAD_CON1")
+# ---------------------------------------------------------------------------------------------
+# tiled matmul -> OpProgram
+# ---------------------------------------------------------------------------------------------
 
-    # ---- CORE: the MAC array ------------------------------------------------------------
-    t.write("CORE_MISC_CFG", QD_EN=p.core_qd_en, PROC_PRECISION=p.precision)
-    t.write("CORE_DATAOUT_SIZE_0", DATAOUT_WIDTH=ow - 1, DATAOUT_HEIGHT=oh - 1)
-    t.write("CORE_DATAOUT_SIZE_1", DATAOUT_CHANNEL=tile.n_pad - 1)
-    t.write("CORE_CLIP_TRUNCATE")
-    t.write("CORE_UNDOC_3030")                                      # written 0 by [mesa], [conf]
+@dataclass(frozen=True)
+class MatmulLayouts:
+    """Padded sizes and per-batch-element layouts of a tiled matmul's three operands."""
 
-    # ---- DPU: write-out, every SDP stage bypassed -------------------------------------------
-    t.write("DPU_FEATURE_MODE_CFG", OUTPUT_MODE=OUTPUT_TO_MEMORY, BURST_LEN=BURST_LEN)
-    t.write("DPU_DATA_FORMAT", PROC_PRECISION=p.precision, IN_PRECISION=p.precision,
-            OUT_PRECISION=out.precision)
-    t.write("DPU_OFFSET_PEND")
-    t.write_addr("DPU_DST_BASE_ADDR", c.buffer, c.offset)
-    # bytes between output channel groups, in the field's 16-byte unit
-    t.write("DPU_DST_SURF_STRIDE", DST_SURF_STRIDE=tile.c_layout.surf_stride // 16)
-    t.write("DPU_DATA_CUBE_WIDTH", WIDTH=ow - 1)
-    t.write("DPU_DATA_CUBE_HEIGHT", HEIGHT=oh - 1)
-    t.write("DPU_DATA_CUBE_NOTCH_ADDR")
-    t.write("DPU_DATA_CUBE_CHANNEL", CHANNEL=tile.n_pad - 1, ORIG_CHANNEL=tile.n_pad - 1)
-    t.write("DPU_BS_CFG", BS_BYPASS=1, BS_ALU_BYPASS=1, BS_MUL_BYPASS=1, BS_RELU_BYPASS=1)
-    t.write("DPU_BS_ALU_CFG")
-    t.write("DPU_BS_MUL_CFG")
-    t.write("DPU_BS_RELUX_CMP_VALUE")
-    # write-out element geometry: size_e per output format [size-e]; OD_BYPASS on the direct
-    # path [dw]; BS_OW_OP 0 because BS is bypassed [dw]
-    t.write("DPU_BS_OW_CFG", OD_BYPASS=1, SIZE_E_0=out.size_e, SIZE_E_1=out.size_e,
-            SIZE_E_2=out.size_e)
-    t.write("DPU_BS_OW_OP")
-    t.write("DPU_WDMA_SIZE_0", CHANNEL_WDMA=tile.n_pad - 1)
-    t.write("DPU_WDMA_SIZE_1", WIDTH_WDMA=ow - 1, HEIGHT_WDMA=oh - 1)
-    t.write("DPU_BN_CFG", BN_BYPASS=1, BN_ALU_BYPASS=1, BN_MUL_BYPASS=1, BN_RELU_BYPASS=1)
-    t.write("DPU_BN_ALU_CFG")
-    t.write("DPU_BN_MUL_CFG")
-    t.write("DPU_BN_RELUX_CMP_VALUE")
-    t.write("DPU_EW_CFG", EW_BYPASS=1, EW_OP_BYPASS=1, EW_LUT_BYPASS=1, EW_OP_CVT_BYPASS=1,
-            EW_RELU_BYPASS=1)
-    t.write("DPU_EW_CVT_OFFSET_VALUE")
-    t.write("DPU_EW_CVT_SCALE_VALUE", EW_OP_CVT_SCALE=1)             # identity
-    t.write("DPU_EW_RELUX_CMP_VALUE")
-    # output converter: identity scale, offset 0; narrow fp32 -> fp16 for an fp16 result [tile]
-    t.write("DPU_OUT_CVT_OFFSET")
-    t.write("DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=1, FP32TOFP16_EN=int(out.fp32_to_fp16))
-    t.write("DPU_OUT_CVT_SHIFT")
-    for i in range(8):
-        t.write(f"DPU_EW_OP_VALUE_{i}")
-    # per output position, surf_mult = size_e + 1 units (fp16 2 [conf 01], fp32 4 [tile],
-    # integer 8 [size-e]; depthwise's doubled value [dw] follows the same rule)
-    t.write("DPU_SURFACE_ADD", SURF_ADD=ow * oh * out.surf_mult)
-    t.write("DPU_UNDOC_40C4")
-    # LUT unused: clear its registers so no earlier task's table setup carries over [task]
-    for reg in ("ACCESS_CFG", "ACCESS_DATA", "CFG", "INFO", "LE_START", "LE_END", "LO_START",
-                "LO_END", "LE_SLOPE_SCALE", "LE_SLOPE_SHIFT", "LO_SLOPE_SCALE", "LO_SLOPE_SHIFT"):
-        t.write(f"DPU_LUT_{reg}")
+    m_pad: int
+    k_pad: int
+    n_pad: int
+    a: CubeLayout
+    b: WeightLayout          # the plain weight layout (B as an input; one K step only)
+    c: CubeLayout
+    a_stride: int            # bytes between batch elements
+    b_stride: int
+    c_stride: int
 
-    # ---- DPU_RDMA: must be programmed with MRDMA disabled or the job hangs [mrdma] ---------
-    t.write("DPU_RDMA_RDMA_DATA_CUBE_WIDTH", WIDTH=ow - 1)
-    t.write("DPU_RDMA_RDMA_DATA_CUBE_HEIGHT", HEIGHT=oh - 1)
-    t.write("DPU_RDMA_RDMA_DATA_CUBE_CHANNEL", CHANNEL=tile.n_pad - 1)
-    t.write("DPU_RDMA_RDMA_SRC_BASE_ADDR")
-    t.write("DPU_RDMA_RDMA_BRDMA_CFG")
-    t.write("DPU_RDMA_RDMA_BS_BASE_ADDR")
-    t.write("DPU_RDMA_RDMA_NRDMA_CFG")
-    t.write("DPU_RDMA_RDMA_BN_BASE_ADDR")
-    t.write("DPU_RDMA_RDMA_ERDMA_CFG", ERDMA_DISABLE=1)              # no element-wise operand
-    t.write("DPU_RDMA_RDMA_EW_BASE_ADDR")
-    t.write("DPU_RDMA_RDMA_EW_SURF_STRIDE")
-    # fp16 programs also set the (unused) MRDMA fp16->fp32 widening; int8 ones clear it [conf]
-    t.write("DPU_RDMA_RDMA_FEATURE_MODE_CFG", MRDMA_DISABLE=1, BURST_LEN=BURST_LEN,
-            MRDMA_FP16TOFP32_EN=int(tile.in_dtype == DType.F16))
-    t.write("DPU_RDMA_RDMA_SRC_DMA_CFG")
-    t.write("DPU_RDMA_RDMA_SURF_NOTCH")
-    t.write("DPU_RDMA_RDMA_PAD_CFG")
-    t.write("DPU_RDMA_RDMA_WEIGHT", M_WEIGHT=1, B_WEIGHT=1, N_WEIGHT=1, E_WEIGHT=1)  # [mesa]
-    t.write("DPU_RDMA_RDMA_EW_SURF_NOTCH")
 
-    if not p.chainable:
-        t.refuse_chaining(
-            f"{tile.in_dtype.value} uses the integer accumulator, which clears per kick, not per "
-            f"task, so chained integer tasks after the first compute garbage "
-            f"(notes: encodings/regcmd-task-model.md)")
-    return t.finish()
+def _matmul_shape(m_pad: int, k_pad: int, n_pad: int, in_dtype: DType, out_dtype: DType,
+                  profile: ChipProfile) -> ConvShape:
+    # M rows of one position each: H = M, W = 1, a 1x1 stride-1 kernel [mm]; row tiles stay
+    # multiples of the row atom
+    return ConvShape(in_dtype, out_dtype, False, m_pad, 1, k_pad, n_pad, 1, 1, 1, 1, 1, 1, 0, 0,
+                     m_pad, 1, row_align=profile.row_align)
+
+
+def plan_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType, profile: ChipProfile,
+                *, out_channel_align: int | None = None, single_k: bool = False,
+                max_m: int | None = None, max_k: int | None = None,
+                max_n: int | None = None) -> tuple[ConvPlan, MatmulLayouts]:
+    """Pad C[M,N] = A[M,K].B[N,K]^T to the atoms and tile it (tiling.plan_conv rules).
+
+    M pads to a multiple of ``row_align`` and at least ``min_feature_rows``; if the plan must
+    split K on the DPU and M is below ``ew_min_positions``, M pads up to that (the EW partial of
+    a multi-surface tile needs 12 positions, k-accumulation.md) -- the extra rows are zero.
+    ``out_channel_align`` pads N further so the output cube can be read directly as the next
+    matmul's K (cross-op-chaining.md: fp16 N%16 vs K%32).
+    """
+    if profile.encoding != "rk3588":
+        raise LoweringError(f"the matmul emitter writes the RK3588 register encoding; chip "
+                            f"{profile.name!r} uses {profile.encoding!r}")
+    if (in_dtype, out_dtype) not in _SUPPORTED:
+        ok = ", ".join(f"{i.value}->{o.value}" for i, o in sorted(_SUPPORTED, key=str))
+        raise LoweringError(f"matmul {in_dtype.value} -> {out_dtype.value} is not supported; "
+                            f"supported: {ok}")
+    if min(m, k, n) < 1:
+        raise LoweringError(f"matmul dimensions must be >= 1, got M={m} K={k} N={n}")
+    p = profile.input(in_dtype)
+    m_pad = max(profile.min_feature_rows, round_up(m, profile.row_align))
+    k_pad = round_up(k, p.k_align)
+    n_pad = round_up(n, max(p.n_align, out_channel_align or 1))
+    if n_pad % p.n_align:
+        raise LoweringError(f"out_channel_align {out_channel_align} is not a multiple of the "
+                            f"{in_dtype.value} N atom {p.n_align}")
+    caps = dict(max_rows=max_m, max_kernels=max_n, max_channels=max_k,
+                max_k_steps=1 if single_k else None)
+    try:
+        plan = plan_conv(_matmul_shape(m_pad, k_pad, n_pad, in_dtype, out_dtype, profile), profile, **caps)
+    except LoweringError:
+        if m_pad >= profile.ew_min_positions:
+            raise
+        m_pad = round_up(profile.ew_min_positions, profile.row_align)
+        plan = plan_conv(_matmul_shape(m_pad, k_pad, n_pad, in_dtype, out_dtype, profile), profile, **caps)
+    a = matrix_feature_layout(profile, in_dtype, m_pad, k_pad)
+    b = weight_layout(profile, in_dtype, n_pad, k_pad)
+    c = matrix_output_layout(profile, in_dtype, out_dtype, m_pad, n_pad)
+    lay = MatmulLayouts(m_pad, k_pad, n_pad, a, b, c, round_up(a.nbytes, 64),
+                        round_up(b.nbytes, 64), round_up(c.nbytes, 64))
+    return plan, lay
+
+
+def pack_matmul_b(plan: ConvPlan, profile: ChipProfile, b: np.ndarray) -> np.ndarray:
+    """B [N, K] -> tile-major weight bytes: one contiguous weight layout per (N tile, K step),
+    N tiles outer (conformance 02's slot order ni*nKt + ki). With one K step this is the plain
+    [N/NG][K/KG][NG][KG] layout."""
+    s = plan.shape
+    b = np.asarray(b)
+    dt = s.in_dtype.to_numpy()
+    if b.dtype != dt:
+        raise LoweringError(f"matmul B must be {dt} (got {b.dtype}); cast before lowering")
+    bp = np.zeros((s.kernels, s.channels), dt)
+    bp[:b.shape[0], :b.shape[1]] = b
+    blobs = []
+    for ks in plan.kernels:
+        for cs in plan.channels:
+            lay = weight_layout(profile, s.in_dtype, ks.size, cs.size)
+            blobs.append(lay.pack(np.ascontiguousarray(bp[ks.start:ks.start + ks.size,
+                                                          cs.start:cs.start + cs.size])))
+    return np.concatenate(blobs)
+
+
+def _b_offsets(plan: ConvPlan, profile: ChipProfile) -> dict[tuple[int, int], int]:
+    esize = profile.input(plan.shape.in_dtype).esize
+    out, pos = {}, 0
+    for j, ks in enumerate(plan.kernels):
+        for ki, cs in enumerate(plan.channels):
+            out[(j, ki)] = pos
+            pos += ks.size * cs.size * esize
+    return out
+
+
+def lower_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
+                 profile: ChipProfile, *, batch: int = 1, b: np.ndarray | None = None,
+                 out_channel_align: int | None = None, name: str = "matmul",
+                 max_m: int | None = None, max_k: int | None = None,
+                 max_n: int | None = None) -> OpProgram:
+    """C[M,N] = A[M,K].B[N,K]^T, or ``batch`` independent such products -> OpProgram.
+
+    Buffers (names local to the op):
+      "a"  input, bind 0: per batch element the feature cube ``layouts.a`` (M_pad rows x K_pad
+           channels; rows/channels past M/K zero), elements ``a_stride`` apart; shape
+           (batch, M, K) or (M, K).
+      "b"  B given (``b`` = [N,K] shared by every batch element, or [batch,N,K]): const with the
+           tile-major packed bytes. B omitted (an activation, e.g. attention's K): input bind 1
+           in the plain weight layout ``layouts.b`` (BufferSpec.layout holds that WeightLayout),
+           elements ``b_stride`` apart; the plan then keeps K in one step.
+      "c"  output, bind 0: per element the whole output cube ``layouts.c`` (M_pad x N_pad),
+           every tile written at its place, so the next op reads it directly.
+      "kacc" scratch for fp16 K partials; "kpart" scratch + an "add_i32" host step for int8
+           K partials; "regcmd".
+    Jobs: one per (batch element, M tile, N tile), independent, in one NpuStep; an fp16 job's K
+    steps are one self-chained kick, an int8 job's K steps separate kicks.
+    """
+    if batch < 1:
+        raise LoweringError(f"batch must be >= 1, got {batch}")
+    plan, lay = plan_matmul(m, k, n, in_dtype, out_dtype, profile,
+                            out_channel_align=out_channel_align, single_k=b is None,
+                            max_m=max_m, max_k=max_k, max_n=max_n)
+    tiled = TiledTasks()
+    scratch = Scratch("kacc")
+    c_total = lay.c_stride * batch
+    host = ("kpart", c_total) if plan.kacc == KACC_HOST else None
+    offs = _b_offsets(plan, profile)
+    if b is not None:
+        bb = np.asarray(b)
+        shared = bb.ndim == 2
+        if bb.shape[-2:] != (n, k) or (not shared and bb.shape != (batch, n, k)):
+            raise LoweringError(f"matmul B must be [{n}, {k}] or [{batch}, {n}, {k}] (one row per "
+                                f"output column), got {list(bb.shape)}")
+        blobs = [pack_matmul_b(plan, profile, bb if shared else bb[i])
+                 for i in range(1 if shared else batch)]
+        b_stride = 0 if shared else round_up(blobs[0].size, 64)
+        data = np.zeros(max(b_stride * batch, blobs[0].size), np.uint8)
+        for i, blob in enumerate(blobs):
+            data[i * b_stride:i * b_stride + blob.size] = blob
+        b_spec = BufferSpec("b", "const", int(data.size), None, in_dtype.value, tuple(bb.shape), data=data)
+    else:
+        if plan.k_steps != 1:
+            raise LoweringError("internal: an activation B needs a single K step")
+        b_stride = lay.b_stride
+        b_spec = BufferSpec("b", "input", b_stride * batch, lay.b, in_dtype.value,  # type: ignore[arg-type]
+                            (batch, n, k) if batch > 1 else (n, k), bind=1)
+    for i in range(batch):
+        feat = CubeRef("a", i * lay.a_stride, lay.a.line_stride, lay.a.surf_stride)
+        out = CubeRef("c", i * lay.c_stride, lay.c.line_stride, lay.c.surf_stride)
+        base = i * b_stride
+        build_tiled(plan, profile, feature=feat, weight_buffer="b",
+                    weight_offset=lambda j, ki, base=base: base + offs[(j, ki)], out=out,
+                    scratch=scratch, host_partials=host, name=f"{name}.{i}", into=tiled)
+    shape_a = (batch, m, k) if batch > 1 else (m, k)
+    shape_c = (batch, m, n) if batch > 1 else (m, n)
+    buffers = [
+        BufferSpec("a", "input", lay.a_stride * batch, lay.a, in_dtype.value, shape_a, bind=0),
+        b_spec,
+        BufferSpec("c", "output", c_total, lay.c, out_dtype.value, shape_c, bind=0),
+    ]
+    steps = []
+    if plan.kacc == KACC_DPU:
+        buffers.append(BufferSpec("kacc", "scratch", max(scratch.nbytes, 64)))
+    if plan.kacc == KACC_HOST:
+        buffers.append(BufferSpec("kpart", "scratch", c_total * (plan.k_steps - 1)))
+        steps.append(host_partial_sum("c", "kpart", c_total, plan.k_steps))
+    return assemble(profile, tiled, buffers, steps, batch * m * n * k, integer=in_dtype.is_int)

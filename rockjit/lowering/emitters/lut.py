@@ -1,0 +1,213 @@
+"""LUT activations on the DPU: sigmoid, tanh, exp, GELU, SiLU, rsqrt, reciprocal of an fp16 cube.
+
+Each activation is one or two passes over the flat view of the cube (eltwise.py):
+
+  sigmoid      one flying LUT pass, ``unit`` table of sigmoid
+  exp          one flying LUT pass, ``shifted`` table (softmax: inputs <= 0 after the row max)
+  rsqrt        one flying LUT pass, ``shifted`` table, domain lo > 0
+  reciprocal   one flying LUT pass, ``shifted`` table, domain lo > 0
+  tanh         LUT pass of (1 + tanh x)/2 = sigmoid(2x) (unsigned decode: no QUIRK 2), then a
+               flying affine pass 2g - 1 (BN: MUL 2, ALU -1)
+  gelu         LUT pass of Phi (the Gaussian CDF), then x * Phi(x) on the identity-conv EW
+               multiply -- the notes' accurate 2-pass GELU (dpu-lut-activation.md, "GELU -- the
+               2-pass x*Phi(x) route"; single-pass GELU is unreliable, QUIRK 1)
+  silu         LUT pass of sigmoid, then x * sigmoid(x) (same 2-pass form)
+
+**The domain.** The caller passes ``x_range = (lo, hi)``, a bound on the data (from calibration,
+or an analytic bound). Symmetric tables cover [-R, R] with R = max(|lo|, |hi|); shifted tables
+cover [lo, hi]. **Inputs outside the covered domain are clamped to it**: the result is
+f(clamp(x)) for sigmoid/exp/rsqrt/reciprocal/tanh and x * gate(clamp(x)) for gelu/silu (which
+is GELU/SiLU's own limit: gate -> 1 above, -> 0 below; the gate's smallest entry is the QUIRK 4
+floor 2^-15, so far-negative x gives x * 2^-15 instead of 0). The covered domain is at least
+the requested one (the index scale is rounded down to fp16).
+
+Error: ``activation_error(kind, x, x_range)`` is the per-element absolute bound of the NPU
+result against the exact function of the (fp16) input, *excluding* the final fp16 rounding,
+which tolerance.lut_bound adds. It is built from the table's ``abs_error`` (lut_tables.py)
+and the roundings of the intermediate fp16 gate.
+
+Buffers: ``x`` (input 0), ``out`` (output 0), ``regcmd``; two-pass kinds add ``gate``
+(scratch) and, for gelu/silu, ``weights`` (const identity); their x/out are padded to the EW
+span (eltwise.lower_binary).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+import numpy as np
+
+from ..layouts import CubeLayout
+from ..opprogram import BufferSpec, OpProgram
+from ..profile import ChipProfile
+from ..regcmd import LoweringError, Reloc, TaskProgram
+from .. import lut_tables as LT
+from ..tolerance import U16
+from .eltwise import (EW_VIEW_CHANNELS, SdpStage, check_fp16_cube, emit_flying, ew_chunks,
+                      flying_chunks, fp16_bits, fp32_bits, full_ew_tasks, npu_program,
+                      resolve_profile, weights_buffer)
+
+
+@dataclass(frozen=True)
+class Activation:
+    """How one activation kind is built: its table, whether it is multiplied by x (gate) or
+    affinely decoded afterwards (tanh), and its exact float64 reference."""
+
+    table: Callable[[float, float], LT.LutTable]
+    reference: Callable[[np.ndarray], np.ndarray]
+    gate: bool = False          # out = x * table(x)
+    affine: tuple[float, float] | None = None   # out = a * table(x) + b
+    default_range: tuple[float, float] = (-8.0, 8.0)
+
+
+def _radius(lo: float, hi: float) -> float:
+    return max(abs(lo), abs(hi))
+
+
+def _positive(kind: str, lo: float, hi: float) -> None:
+    if not lo > 0:
+        raise LoweringError(f"{kind}: the LUT domain must lie in x > 0 (got [{lo}, {hi}]); "
+                            f"pass the calibrated positive range, e.g. (1e-2, 64), and add eps "
+                            f"before the op if the data can reach 0")
+
+
+@lru_cache(maxsize=64)
+def _unit(name: str, radius: float) -> LT.LutTable:
+    f, df = {"sigmoid": (LT.sigmoid, LT.d_sigmoid), "phi": (LT.phi, LT.d_phi),
+             "tanh_gate": (LT.tanh_gate, LT.d_tanh_gate)}[name]
+    return LT.build_unit_table(name, f, radius, df)
+
+
+@lru_cache(maxsize=64)
+def _shifted(name: str, lo: float, hi: float) -> LT.LutTable:
+    f, df = {"exp": (np.exp, np.exp), "rsqrt": (LT.rsqrt, LT.d_rsqrt),
+             "reciprocal": (LT.reciprocal, LT.d_reciprocal)}[name]
+    return LT.build_shifted_table(name, f, lo, hi, df)
+
+
+def _positive_table(name: str) -> Callable[[float, float], LT.LutTable]:
+    def build(lo: float, hi: float) -> LT.LutTable:
+        _positive(name, lo, hi)
+        return _shifted(name, lo, hi)
+    return build
+
+
+def _gelu_ref(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return x * LT.phi(x)
+
+
+def _silu_ref(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return x * LT.sigmoid(x)
+
+
+# The registry: one entry per activation kind.
+ACTIVATIONS: dict[str, Activation] = {
+    "sigmoid": Activation(lambda lo, hi: _unit("sigmoid", _radius(lo, hi)), LT.sigmoid),
+    "tanh": Activation(lambda lo, hi: _unit("tanh_gate", _radius(lo, hi)), np.tanh,
+                       affine=(2.0, -1.0), default_range=(-6.0, 6.0)),
+    "exp": Activation(lambda lo, hi: _shifted("exp", lo, hi), np.exp, default_range=(-16.0, 0.0)),
+    "gelu": Activation(lambda lo, hi: _unit("phi", _radius(lo, hi)), _gelu_ref, gate=True,
+                       default_range=(-12.0, 12.0)),
+    "silu": Activation(lambda lo, hi: _unit("sigmoid", _radius(lo, hi)), _silu_ref, gate=True,
+                       default_range=(-16.0, 16.0)),
+    "rsqrt": Activation(_positive_table("rsqrt"), LT.rsqrt, default_range=(0.5, 64.0)),
+    "reciprocal": Activation(_positive_table("reciprocal"), LT.reciprocal,
+                             default_range=(0.25, 32.0)),
+}
+
+
+def _kind(kind: str) -> Activation:
+    try:
+        return ACTIVATIONS[kind]
+    except KeyError:
+        raise LoweringError(f"no LUT activation {kind!r}; known: {', '.join(sorted(ACTIVATIONS))}") from None
+
+
+def _range(act: Activation, x_range: tuple[float, float] | None) -> tuple[float, float]:
+    lo, hi = act.default_range if x_range is None else (float(x_range[0]), float(x_range[1]))
+    if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
+        raise LoweringError(f"x_range {x_range!r} must be a finite (lo, hi) with hi > lo")
+    return lo, hi
+
+
+def activation_table(kind: str, x_range: tuple[float, float] | None = None) -> LT.LutTable:
+    act = _kind(kind)
+    return act.table(*_range(act, x_range))
+
+
+def activation_reference(kind: str, x: np.ndarray) -> np.ndarray:
+    """The exact activation (float64) -- independent of the tables."""
+    return _kind(kind).reference(np.asarray(x, np.float64))
+
+
+def activation_error(kind: str, x: np.ndarray, x_range: tuple[float, float] | None = None) -> np.ndarray:
+    """Per-element absolute error bound of the NPU activation of ``x`` against the exact
+    function of the *clamped* input, before the final fp16 rounding (module docstring)."""
+    act = _kind(kind)
+    t = act.table(*_range(act, x_range))
+    x = np.asarray(x, np.float64)
+    if act.gate:
+        g = t.emulate(x)
+        # x * gate: the gate's table error and its fp16 rounding, scaled by |x|; the product
+        # itself is exact in fp32 before the final rounding
+        return np.abs(x) * (t.error_at(x) + U16 * np.abs(g) + 2.0 ** -24)
+    if act.affine is not None:
+        a = act.affine[0]
+        # a * g + b: the table error and the fp16 rounding of g (g <= 1: half an ulp <= 2^-12)
+        return abs(a) * (t.error_at(x) + 2.0 ** -12)
+    return t.error_at(x)
+
+
+def clamp_to_domain(kind: str, x: np.ndarray, x_range: tuple[float, float] | None = None) -> np.ndarray:
+    """x clamped to the domain the table really covers (the documented out-of-range rule)."""
+    t = activation_table(kind, x_range)
+    return np.clip(np.asarray(x, np.float64), t.lo, t.hi)
+
+
+def _lut_tasks(t: LT.LutTable, src: str, dst: str, nbytes: int, profile: ChipProfile,
+               name: str) -> list[TaskProgram]:
+    return [emit_flying(f"{name}{i}", profile, Reloc(src, off), Reloc(dst, off), n, bn=t.bn,
+                        lut=t.lut, out_cvt=t.out_cvt)
+            for i, (off, n) in enumerate(flying_chunks(nbytes, profile))]
+
+
+def lower_activation(kind: str, layout: CubeLayout, x_range: tuple[float, float] | None = None,
+                     profile: ChipProfile | str | None = None) -> OpProgram:
+    """out = kind(x) for an fp16 cube ``layout`` whose values lie in ``x_range`` (lo, hi);
+    None takes the kind's default domain (``ACTIVATIONS[kind].default_range``). Inputs outside
+    the domain are clamped to it (module docstring)."""
+    profile = resolve_profile(profile)
+    act = _kind(kind)
+    check_fp16_cube(layout, profile, f"activation {kind}")
+    t = act.table(*_range(act, x_range))
+    if act.gate:
+        # pass 1: gate = table(x) over the EW span; pass 2: out = x * gate (identity conv + EW)
+        _, span = ew_chunks(layout.nbytes, profile)
+        lut_tasks = _lut_tasks(t, "x", "gate", span, profile, f"{kind}_gate")
+        ew, span = full_ew_tasks("mul", "x", "gate", "out", "weights", layout.nbytes, profile,
+                                 prefix=f"{kind}_mul")
+        bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
+                BufferSpec("out", "output", span, layout=layout, bind=0),
+                BufferSpec("gate", "scratch", span),
+                weights_buffer("mul", profile)]
+        return npu_program(bufs, [lut_tasks, ew], profile, ("x", "weights"), ("out",),
+                           span // 2 * EW_VIEW_CHANNELS)
+    if act.affine is not None:
+        a, b = act.affine
+        lut_tasks = _lut_tasks(t, "x", "gate", layout.nbytes, profile, f"{kind}_lut")
+        # BN multiplies then adds (dpu-lut-activation.md, "MUL then ALU"); a and b are exact
+        # in fp16/fp32
+        bn = SdpStage(alu=(2, fp32_bits(b)), mul=fp16_bits(a))
+        aff = [emit_flying(f"{kind}_affine{i}", profile, Reloc("gate", off), Reloc("out", off), n, bn=bn)
+               for i, (off, n) in enumerate(flying_chunks(layout.nbytes, profile))]
+        bufs = [BufferSpec("x", "input", layout.nbytes, layout=layout, bind=0),
+                BufferSpec("out", "output", layout.nbytes, layout=layout, bind=0),
+                BufferSpec("gate", "scratch", layout.nbytes)]
+        return npu_program(bufs, [lut_tasks, aff], profile, ("x",), ("out",))
+    tasks = _lut_tasks(t, "x", "out", layout.nbytes, profile, kind)
+    bufs = [BufferSpec("x", "input", layout.nbytes, layout=layout, bind=0),
+            BufferSpec("out", "output", layout.nbytes, layout=layout, bind=0)]
+    return npu_program(bufs, [tasks], profile, ("x",), ("out",))

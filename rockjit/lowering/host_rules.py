@@ -1,0 +1,427 @@
+"""Host lowering rules: IR nodes that run on the CPU become steps of the C host-op library.
+
+``HOST_RULES[op](node)`` turns one IR node whose operands and result are dense row-major host
+buffers into an ``OpProgram``:
+
+* buffers ``in0`` .. ``in{k-1}`` (role ``input``, ``bind`` = operand number), ``out`` (role
+  ``output``, ``bind`` = 0), each with the node's dtype/shape, and one ``desc{j}`` per step
+  (role ``const``, 448 bytes: the step's ``rj_host_op`` descriptor, fixed at compile time and
+  address-free, so it can live with the resident weights and in bundles);
+* steps ``HostStep(kind, operands)`` with ``kind`` one of ``HOST_KINDS`` and operands
+  ``dst`` (output), ``src`` / ``src1`` / ``src2`` (inputs 1..3 of the op) and ``desc``.
+
+The descriptor carries the shapes, dtypes and element strides; every operand Slice covers its
+whole buffer from byte 0, so the pipeline only resolves each Slice to (BO, byte offset) and
+hands the result to ``rockjit.runtime.host_steps.HOST_STEPS[kind]``. The C library
+(csrc/runtime/rj_host_ops.h) defines the kinds; values follow ``rockjit.ir.reference``.
+
+``run_on_host(program, inputs)`` runs such a program directly through the C library, without
+a runtime Program (tests, compile-time folding).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..ir.graph import Node
+from ..ir.ops import Op
+from ..ir.types import DType, TensorType
+from .opprogram import BufferSpec, HostStep, OpProgram, Slice
+from .regcmd import LoweringError
+
+# ---------------------------------------------------------------- the C library's numbers
+# (rj_host_ops.h; tests/lowering/test_host_ops_abi.py checks each against the built module)
+
+MAX_RANK = 8
+MAX_OPERANDS = 4
+MAGIC = 0x706F6872
+VERSION = 1
+
+HOST_KINDS: dict[str, int] = {
+    "copy": 16, "unary": 17, "binary": 18, "compare": 19, "select": 20, "reduce": 21,
+    "take": 22, "iota": 23,
+}
+
+DTYPE_CODES: dict[DType, int] = {
+    DType.F32: 1, DType.F16: 2, DType.I32: 3, DType.I8: 4, DType.U8: 5, DType.BF16: 6,
+    DType.I64: 7, DType.I16: 8, DType.U32: 9, DType.BOOL: 10,
+}
+
+UNARY_CODES: dict[Op, int] = {
+    Op.NEG: 1, Op.ABS: 2, Op.EXP: 3, Op.LOG: 4, Op.TANH: 5, Op.LOGISTIC: 6, Op.ERF: 7,
+    Op.SQRT: 8, Op.RSQRT: 9, Op.SIN: 10, Op.COS: 11, Op.INTEGER_POW: 12,
+}
+BINARY_CODES: dict[Op, int] = {
+    Op.ADD: 1, Op.SUB: 2, Op.MUL: 3, Op.DIV: 4, Op.MAX: 5, Op.MIN: 6, Op.POW: 7,
+}
+COMPARE_CODES: dict[Op, int] = {Op.EQ: 1, Op.NE: 2, Op.LT: 3, Op.LE: 4, Op.GT: 5, Op.GE: 6}
+REDUCE_CODES: dict[Op, int] = {Op.REDUCE_SUM: 1, Op.REDUCE_MAX: 2}
+
+_VIEW = np.dtype([("dtype", "<u4"), ("reserved", "<u4"), ("offset", "<i8"),
+                  ("stride", "<i8", (MAX_RANK,))])
+DESC_DTYPE = np.dtype([
+    ("magic", "<u4"), ("version", "<u4"), ("kind", "<u4"), ("code", "<u4"), ("rank", "<u4"),
+    ("ninputs", "<u4"), ("axis_mask", "<u4"), ("reserved", "<u4"),
+    ("shape", "<i8", (MAX_RANK,)), ("view", _VIEW, (MAX_OPERANDS,)), ("iparam", "<i8", (4,)),
+])
+DESC_BYTES = DESC_DTYPE.itemsize  # 448, the size of rj_host_op
+
+# HostStep operand names of inputs 1..3 (the C step's src, param[0]/param64[0], param[1]/...).
+INPUT_SLOTS = ("src", "src1", "src2")
+
+
+class HostView:
+    """One operand of a host op: its buffer name, dtype, element offset and element strides
+    over the op's iteration shape (0 = broadcast)."""
+
+    __slots__ = ("buffer", "dtype", "offset", "strides")
+
+    def __init__(self, buffer: str, dtype: DType, offset: int, strides: Sequence[int]) -> None:
+        self.buffer = buffer
+        self.dtype = dtype
+        self.offset = int(offset)
+        self.strides = tuple(int(s) for s in strides)
+
+
+def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a dense row-major array."""
+    out, acc = [], 1
+    for d in reversed(tuple(shape)):
+        out.append(acc)
+        acc *= int(d)
+    return tuple(reversed(out))
+
+
+def encode_descriptor(kind: str, shape: Sequence[int], views: Sequence[HostView], code: int = 0,
+                      axis_mask: int = 0, iparams: Sequence[int] = ()) -> np.ndarray:
+    """The ``rj_host_op`` bytes (np.uint8[448]) of one op; views[0] is the output."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) > MAX_RANK:
+        raise LoweringError(f"host op {kind}: rank {len(shape)} exceeds the host library's "
+                            f"{MAX_RANK} dimensions; reshape to fewer dimensions first")
+    if not 1 <= len(views) <= MAX_OPERANDS:
+        raise LoweringError(f"host op {kind}: {len(views)} operands, the library takes 1.."
+                            f"{MAX_OPERANDS}")
+    d = np.zeros((), DESC_DTYPE)
+    d["magic"], d["version"], d["kind"], d["code"] = MAGIC, VERSION, HOST_KINDS[kind], code
+    d["rank"], d["ninputs"], d["axis_mask"] = len(shape), len(views) - 1, axis_mask
+    d["shape"][:len(shape)] = shape
+    for i, v in enumerate(views):
+        if len(v.strides) != len(shape):
+            raise LoweringError(f"host op {kind}: operand {i} has {len(v.strides)} strides for "
+                                f"rank {len(shape)}")
+        d["view"][i]["dtype"] = DTYPE_CODES[v.dtype]
+        d["view"][i]["offset"] = v.offset
+        d["view"][i]["stride"][:len(shape)] = v.strides
+    for i, p in enumerate(iparams):
+        d["iparam"][i] = int(p)
+    return np.frombuffer(d.tobytes(), np.uint8).copy()
+
+
+def view_span(shape: Sequence[int], offset: int, strides: Sequence[int]) -> tuple[int, int] | None:
+    """Lowest and highest element a view reaches, or None when the shape is empty."""
+    if any(int(n) == 0 for n in shape):
+        return None
+    lo = hi = int(offset)
+    for n, s in zip(shape, strides):
+        span = (int(n) - 1) * int(s)
+        lo, hi = (lo + span, hi) if span < 0 else (lo, hi + span)
+    return lo, hi
+
+
+# ---------------------------------------------------------------- building one node's program
+
+class _NodeProgram:
+    """Collects the buffers and host steps of one node."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.types: dict[str, TensorType] = {}
+        self.buffers: list[BufferSpec] = []
+        for i, v in enumerate(node.inputs):
+            self._io(f"in{i}", "input", v.type, i)
+        self._io("out", "output", node.out.type, 0)
+        self.steps: list[HostStep] = []
+
+    def _io(self, name: str, role: str, t: TensorType, bind: int) -> None:
+        nbytes = t.size * t.dtype.to_numpy().itemsize
+        self.types[name] = t
+        self.buffers.append(BufferSpec(name, role, nbytes, dtype=t.dtype.value, shape=t.shape,
+                                       bind=bind))
+
+    def dense(self, name: str) -> HostView:
+        """A buffer's own row-major view (iteration shape = its shape)."""
+        t = self.types[name]
+        return HostView(name, t.dtype, 0, row_major_strides(t.shape))
+
+    def step(self, kind: str, shape: Sequence[int], out: HostView, ins: Sequence[HostView],
+             code: int = 0, axis_mask: int = 0, iparams: Sequence[int] = ()) -> None:
+        """Append one host op, after checking every view stays inside its buffer (a broken
+        rule must fail here, at compile time, not scribble over a neighbour at run time)."""
+        if any(int(n) == 0 for n in shape):
+            return  # no element to compute
+        what = f"host lowering of {self.node.op.text}"
+        for i, v in enumerate((out, *ins)):
+            t = self.types[v.buffer]
+            vshape, vstrides = tuple(shape), v.strides
+            if kind == "take" and i == 1:  # the table also spans its gathered axis
+                vshape, vstrides = vshape + (max(int(iparams[1]), 1),), vstrides + (iparams[0],)
+            span = view_span(vshape, v.offset, vstrides)
+            if span is not None and (span[0] < 0 or span[1] >= t.size):
+                raise LoweringError(f"{what}: view of {v.buffer} ({t}) reaches elements "
+                                    f"{span[0]}..{span[1]}: a bug in rockjit.lowering.host_rules")
+        j = len([b for b in self.buffers if b.role == "const"])
+        desc = encode_descriptor(kind, shape, [out, *ins], code, axis_mask, iparams)
+        self.buffers.append(BufferSpec(f"desc{j}", "const", DESC_BYTES, data=desc, align=8))
+        operands = {"dst": self._whole(out.buffer), "desc": Slice(f"desc{j}", 0, DESC_BYTES)}
+        for slot, v in zip(INPUT_SLOTS, ins):
+            operands[slot] = self._whole(v.buffer)
+        self.steps.append(HostStep(kind, operands))
+
+    def _whole(self, name: str) -> Slice:
+        t = self.types[name]
+        return Slice(name, 0, t.size * t.dtype.to_numpy().itemsize)
+
+    def program(self) -> OpProgram:
+        return OpProgram(tuple(self.buffers), tuple(self.steps))
+
+
+HostRule = Callable[[Node], OpProgram]
+
+
+def _elementwise(kind: str, code: int) -> HostRule:
+    def rule(node: Node) -> OpProgram:
+        p = _NodeProgram(node)
+        shape = node.out.type.shape
+        ins = [p.dense(f"in{i}") for i in range(len(node.inputs))]
+        iparams = (int(node.attrs["y"]),) if node.op is Op.INTEGER_POW else ()
+        p.step(kind, shape, p.dense("out"), ins, code=code, iparams=iparams)
+        return p.program()
+    return rule
+
+
+def _copy_rule(node: Node) -> OpProgram:
+    """reshape (same bytes in a new shape) and convert (same shape, new dtype)."""
+    p = _NodeProgram(node)
+    n = node.out.type.size
+    p.step("copy", (n,), HostView("out", node.out.type.dtype, 0, (1,)),
+           [HostView("in0", node.inputs[0].type.dtype, 0, (1,))])
+    return p.program()
+
+
+def _transpose(node: Node) -> OpProgram:
+    p = _NodeProgram(node)
+    xs = row_major_strides(node.inputs[0].type.shape)
+    perm = node.attrs["permutation"]
+    src = HostView("in0", node.inputs[0].type.dtype, 0, [xs[a] for a in perm])
+    p.step("copy", node.out.type.shape, p.dense("out"), [src])
+    return p.program()
+
+
+def _broadcast_in_dim(node: Node) -> OpProgram:
+    p = _NodeProgram(node)
+    x, out = node.inputs[0].type, node.out.type
+    xs = row_major_strides(x.shape)
+    strides = [0] * out.rank
+    for i, d in enumerate(node.attrs["broadcast_dimensions"]):
+        if x.shape[i] == out.shape[d]:  # a size-1 operand dim repeats: stride 0
+            strides[d] = xs[i]
+    p.step("copy", out.shape, p.dense("out"), [HostView("in0", x.dtype, 0, strides)])
+    return p.program()
+
+
+def _slice(node: Node) -> OpProgram:
+    p = _NodeProgram(node)
+    x = node.inputs[0].type
+    xs = row_major_strides(x.shape)
+    start, steps = node.attrs["start"], node.attrs["strides"]
+    offset = sum(s * st for s, st in zip(start, xs))
+    src = HostView("in0", x.dtype, offset, [st * k for st, k in zip(xs, steps)])
+    p.step("copy", node.out.type.shape, p.dense("out"), [src])
+    return p.program()
+
+
+def _concatenate(node: Node) -> OpProgram:
+    """One copy per operand into its band of the output."""
+    p = _NodeProgram(node)
+    out = node.out.type
+    os_ = row_major_strides(out.shape)
+    dim = node.attrs["dimension"]
+    at = 0
+    for i, v in enumerate(node.inputs):
+        t = v.type
+        p.step("copy", t.shape, HostView("out", out.dtype, at * os_[dim], os_),
+               [p.dense(f"in{i}")])
+        at += t.shape[dim]
+    return p.program()
+
+
+def _pad(node: Node) -> OpProgram:
+    """Fill the output with the padding value (a broadcast copy), then copy the operand's
+    surviving elements to their strided places (interior padding spreads them, negative edge
+    padding crops them)."""
+    p = _NodeProgram(node)
+    x, out = node.inputs[0].type, node.out.type
+    xs, os_ = row_major_strides(x.shape), row_major_strides(out.shape)
+    p.step("copy", out.shape, p.dense("out"), [HostView("in1", x.dtype, 0, [0] * out.rank)])
+    counts, x_off, o_off, o_strides = [], 0, 0, []
+    for d, (lo, it, n, on) in enumerate(zip(node.attrs["low"], node.attrs["interior"], x.shape,
+                                            out.shape)):
+        step = it + 1
+        first = (-lo + step - 1) // step if lo < 0 else 0  # first j with lo + j*step >= 0
+        last = (on - 1 - lo) // step if on - 1 - lo >= 0 else -1  # last j inside the output
+        count = max(0, min(n - 1, last) - first + 1)
+        counts.append(count)
+        x_off += first * xs[d]
+        o_off += (lo + first * step) * os_[d]
+        o_strides.append(os_[d] * step)
+    p.step("copy", counts, HostView("out", out.dtype, o_off, o_strides),
+           [HostView("in0", x.dtype, x_off, xs)])
+    return p.program()
+
+
+def _select_n(node: Node) -> OpProgram:
+    """Cases two at a time: each step writes the elements whose selector names one of its
+    cases; every step checks the selector against the total case count."""
+    p = _NodeProgram(node)
+    which = node.inputs[0].type
+    out = node.out.type
+    w_strides = [0] * out.rank if which.rank == 0 else row_major_strides(which.shape)
+    ncases = len(node.inputs) - 1
+    for first in range(0, ncases, 2):
+        cases = [p.dense(f"in{1 + k}") for k in range(first, min(first + 2, ncases))]
+        p.step("select", out.shape, p.dense("out"),
+               [HostView("in0", which.dtype, 0, w_strides), *cases], iparams=(first, ncases))
+    return p.program()
+
+
+def _reduce(node: Node) -> OpProgram:
+    p = _NodeProgram(node)
+    x, out = node.inputs[0].type, node.out.type
+    axes = set(node.attrs["axes"])
+    kept = iter(row_major_strides(out.shape))
+    o_strides = [0 if d in axes else next(kept) for d in range(x.rank)]
+    mask = sum(1 << a for a in axes)
+    p.step("reduce", x.shape, HostView("out", out.dtype, 0, o_strides), [p.dense("in0")],
+           code=REDUCE_CODES[node.op], axis_mask=mask)
+    return p.program()
+
+
+def _take(node: Node) -> OpProgram:
+    """Iterate over the output [x.shape[:axis], idx.shape, x.shape[axis+1:]]: the table's
+    strides are 0 over the index dims and its gathered-axis stride is a parameter."""
+    p = _NodeProgram(node)
+    x, idx, out = node.inputs[0].type, node.inputs[1].type, node.out.type
+    axis = node.attrs["axis"]
+    xs, is_ = row_major_strides(x.shape), row_major_strides(idx.shape)
+    x_strides = list(xs[:axis]) + [0] * idx.rank + list(xs[axis + 1:])
+    i_strides = [0] * axis + list(is_) + [0] * (x.rank - axis - 1)
+    p.step("take", out.shape, p.dense("out"),
+           [HostView("in0", x.dtype, 0, x_strides), HostView("in1", idx.dtype, 0, i_strides)],
+           iparams=(xs[axis], x.shape[axis]))
+    return p.program()
+
+
+def _iota(node: Node) -> OpProgram:
+    p = _NodeProgram(node)
+    p.step("iota", node.out.type.shape, p.dense("out"), [],
+           iparams=(node.attrs["dimension"],))
+    return p.program()
+
+
+HOST_RULES: dict[Op, HostRule] = {
+    **{op: _elementwise("unary", c) for op, c in UNARY_CODES.items()},
+    **{op: _elementwise("binary", c) for op, c in BINARY_CODES.items()},
+    **{op: _elementwise("compare", c) for op, c in COMPARE_CODES.items()},
+    Op.SELECT_N: _select_n,
+    Op.REDUCE_SUM: _reduce,
+    Op.REDUCE_MAX: _reduce,
+    Op.BROADCAST_IN_DIM: _broadcast_in_dim,
+    Op.RESHAPE: _copy_rule,
+    Op.TRANSPOSE: _transpose,
+    Op.SLICE: _slice,
+    Op.CONCATENATE: _concatenate,
+    Op.PAD: _pad,
+    Op.CONVERT: _copy_rule,
+    Op.TAKE: _take,
+    Op.IOTA: _iota,
+}
+# Not here, on purpose: constant/param (sources: the pipeline binds their bytes), and
+# dot_general/conv (NPU work; a host matmul would hide a missing emitter).
+
+
+def lower_on_host(node: Node) -> OpProgram:
+    """The host program of one node, or a LoweringError naming the op and its location."""
+    rule = HOST_RULES.get(node.op)
+    if rule is None:
+        where = f" at {node.loc}" if node.loc else ""
+        raise LoweringError(f"{node.op.text}{where} has no host implementation (host rules cover "
+                            f"{sorted(op.text for op in HOST_RULES)})")
+    return rule(node)
+
+
+# ---------------------------------------------------------------- direct execution
+
+def run_on_host(program: OpProgram, inputs: Sequence[np.ndarray],
+                stats: dict[str, int] | None = None) -> list[np.ndarray]:
+    """Run a host-only OpProgram through the C library on fresh numpy buffers.
+
+    ``inputs[i]`` binds input buffer ``bind=i``; returns the outputs by ``bind``. ``stats``,
+    when given, receives ``steps`` and ``bytes`` (the bytes the C kernels report moving)."""
+    from ..runtime._ffi import ffi, lib, check  # the C core; lowering itself does not need it
+
+    mem: dict[str, np.ndarray] = {}
+    outs: dict[int, tuple[str, BufferSpec]] = {}
+    for b in program.buffers:
+        buf = np.zeros(max(b.nbytes, 1), np.uint8)
+        if b.role == "input":
+            arr = np.ascontiguousarray(inputs[b.bind], dtype=DType(b.dtype).to_numpy())
+            if arr.shape != tuple(b.shape):
+                raise LoweringError(f"run_on_host: input {b.bind} has shape {arr.shape}, the "
+                                    f"program expects {b.shape}")
+            buf[:arr.nbytes] = arr.reshape(-1).view(np.uint8)
+        elif b.role == "const":
+            buf[:b.nbytes] = b.data
+        elif b.role == "output":
+            outs[b.bind] = (b.name, b)
+        mem[b.name] = buf
+    moved = 0
+    for s in program.steps:
+        if not isinstance(s, HostStep):
+            raise LoweringError("run_on_host runs host steps only; this program has NPU steps")
+        d = s.operands["desc"]
+        desc = ffi.new("rj_host_op *")
+        ffi.memmove(desc, mem[d.buffer][d.offset:d.offset + DESC_BYTES].tobytes(), DESC_BYTES)
+        slots = ["dst", *[k for k in INPUT_SLOTS if k in s.operands]]
+        bufs = ffi.new("rj_host_buf[]", len(slots))
+        for i, k in enumerate(slots):
+            sl = s.operands[k]
+            arr = mem[sl.buffer]
+            bufs[i].data = ffi.from_buffer(arr) + sl.offset
+            bufs[i].size = sl.nbytes
+        nbytes = ffi.new("uint64_t *")
+        err = ffi.new("rj_err *")
+        check(lib.rj_host_op_run(desc, bufs, len(slots), nbytes, err), err)
+        moved += int(nbytes[0])
+    if stats is not None:
+        stats["steps"] = len(program.steps)
+        stats["bytes"] = moved
+    result = []
+    for i in sorted(outs):
+        name, b = outs[i]
+        dt = DType(b.dtype).to_numpy()
+        result.append(mem[name][:b.nbytes].view(dt).reshape(b.shape).copy())
+    return result
+
+
+def run_node_on_host(node: Node, inputs: Sequence[np.ndarray]) -> np.ndarray:
+    """Lower one node with ``HOST_RULES`` and run it: the node's result."""
+    (out,) = run_on_host(lower_on_host(node), inputs)
+    return out
+
+
+__all__: Sequence[str] = (
+    "HOST_RULES", "HOST_KINDS", "DTYPE_CODES", "DESC_BYTES", "INPUT_SLOTS", "HostView",
+    "encode_descriptor", "lower_on_host", "run_on_host", "run_node_on_host", "row_major_strides",
+)

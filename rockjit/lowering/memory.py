@@ -1,0 +1,95 @@
+"""Memory plan: one arena per program, every tensor at an offset, bytes reused by liveness.
+
+The pipeline hands the planner *logical buffers*: a size, an alignment and a live interval
+``[first, last]`` in step numbers (the step that writes it first, the step that reads it last).
+Views (a channel-group slice of a cube, a reshape of a row-major tensor, the inputs of a free
+channel concat) are not buffers: they are offsets inside their base buffer, whose interval the
+pipeline widens to cover every view's uses.
+
+The allocator is the greedy "largest first, lowest fitting offset" interval packer: buffers are
+placed in decreasing size; each goes at the lowest aligned offset where it does not overlap
+(in bytes) any already placed buffer whose interval overlaps its own (in time). It is not
+optimal, but it is deterministic and never worse than the sum of the live set's sizes at the
+peak rounded up by alignment gaps.
+
+*Pinned* buffers live for the whole program (graph inputs and outputs, and cubes with a
+must-stay-zero tail: a consumer that reads more channel groups than the producer writes relies
+on those bytes being zero, so nothing else may ever be placed over them).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def align_up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+@dataclass
+class BufReq:
+    """One logical buffer the planner must place."""
+
+    id: int
+    size: int
+    align: int = 64
+    first: int = 0          # first step that touches it
+    last: int = 0           # last step that touches it
+    pinned: bool = False    # live for the whole program
+    name: str = ""
+
+    def overlaps_in_time(self, other: "BufReq") -> bool:
+        if self.pinned or other.pinned:
+            return True
+        return not (self.last < other.first or other.last < self.first)
+
+
+@dataclass
+class ArenaPlan:
+    offsets: dict[int, int] = field(default_factory=dict)
+    size: int = 0
+    naive_size: int = 0      # what the same buffers take without reuse (each its own range)
+
+    @property
+    def reuse_saving(self) -> int:
+        return self.naive_size - self.size
+
+
+def plan_arena(reqs: list[BufReq], base_align: int = 4096) -> ArenaPlan:
+    """Place every buffer; returns offsets by buffer id and the arena size."""
+    plan = ArenaPlan()
+    placed: list[tuple[int, int, BufReq]] = []      # (start, end, req)
+    order = sorted(reqs, key=lambda r: (not r.pinned, -r.size, r.first, r.id))
+    naive = 0
+    for r in order:
+        naive = align_up(naive, r.align) + r.size
+        busy = sorted((s, e) for s, e, o in placed if o.overlaps_in_time(r))
+        off = 0
+        for s, e in busy:
+            if align_up(off, r.align) + r.size <= s:
+                break
+            off = max(off, e)
+        off = align_up(off, r.align)
+        plan.offsets[r.id] = off
+        placed.append((off, off + r.size, r))
+        plan.size = max(plan.size, off + r.size)
+    plan.size = align_up(max(plan.size, 1), base_align)
+    plan.naive_size = align_up(max(naive, 1), base_align)
+    return plan
+
+
+def check_plan(reqs: list[BufReq], plan: ArenaPlan) -> None:
+    """Assert no two buffers that are live at the same time share a byte (a test helper and
+    a guard the pipeline runs after planning)."""
+    rs = sorted(reqs, key=lambda r: plan.offsets[r.id])
+    for i, a in enumerate(rs):
+        a0 = plan.offsets[a.id]
+        if a0 % a.align:
+            raise AssertionError(f"buffer {a.name or a.id} at {a0} is not {a.align}-aligned")
+        for b in rs[i + 1:]:
+            b0 = plan.offsets[b.id]
+            if b0 >= a0 + a.size:
+                break
+            if a.overlaps_in_time(b):
+                raise AssertionError(f"buffers {a.name or a.id} [{a0}, {a0 + a.size}) and "
+                                     f"{b.name or b.id} [{b0}, {b0 + b.size}) overlap while "
+                                     f"both are live")

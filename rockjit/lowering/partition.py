@@ -1,0 +1,82 @@
+"""Partition: each IR node becomes NPU work (a LOWER_RULES rule -> emitter calls or a view) or
+host work (a HOST_RULES rule -> host steps), never silently.
+
+Order of preference, per node:
+  1. the NPU rule, if the op has one and the rule finds a legal form at this node's shapes and
+     dtypes (floats run as fp16 with fp32 accumulation; int8 stays int8);
+  2. the host rule, when the NPU has no form (the rule raised NoNpuForm, or the op has no NPU
+     rule): the row max / 1/sum / rsqrt tails, gathers, strided transforms, f32 math;
+  3. otherwise ``UnsupportedError`` naming the op, its source line and why each side refused.
+
+Every decision is recorded (``Decision``) so a program can report where each op ran and why.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import UnsupportedError
+from ..ir.graph import Node
+from ..ir.ops import Op
+from .opprogram import OpProgram
+from .rules import LOWER_RULES
+from .rules.base import NoNpuForm, OpCall, RuleContext, RuleResult, Use
+
+
+@dataclass(frozen=True)
+class Decision:
+    node: str          # "%id = op"
+    loc: str
+    where: str         # "npu" | "host" | "view" | "const"
+    how: str           # emitter / host rule / view
+    why: str = ""      # why the NPU refused, for host decisions
+
+
+def host_rules() -> dict[Op, Callable]:
+    """The host-op library's registry (rockjit/lowering/host_rules.py), empty until present."""
+    try:
+        from . import host_rules as hr
+    except ImportError:
+        return {}
+    return getattr(hr, "HOST_RULES", {})
+
+
+def _where(node: Node) -> str:
+    return f"{node.loc}" if node.loc else "<unknown location>"
+
+
+def host_result(node: Node, ctx: RuleContext, why: str) -> RuleResult:
+    """The node on the host: the host rule's OpProgram binds input i to ``node.inputs[i]`` and
+    output 0 to the node's result, both row-major in their IR dtype."""
+    rule = host_rules().get(node.op)
+    if rule is None:
+        raise UnsupportedError(
+            f"{node.op.text} (%{node.out.id} : {node.out.type}) at {_where(node)} cannot be "
+            f"compiled: no NPU form ({why}) and no host implementation of {node.op.text!r} "
+            f"exists. Rewrite this line with supported ops (see docs of rockjit.lowering."
+            f"rules) or run it outside the compiled function.")
+    try:
+        prog = rule(node)
+    except NoNpuForm as e:
+        raise UnsupportedError(f"{node.op.text} at {_where(node)}: no NPU form ({why}) and the "
+                               f"host rule refused too ({e})") from None
+    if not isinstance(prog, OpProgram):
+        raise TypeError(f"host rule for {node.op.text} returned {type(prog).__name__}, not an "
+                        f"OpProgram")
+    return RuleResult([OpCall(prog, tuple(Use(v) for v in node.inputs), (Use(node.out),),
+                              label=node.op.text, where="host",
+                              emitter=f"host_rules[{node.op.text}]")], note=why)
+
+
+def lower_node(ctx: RuleContext) -> tuple[RuleResult, str]:
+    """(rule result, why the NPU refused or '')."""
+    node = ctx.node
+    rule = LOWER_RULES.get(node.op)
+    if rule is None:
+        why = f"the NPU has no {node.op.text} operation"
+    else:
+        try:
+            return rule(ctx), ""
+        except NoNpuForm as e:
+            why = str(e)
+    return host_result(node, ctx, why), why

@@ -1,0 +1,639 @@
+"""The lowering driver: IR graph -> placed calls -> memory plan -> schedule -> NpuProgram.
+
+    graph (canonicalized + constfolded by the frontend)
+      -> fold compile-time values (params, constants and shape ops over them)
+      -> calibrate (example arguments through the IR interpreter, or static bounds)
+      -> partition + lower node by node (partition.py, rules/): emitter OpCalls or views
+      -> residency: bind each OpCall buffer to a stored tensor of the form it asks for; an fp16
+         op's output cube is the next op's input cube when the layouts agree (no host trip);
+         host re-tiles (unpack/pack, in C) only where they do not; each counted
+      -> memory plan (memory.py): one arena, liveness reuse, views share bytes, zero tails
+      -> schedule (schedule.py): step order, parallel jobs over the cores
+      -> program (program.py): BOs, relocations, jobs, host steps -> runtime Program
+
+Broadcasts of run-time values are lowered lazily: a per-row operand is consumed by its user's
+emitter (eltwise.lower_binary_row) and never materialized; only a user that needs the
+broadcast tensor itself triggers its (host) lowering.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from ..ir.graph import Graph, Node, Value
+from ..ir.ops import Group, Op
+from ..ir.reference import evaluate
+from ..ir.types import DType
+from .calibrate import calibrate
+from .layouts import CubeLayout, WeightLayout
+from .opprogram import BufferSpec, HostStep, NpuStep, OpProgram, Slice
+from .partition import Decision, host_result, lower_node
+from .profile import ChipProfile, get_profile
+from .rules import forms as F
+from .rules.base import (Calibration, CubeForm, Form, NoNpuForm, OpCall, RowForm, RuleContext,
+                         RuleResult, Tensor, Use, WeightForm)
+
+# Ops whose value is known at compile time when all their inputs are.
+_FOLDABLE = {Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.TRANSPOSE, Op.CONVERT, Op.SLICE,
+             Op.CONCATENATE, Op.PAD, Op.IOTA, Op.CONSTANT}
+
+
+def fold_consts(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """Compile-time values: params, constants, and data movement over them (a resident weight
+    seen through a transpose or a bias through a broadcast is still a constant)."""
+    out: dict[int, np.ndarray] = {}
+    for n in graph.nodes:
+        if n.op is Op.PARAM:
+            name = n.attrs["name"]
+            if name not in params:
+                from ..errors import WeightError
+                raise WeightError(f"param {name!r} ({n.out.type}) at {n.loc} is not bound")
+            out[n.out.id] = np.asarray(params[name])
+        elif n.op in _FOLDABLE and all(v.id in out for v in n.inputs):
+            out[n.out.id] = evaluate(n.op, [out[v.id] for v in n.inputs], n.attrs, n.out.type)
+    return out
+
+
+@dataclass
+class Buf:
+    """A logical buffer: arena (placed by liveness), weights (uploaded once) or io."""
+
+    id: int
+    size: int
+    kind: str                      # "arena" | "weights"
+    name: str = ""
+    data: np.ndarray | None = None
+    pinned: bool = False
+    zero: bool = False             # upload zeros once (a must-stay-zero tail lives here)
+    align: int = 64
+    first: int = 1 << 60
+    last: int = -1
+
+
+@dataclass
+class PlacedCall:
+    call: OpCall
+    binding: dict[str, tuple[int, int]]   # buffer name -> (Buf id, offset); regcmd excluded
+    group: int                            # parallel group (calls that may merge their steps)
+    node: str
+
+
+@dataclass
+class Boundary:
+    """A graph input or output and the row-major tensor that holds it."""
+
+    index: int
+    value: Value
+    tensor: Tensor
+
+
+@dataclass
+class LoweredGraph:
+    graph: Graph
+    profile: ChipProfile
+    bufs: list[Buf]
+    calls: list[PlacedCall]
+    inputs: list[Boundary]
+    outputs: list[Boundary]
+    decisions: list[Decision]
+    calibration: Calibration
+    retiles: int = 0
+    groups: int = 0
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+class ConversionError(NoNpuForm):
+    pass
+
+
+class Lowerer:
+    def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], profile: ChipProfile,
+                 calibration: Calibration) -> None:
+        self.graph = graph
+        self.profile = profile
+        self.calibration = calibration
+        self.producers = graph.producers()
+        self.consts = fold_consts(graph, params)
+        self.tensors: dict[int, list[Tensor]] = {}
+        self.bufs: list[Buf] = []
+        self.calls: list[PlacedCall] = []
+        self.decisions: list[Decision] = []
+        self.done: set[int] = set()
+        self.retiles = 0
+        self.group = 0
+        self._conv_cache: dict[tuple, Tensor] = {}
+        self.inputs: list[Boundary] = []
+
+    # ---------------------------------------------------------------- buffers / tensors
+    def new_buf(self, size: int, kind: str = "arena", name: str = "", data: np.ndarray | None = None,
+                pinned: bool = False, align: int = 64) -> Buf:
+        b = Buf(len(self.bufs), max(int(size), 1), kind, name, data, pinned, align=align)
+        self.bufs.append(b)
+        return b
+
+    def add_tensor(self, value: Value, form: Form, buf: Buf, offset: int = 0) -> Tensor:
+        t = Tensor(value.id, form, buf.id, offset, form.nbytes)
+        self.tensors.setdefault(value.id, []).append(t)
+        return t
+
+    def forms(self, v: Value) -> list[Form]:
+        return [t.form for t in self.tensors.get(v.id, [])]
+
+    def ctx(self, node: Node) -> RuleContext:
+        return RuleContext(self.profile, node, self.producers, self.consts, self.calibration,
+                           self.forms)
+
+    # ---------------------------------------------------------------- driving
+    def run(self) -> None:
+        g = self.graph
+        for i, v in enumerate(g.inputs):
+            # graph inputs arrive row-major in their IR dtype (the boundary writes them)
+            buf = self.new_buf(RowForm(v.type.dtype, v.type.shape).nbytes, name=f"in{i}",
+                               pinned=True)
+            t = self.add_tensor(v, RowForm(v.type.dtype, v.type.shape), buf)
+            self.inputs.append(Boundary(i, v, t))
+        users = g.users()
+        for node in g.nodes:
+            if node.out.id in self.consts or node.op in (Op.PARAM, Op.CONSTANT):
+                self.decisions.append(Decision(f"%{node.out.id} = {node.op.text}", str(node.loc),
+                                               "const", "compile time"))
+                continue
+            if self._deferred(node, users):
+                continue
+            self.lower(node)
+
+    def _deferred(self, node: Node, users: Mapping[int, list[Node]]) -> bool:
+        """A broadcast of a run-time value waits until someone needs its tensor."""
+        return node.op is Op.BROADCAST_IN_DIM and node.out not in self.graph.outputs and \
+            int(np.prod(node.inputs[0].type.shape, dtype=np.int64)) != node.out.type.size
+
+    def lower(self, node: Node) -> None:
+        if node.out.id in self.done:
+            return
+        self.done.add(node.out.id)
+        for v in node.inputs:
+            p = self.producers.get(v.id)
+            if p is None or not self._deferred(p, {}):
+                self.demand(v)
+        ctx = self.ctx(node)
+        res, why = lower_node(ctx)
+        label = f"%{node.out.id} = {node.op.text}"
+        if res.view is not None:
+            if self._apply_view(node, res):
+                self.decisions.append(Decision(label, str(node.loc), "view", "no copy"))
+                return
+            res = host_result(node, ctx, "the operand's storage does not allow a view")
+            why = "not a view of the operand's storage"
+        try:
+            self._place(node, res)
+        except ConversionError as e:
+            raise UnsupportedError(f"{node.op.text} at {node.loc}: {e}") from None
+        c0 = res.calls[0]
+        self.decisions.append(Decision(label, str(node.loc), c0.where, c0.emitter, why))
+
+    def demand(self, v: Value) -> None:
+        if v.id in self.tensors or v.id in self.consts:
+            return
+        p = self.producers.get(v.id)
+        if p is not None:
+            self.lower(p)
+
+    def _apply_view(self, node: Node, res: RuleResult) -> bool:
+        src = node.inputs[0]
+        if src.id in self.consts:
+            return False
+        made = False
+        for t in list(self.tensors.get(src.id, [])):
+            d = res.view.derive(t.form)
+            if d is None:
+                continue
+            form, off = d
+            self.tensors.setdefault(node.out.id, []).append(
+                Tensor(node.out.id, form, t.buf, t.offset + off, form.nbytes))
+            made = True
+        return made
+
+    # ---------------------------------------------------------------- placing calls
+    def _place(self, node: Node, res: RuleResult) -> None:
+        self.group += 1
+        group = self.group
+        out_tensors: dict[int, Tensor] = {}
+        for call in res.calls:
+            self._place_call(call, group, f"%{node.out.id} = {node.op.text}", out_tensors)
+
+    def _spec_form(self, spec: BufferSpec, use: Use, forced: Form | None) -> Form:
+        if forced is not None:
+            return forced
+        shape = tuple(use.shape or self._use_shape(use))
+        if isinstance(spec.layout, WeightLayout):
+            nb = int(np.prod(shape[:-2], dtype=np.int64)) if len(shape) > 2 else 1
+            return WeightForm(spec.layout, shape, spec.nbytes // nb if nb > 1 else 0)
+        if spec.layout is not None:
+            roles = use.roles or F.default_roles(len(shape))
+            nb = int(np.prod([n for r, n in zip(roles, shape) if r == "b"], dtype=np.int64))
+            if nb > 1 and spec.shape is not None and len(spec.shape) == len(shape):
+                # an emitter batch: items contiguous, nbytes / items apart
+                return F.cube_form(spec.layout, shape, roles, spec.nbytes // nb)
+            return F.cube_form(spec.layout, shape, roles)
+        dt = DType(spec.dtype) if spec.dtype else use.value.type.dtype
+        return RowForm(dt, tuple(spec.shape) if spec.shape else shape)
+
+    @staticmethod
+    def _use_shape(use: Use) -> tuple[int, ...]:
+        s = use.value.type.shape[len(use.index):]
+        if use.perm:
+            s = tuple(s[p] for p in use.perm)
+        return tuple(s)
+
+    def _place_call(self, call: OpCall, group: int, label: str,
+                    out_tensors: dict[int, Tensor]) -> None:
+        binding: dict[str, tuple[int, int]] = {}
+        prog = call.program
+        # inputs first (conversions they need are placed before this call)
+        for spec in prog.buffers:
+            if spec.role != "input":
+                continue
+            use = call.operands[spec.bind]
+            forced = call.forms_in[spec.bind] if call.forms_in else None
+            want = self._spec_form(spec, use, forced)
+            t = self.get_tensor(use, want)
+            buf = self.bufs[t.buf]
+            need = t.offset + max(spec.nbytes, t.nbytes)
+            if buf.kind == "arena" and need > buf.size:
+                # the emitter reads a padded span past the tensor: give its buffer the room
+                buf.size = need
+            binding[spec.name] = (t.buf, t.offset)
+        for spec in prog.buffers:
+            if spec.role == "output":
+                use = call.results[spec.bind]
+                forced = call.forms_out[spec.bind] if call.forms_out else None
+                t = self._output_tensor(spec, use, forced, out_tensors)
+                buf = self.bufs[t.buf]
+                need = t.offset + max(spec.nbytes, t.nbytes)
+                if need > buf.size:
+                    buf.size = need
+                binding[spec.name] = (t.buf, t.offset)
+            elif spec.role == "scratch":
+                b = self.new_buf(spec.nbytes, name=f"{label}:{spec.name}", align=max(spec.align, 64))
+                binding[spec.name] = (b.id, 0)
+            elif spec.role == "const":
+                data = spec.data if spec.data is not None else np.zeros(spec.nbytes, np.uint8)
+                b = self.new_buf(spec.nbytes, "weights", f"{label}:{spec.name}",
+                                 np.ascontiguousarray(data).reshape(-1).view(np.uint8),
+                                 align=max(spec.align, 64))
+                binding[spec.name] = (b.id, 0)
+        self.calls.append(PlacedCall(call, binding, group, label))
+
+    def _output_tensor(self, spec: BufferSpec, use: Use, forced: Form | None,
+                       out_tensors: dict[int, Tensor]) -> Tensor:
+        v = use.value
+        if not use.index:
+            form = self._spec_form(spec, use, forced)
+            full = F.reshape(form, v.type.shape)
+            if full is None:
+                raise ConversionError(f"emitter output {spec.name} ({form}) cannot hold "
+                                      f"{v.type}")
+            buf = self.new_buf(max(full.nbytes, spec.nbytes), name=f"%{v.id}")
+            return self.add_tensor(v, full, buf)
+        # one batch element of a batched result: the whole value is one tensor whose batch
+        # axes step by the element's (aligned) size
+        whole = out_tensors.get(v.id)
+        sub_shape = v.type.shape[len(use.index):]
+        if whole is None:
+            form = self._spec_form(spec, use, forced)
+            sub = F.reshape(form, sub_shape)
+            if sub is None:
+                raise ConversionError(f"emitter output {spec.name} cannot hold {sub_shape}")
+            nb = len(use.index)
+            bshape = v.type.shape[:nb]
+            if isinstance(sub, CubeForm):
+                step = -(-max(sub.nbytes, spec.nbytes) // 64) * 64
+                strides, acc = [], step
+                for n in reversed(bshape):
+                    strides.append(acc)
+                    acc *= n
+                full = CubeForm(sub.layout, ("b",) * nb + sub.roles,
+                                tuple(reversed(strides)) + sub.strides, v.type.shape)
+                size = acc
+            else:
+                full = RowForm(sub.dtype, v.type.shape)
+                size = full.nbytes
+            buf = self.new_buf(size, name=f"%{v.id}")
+            whole = self.add_tensor(v, full, buf)
+            out_tensors[v.id] = whole
+        f, off = whole.form.sub(use.index)
+        return Tensor(v.id, f, whole.buf, whole.offset + off, f.nbytes)
+
+    # ---------------------------------------------------------------- residency
+    def view_of(self, t: Tensor, use: Use) -> tuple[Form, int] | None:
+        f: Form | None = t.form
+        off = 0
+        try:
+            if use.index:
+                f, off = f.sub(use.index)
+        except NoNpuForm:
+            return None
+        if use.perm:
+            f = F.transpose(f, use.perm)
+            if f is None:
+                return None
+        shape = use.shape or self._use_shape(use)
+        f = F.reshape(f, shape)
+        if f is None:
+            return None
+        return f, t.offset + off
+
+    def _agree(self, have: Form, want: Form) -> str | None:
+        """None: incompatible; '' in place; 'tail': in place with a zero tail."""
+        if isinstance(have, RowForm) and isinstance(want, RowForm):
+            return "" if have.dtype == want.dtype and have.shape == want.shape else None
+        if isinstance(have, WeightForm) or isinstance(want, WeightForm):
+            return "" if have == want else None
+        if isinstance(have, CubeForm) and isinstance(want, CubeForm):
+            if have.shape != want.shape or have.roles != want.roles:
+                return None
+            if any(r == "b" and n > 1 and a != b for r, n, a, b in
+                   zip(have.roles, have.shape, have.strides, want.strides)):
+                return None
+            r = F.layouts_agree(have.layout, want.layout)
+            return r if r in ("", "tail") else None
+        return None
+
+    def get_tensor(self, use: Use, want: Form) -> Tensor:
+        v = use.value
+        if v.id in self.consts:
+            return self._const_tensor(use, want)
+        self.demand(v)
+        for t in self.tensors.get(v.id, []):
+            vw = self.view_of(t, use)
+            if vw is None:
+                continue
+            f, off = vw
+            agree = self._agree(f, want)
+            if agree is None:
+                continue
+            if agree == "tail":
+                self._zero_tail(t, off, f, want)
+            return Tensor(v.id, want, t.buf, off, f.nbytes)
+        return self._convert(use, want)
+
+    def _zero_tail(self, t: Tensor, off: int, have: CubeForm, want: CubeForm) -> None:
+        """The reader reads channel groups the writer never writes: they must be zero, so the
+        buffer is pinned (never shared) and zero-filled at load."""
+        buf = self.bufs[t.buf]
+        buf.size = max(buf.size, off + want.nbytes)
+        buf.pinned = True
+        buf.zero = True
+
+    def _const_tensor(self, use: Use, want: Form) -> Tensor:
+        """A compile-time value in the asked form: packed now, uploaded with the weights."""
+        a = np.asarray(self.consts[use.value.id])
+        if use.index:
+            a = a[use.index]
+        if use.perm:
+            a = np.transpose(a, use.perm)
+        a = a.reshape(use.shape or a.shape)
+        if isinstance(want, RowForm):
+            data = np.ascontiguousarray(a.astype(want.dtype.to_numpy())).reshape(-1).view(np.uint8)
+        else:
+            data = np.zeros(want.nbytes, np.uint8)
+            self._pack_into(data, want, a)
+        b = self.new_buf(data.size, "weights", f"const%{use.value.id}", data)
+        return Tensor(use.value.id, want, b.id, 0, want.nbytes)
+
+    @staticmethod
+    def _natural(form: CubeForm) -> bool:
+        """Row-major order of the value == the cubes' (b..., h, w, c) order."""
+        nb = [i for i, r in enumerate(form.roles) if r == "b"]
+        rest = [r for r in form.roles if r != "b"]
+        if nb and max(nb) > min(i for i, r in enumerate(form.roles) if r != "b"):
+            return all(form.shape[i] == 1 for i in nb if i > min(
+                j for j, r in enumerate(form.roles) if r != "b"))
+        order = {"h": 0, "w": 1, "c": 2}
+        return [order[r] for r in rest] == sorted(order[r] for r in rest)
+
+    def _pack_into(self, data: np.ndarray, form: CubeForm, a: np.ndarray) -> None:
+        if not self._natural(form):
+            raise ConversionError(f"a constant seen as a transposed cube ({form.roles})")
+        h, w, c = form.hwc()
+        items = form.batch_items()
+        flat = np.asarray(a, form.layout.dtype).reshape(len(items), h, w, c)
+        for (ix, off), item in zip(items, flat):
+            lay = CubeLayout(h, w, c, form.layout.c2, form.layout.dtype, form.layout.line_stride,
+                             form.layout.surf_stride)
+            packed = lay.pack(np.ascontiguousarray(item))
+            data[off:off + packed.size] = packed
+
+    def _rows_of(self, v: Value, dtype: DType) -> Tensor:
+        """The whole value, row-major, in ``dtype`` (cached)."""
+        for t in self.tensors.get(v.id, []):
+            if isinstance(t.form, RowForm) and t.form.dtype == dtype and t.form.shape == v.type.shape:
+                return t
+        src = None
+        for t in self.tensors.get(v.id, []):
+            if isinstance(t.form, RowForm) and t.form.shape == v.type.shape:
+                src = t
+        if v in self.graph.inputs:
+            # the boundary writes the input again in the wanted dtype (a cast on the copy in)
+            buf = self.new_buf(RowForm(dtype, v.type.shape).nbytes, name=f"in%{v.id}:{dtype.value}",
+                               pinned=True)
+            t = self.add_tensor(v, RowForm(dtype, v.type.shape), buf)
+            self.inputs.append(Boundary(self.graph.inputs.index(v), v, t))
+            return t
+        if src is None:
+            cube = next((t for t in self.tensors.get(v.id, []) if isinstance(t.form, CubeForm)), None)
+            if cube is None:
+                raise ConversionError(f"%{v.id} has no stored form to convert from")
+            src = self._unpack(v, cube)
+        if src.form.dtype != dtype:
+            src = self._host_convert(v, src, dtype)
+        return src
+
+    def _conversion_call(self, steps: list[HostStep], bufs: list[BufferSpec], operands, results,
+                         label: str, forms_in, forms_out, boundary: bool = False) -> None:
+        prog = OpProgram(tuple(bufs), tuple(steps))
+        self.group += 1
+        call = OpCall(prog, tuple(operands), tuple(results), label=label, where="host",
+                      emitter="pipeline re-tile", retile=not boundary, forms_in=tuple(forms_in),
+                      forms_out=tuple(forms_out))
+        if not boundary:
+            self.retiles += 1
+        self._place_call(call, self.group, label, {})
+
+    def _unpack(self, v: Value, cube: Tensor, boundary: bool = False) -> Tensor:
+        form = cube.form
+        if not self._natural(form):
+            raise ConversionError(f"%{v.id} is held as a transposed cube view ({form.roles}); "
+                                  f"unpacking it needs a host transpose")
+        dt = form.dtype
+        rows = RowForm(dt, v.type.shape)
+        h, w, c = form.hwc()
+        es = form.layout.esize
+        item_bytes = h * w * c * es
+        steps, specs = [], [BufferSpec("src", "input", form.nbytes, layout=form.layout, bind=0),
+                            BufferSpec("dst", "output", rows.nbytes, dtype=dt.value,
+                                       shape=rows.shape, bind=0)]
+        for k, (ix, off) in enumerate(form.batch_items()):
+            steps.append(HostStep("unpack_cube", {"src": Slice("src", off, form.layout.nbytes),
+                                                  "dst": Slice("dst", k * item_bytes, item_bytes)},
+                                  {"height": h, "width": w, "channels": c,
+                                   "c2": form.layout.c2, "esize": es,
+                                   "line_stride": form.layout.line_stride,
+                                   "surf_stride": form.layout.surf_stride}))
+        self._conversion_call(steps, specs, [Use(v)], [Use(v)], f"unpack %{v.id}", [form], [rows],
+                              boundary)
+        return next(t for t in self.tensors[v.id] if t.form == rows)
+
+    def _host_convert(self, v: Value, src: Tensor, dtype: DType) -> Tensor:
+        from . import partition
+        hr = partition.host_rules()
+        if Op.CONVERT not in hr:
+            raise ConversionError(f"converting %{v.id} from {src.form.dtype.value} to "
+                                  f"{dtype.value} needs the host convert op (host_rules), "
+                                  f"which is not available")
+        from ..ir.types import TensorType
+        node = Node(Op.CONVERT, (Value(v.id, TensorType(src.form.dtype, v.type.shape)),),
+                    (Value(v.id, TensorType(dtype, v.type.shape)),), {}, None)
+        prog = hr[Op.CONVERT](node)
+        rows = RowForm(dtype, v.type.shape)
+        self.group += 1
+        self.retiles += 1
+        call = OpCall(prog, (Use(v),), (Use(v),), f"convert %{v.id}", "host",
+                      "host_rules[convert]", True, (src.form,), (rows,))
+        self._place_call(call, self.group, call.label, {})
+        return next(t for t in self.tensors[v.id] if t.form == rows)
+
+    def _convert(self, use: Use, want: Form) -> Tensor:
+        """Make the use's view of the value in form ``want`` through the host (counted)."""
+        v = use.value
+        key = (v.id, use.index, use.perm, use.shape, repr(want))
+        if key in self._conv_cache:
+            return self._conv_cache[key]
+        if use.perm and tuple(use.perm) != tuple(range(len(use.perm))):
+            raise ConversionError(
+                f"%{v.id} ({v.type}) is needed transposed (perm {use.perm}) and no stored form "
+                f"of it is a view of that; this needs the host transpose op (host_rules)")
+        dtype = want.dtype if isinstance(want, RowForm) else DType.F16
+        rows = self._rows_of(v, dtype)
+        sub, off = rows.form.sub(use.index)
+        sub = RowForm(sub.dtype, use.shape or sub.shape)
+        if isinstance(want, RowForm):
+            t = Tensor(v.id, sub, rows.buf, rows.offset + off, sub.nbytes)
+            self._conv_cache[key] = t
+            return t
+        if isinstance(want, WeightForm):
+            return self._pack_weight(use, want, rows, off, sub, key)
+        # rows -> cube: one pack step per cube of the wanted form
+        if not self._natural(want):
+            raise ConversionError(f"%{v.id} is needed as a transposed cube ({want.roles})")
+        h, w, c = want.hwc()
+        es = want.layout.esize
+        item_bytes = h * w * c * es
+        out = self.new_buf(want.nbytes, name=f"%{v.id}:retile")
+        steps = []
+        specs = [BufferSpec("src", "input", sub.nbytes, dtype="f16", shape=sub.shape, bind=0),
+                 BufferSpec("dst", "output", want.nbytes, layout=want.layout, bind=0)]
+        for k, (ix, boff) in enumerate(want.batch_items()):
+            steps.append(HostStep("pack_cube", {"src": Slice("src", k * item_bytes, item_bytes),
+                                                "dst": Slice("dst", boff, want.layout.nbytes)},
+                                  {"height": h, "width": w, "channels": c, "c2": want.layout.c2,
+                                   "esize": es, "line_stride": want.layout.line_stride,
+                                   "surf_stride": want.layout.surf_stride}))
+        # the packer writes the logical channels' groups; any groups past them up to the
+        # layout's must read as zero
+        if want.layout.groups > -(-c // want.layout.c2) or want.layout.height > h:
+            out.pinned = True
+            out.zero = True
+        prog = OpProgram(tuple(specs), tuple(steps))
+        self.group += 1
+        if v not in self.graph.inputs:   # packing a graph input is the boundary, not a re-tile
+            self.retiles += 1
+        tmp = Tensor(v.id, want, out.id, 0, want.nbytes)
+        src_t = Tensor(v.id, sub, rows.buf, rows.offset + off, sub.nbytes)
+        binding = {"src": (src_t.buf, src_t.offset), "dst": (out.id, 0)}
+        call = OpCall(prog, (use,), (use,), f"pack %{v.id}", "host", "pipeline re-tile", True)
+        self.calls.append(PlacedCall(call, binding, self.group, f"pack %{v.id}"))
+        if not use.index and not use.perm and (use.shape is None or use.shape == v.type.shape):
+            self.tensors[v.id].append(tmp)
+        else:
+            full = F.reshape(want, v.type.shape) if not use.index else None
+            if full is not None:
+                self.tensors[v.id].append(Tensor(v.id, full, out.id, 0, want.nbytes))
+        self._conv_cache[key] = tmp
+        return tmp
+
+    def _pack_weight(self, use: Use, want: WeightForm, rows: Tensor, off: int, sub: RowForm,
+                     key: tuple) -> Tensor:
+        """Row-major fp16 [.., N, K] -> the weight layout, one host pack_weight per element:
+        an activation has no on-device route into the weight layout (counted re-tile)."""
+        v = use.value
+        lay = want.layout
+        n, k = want.shape[-2:]
+        items = int(np.prod(want.shape[:-2], dtype=np.int64)) if len(want.shape) > 2 else 1
+        es = lay.dtype.itemsize
+        out = self.new_buf(want.nbytes, name=f"%{v.id}:weights")
+        specs = [BufferSpec("src", "input", sub.nbytes, dtype="f16", shape=sub.shape, bind=0),
+                 BufferSpec("dst", "output", want.nbytes, bind=0)]
+        steps = [HostStep("pack_weight", {"src": Slice("src", i * n * k * es, n * k * es),
+                                          "dst": Slice("dst", i * want.stride, lay.nbytes)},
+                          {"kernels": n, "channels": k, "kh": 1, "kw": 1,
+                           "n_group": lay.n_group, "k_group": lay.k_group, "esize": es})
+                 for i in range(items)]
+        self.group += 1
+        self.retiles += 1
+        call = OpCall(OpProgram(tuple(specs), tuple(steps)), (use,), (use,), f"pack_weight %{v.id}",
+                      "host", "pipeline re-tile", True)
+        self.calls.append(PlacedCall(call, {"src": (rows.buf, rows.offset + off),
+                                            "dst": (out.id, 0)}, self.group, call.label))
+        t = Tensor(v.id, want, out.id, 0, want.nbytes)
+        self._conv_cache[key] = t
+        return t
+
+    # ---------------------------------------------------------------- outputs
+    def finish(self) -> list[Boundary]:
+        outs = []
+        for i, v in enumerate(self.graph.outputs):
+            if v.id in self.consts:
+                a = np.asarray(self.consts[v.id])
+                b = self.new_buf(a.nbytes, "weights", f"out{i}", np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+                outs.append(Boundary(i, v, Tensor(v.id, RowForm(v.type.dtype, v.type.shape), b.id)))
+                continue
+            self.demand(v)
+            row = next((t for t in self.tensors.get(v.id, []) if isinstance(t.form, RowForm)
+                        and t.form.shape == v.type.shape), None)
+            if row is None:
+                cube = next((t for t in self.tensors.get(v.id, [])
+                             if isinstance(t.form, CubeForm)), None)
+                if cube is None:
+                    # a view of a view chain with a non-natural cube: fall back to rows
+                    raise ConversionError(f"output %{v.id} has no stored form")
+                row = self._unpack(v, cube, boundary=True)
+            self.bufs[row.buf].pinned = True
+            outs.append(Boundary(i, v, row))
+        for b in self.inputs:
+            self.bufs[b.tensor.buf].pinned = True
+        return outs
+
+
+def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
+                example_inputs: Sequence[Any] | None = None,
+                profile: ChipProfile | str = "rk3588") -> LoweredGraph:
+    """Partition, lower and place every node of ``graph``; the memory plan and the program are
+    made by ``build_program`` (program.py)."""
+    prof = get_profile(profile) if isinstance(profile, str) else profile
+    cal = calibrate(graph, example_inputs, params)
+    lw = Lowerer(graph, params, prof, cal)
+    lw.run()
+    try:
+        outs = lw.finish()
+    except ConversionError as e:
+        raise UnsupportedError(str(e)) from None
+    # graph-input boundaries: NPU users read the f32 rows through an fp16 pack; that pack wants
+    # fp16 rows, so an input whose only row-major reader is a pack is written as fp16 directly
+    lg = LoweredGraph(graph, prof, lw.bufs, lw.calls, lw.inputs, outs, lw.decisions, cal,
+                      lw.retiles, lw.group)
+    return lg

@@ -1,0 +1,191 @@
+"""Element-wise emitters on the simulator (strict) vs numpy, and vs conformance 06 word by word."""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from rockjit.ir.types import DType
+from rockjit.lowering import tolerance as T
+from rockjit.lowering.emitters.eltwise import (lower_binary, lower_binary_channel,
+                                               lower_binary_row, lower_binary_scalar,
+                                               pack_row_vector)
+from rockjit.lowering.layouts import CubeLayout, feature_layout
+from rockjit.lowering.regcmd import LoweringError
+
+from test_eltwise_harness import (P, assert_register_agreement, blob, case_addresses, needs_sim,
+                                  run_program)
+
+F16 = DType.F16
+NP_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
+          "min": np.minimum}
+
+
+def cube(h: int, w: int, c: int) -> CubeLayout:
+    return feature_layout(P, F16, h, w, c)
+
+
+def pack_padded(lay: CubeLayout, x: np.ndarray, nbytes: int, rng) -> np.ndarray:
+    """Pack x and put finite garbage in every padding lane and past the cube, so a leak of
+    padding into the valid region would show."""
+    raw = np.zeros(nbytes, np.uint8)
+    raw[:lay.nbytes] = lay.pack(x)
+    junk = rng.uniform(-100, 100, lay.padded_channels * lay.height * lay.width).astype(np.float16)
+    full = lay.unpack(raw).copy()
+    pad = np.zeros((lay.height, lay.width, lay.padded_channels), np.float16)
+    pad[..., :lay.channels] = full
+    if lay.padded_channels > lay.channels:
+        pad[..., lay.channels:] = junk.reshape(pad.shape)[..., lay.channels:]
+    padded = CubeLayout(lay.height, lay.width, lay.padded_channels, lay.c2, lay.dtype)
+    raw[:lay.nbytes] = padded.pack(pad)
+    tail = rng.uniform(-100, 100, (nbytes - lay.nbytes) // 2).astype(np.float16)
+    raw[lay.nbytes:lay.nbytes + tail.nbytes] = tail.view(np.uint8)
+    return raw
+
+
+def data(shape, rng, lo=-8.0, hi=8.0) -> np.ndarray:
+    return rng.uniform(lo, hi, shape).astype(np.float16)
+
+
+def fp16_ref(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return NP_OPS[op](a.astype(np.float64), b.astype(np.float64))
+
+
+# ---------------------------------------------------------------------------------------------
+# conformance 06: the same shape, register by register
+# ---------------------------------------------------------------------------------------------
+
+# No field may differ from the foreign program (conformance 06 is A (x) B over [16, 32]): an
+# entry here must say why.
+DIFF_06: dict[tuple[str, str], str] = {}
+
+
+def test_conformance_06_words_and_weights() -> None:
+    prog = lower_binary("mul", cube(16, 1, 32), P)
+    kick = prog.steps[0].jobs[0].kicks[0]
+    assert kick.task_number == 1
+    a = case_addresses("06")
+    words = kick.array({"a": a["input"], "b": a["operand"], "out": a["output"],
+                        "weights": a["weight"], "regcmd": a["regcmd"]})
+    assert_register_agreement(words, "06", DIFF_06)
+    w = prog.buffer("weights").data
+    assert w.tobytes() == blob("06", "weight")[:w.size]
+
+
+# ---------------------------------------------------------------------------------------------
+# the op table
+# ---------------------------------------------------------------------------------------------
+
+SHAPES = [
+    (1, 1, 1),          # minimal
+    (1, 1, 8),
+    (1, 1, 45),         # one row, channels not a multiple of the atom
+    (3, 1, 5),
+    (16, 1, 32),        # conformance 06's shape
+    (37, 1, 45),
+    (7, 5, 19),         # a 2-D map
+    (4, 3, 130),
+    (250, 1, 136),      # several EW tasks
+    (1500, 1, 384),     # Whisper T x d_model
+]
+FULL_RECORDS = [(op, s) for op in ("add", "sub", "mul", "max", "min") for s in SHAPES[:6]] + \
+    [("add", SHAPES[6]), ("sub", SHAPES[7]), ("mul", SHAPES[8]), ("max", SHAPES[9]),
+     ("add", (1500, 1, 1536))]
+
+
+@needs_sim
+@pytest.mark.parametrize("op,shape", FULL_RECORDS, ids=[f"{o}-{'x'.join(map(str, s))}" for o, s in FULL_RECORDS])
+def test_binary_full(op, shape) -> None:
+    rng = np.random.default_rng(zlib.crc32(repr((op, shape)).encode()))
+    lay = cube(*shape)
+    a, b = data(shape, rng), data(shape, rng)
+    prog = lower_binary(op, lay, P)
+    span = prog.buffer("a").nbytes
+    mem = run_program(prog, {"a": pack_padded(lay, a, span, rng), "b": pack_padded(lay, b, span, rng)})
+    got = lay.unpack(mem["out"])
+    ref = fp16_ref(op, a, b)
+    T.check(got, ref, T.elementwise_bound(ref, a, b, rounds=1), f"{op} {shape}")
+    if op in ("max", "min", "sub"):
+        assert np.array_equal(got, ref.astype(np.float16)), "max/min/sub round once: exact"
+    if np.prod(shape) >= 250 * 136:
+        assert prog.steps[0].jobs[0].kicks[0].task_number > 1
+
+
+SCALAR_RECORDS = [
+    ("add", 0.75, False, (1, 1, 1)), ("sub", 2.5, False, (3, 1, 5)), ("sub", 2.5, True, (37, 1, 45)),
+    ("mul", -1.5, False, (1, 1, 45)), ("max", 0.0, False, (7, 5, 19)), ("min", 1.0, False, (16, 1, 32)),
+    ("add", 0.1, False, (1500, 1, 384)), ("mul", 3.0, False, (600, 1, 136)),
+]
+
+
+@needs_sim
+@pytest.mark.parametrize("op,c,rev,shape", SCALAR_RECORDS)
+def test_binary_scalar(op, c, rev, shape) -> None:
+    rng = np.random.default_rng(zlib.crc32(repr((op, c, shape)).encode()))
+    lay = cube(*shape)
+    x = data(shape, rng)
+    prog = lower_binary_scalar(op, lay, c, reverse=rev, profile=P)
+    mem = run_program(prog, {"x": pack_padded(lay, x, lay.nbytes, rng)})
+    got = lay.unpack(mem["out"])
+    cv = np.full(shape, np.float16(c))
+    ref = fp16_ref(op, cv, x) if rev else fp16_ref(op, x, cv)
+    T.check(got, ref, T.elementwise_bound(ref, x, cv, rounds=1), f"{op} scalar {shape}")
+
+
+CHANNEL_RECORDS = [("add", (1, 1, 1), False), ("sub", (3, 1, 5), True), ("mul", (37, 1, 45), False),
+                   ("max", (7, 5, 19), False), ("add", (1500, 1, 384), False)]
+
+
+@needs_sim
+@pytest.mark.parametrize("op,shape,rev", CHANNEL_RECORDS)
+def test_binary_per_channel(op, shape, rev) -> None:
+    rng = np.random.default_rng(zlib.crc32(repr((op, shape, rev)).encode()))
+    lay = cube(*shape)
+    x, v = data(shape, rng), data((shape[2],), rng)
+    prog = lower_binary_channel(op, lay, v, reverse=rev, profile=P)
+    mem = run_program(prog, {"x": pack_padded(lay, x, prog.buffer("x").nbytes, rng)})
+    got = lay.unpack(mem["out"])
+    vb = np.broadcast_to(v, shape)
+    ref = fp16_ref(op, vb, x) if rev else fp16_ref(op, x, vb)
+    T.check(got, ref, T.elementwise_bound(ref, x, vb, rounds=1), f"{op} per-channel {shape}")
+
+
+ROW_RECORDS = [("mul", (4, 1, 8), False), ("sub", (37, 1, 45), False), ("sub", (13, 1, 20), True),
+               ("add", (6, 3, 19), False), ("max", (1030, 1, 40), False), ("mul", (1500, 1, 384), False)]
+
+
+@needs_sim
+@pytest.mark.parametrize("op,shape,rev", ROW_RECORDS)
+def test_binary_per_row(op, shape, rev) -> None:
+    rng = np.random.default_rng(zlib.crc32(repr((op, shape, rev)).encode()))
+    lay = cube(*shape)
+    rows = shape[0] * shape[1]
+    x, s = data(shape, rng), data((rows,), rng)
+    prog = lower_binary_row(op, lay, reverse=rev, profile=P)
+    s_raw = pack_row_vector(s, P)
+    # only channel 0 of the row-vector cube is real input: garbage elsewhere must not matter
+    junk = rng.uniform(-50, 50, s_raw.size // 2).astype(np.float16).view(np.uint8)
+    mask = np.ones(s_raw.size, bool)
+    for r in range(rows):
+        mask[16 * r:16 * r + 2] = False
+    s_raw = np.where(mask, junk, s_raw)
+    mem = run_program(prog, {"x": pack_padded(lay, x, prog.buffer("x").nbytes, rng), "s": s_raw})
+    got = lay.unpack(mem["out"])
+    sb = np.broadcast_to(s.reshape(shape[0], shape[1], 1), shape)
+    ref = fp16_ref(op, sb, x) if rev else fp16_ref(op, x, sb)
+    T.check(got, ref, T.elementwise_bound(ref, x, sb, rounds=1), f"{op} per-row {shape}")
+
+
+def test_per_row_under_four_rows_is_refused_with_advice() -> None:
+    with pytest.raises(LoweringError, match="scalar form"):
+        lower_binary_row("mul", cube(2, 1, 8), profile=P)
+
+
+def test_bad_inputs_are_refused() -> None:
+    with pytest.raises(LoweringError, match="not one of"):
+        lower_binary("div", cube(4, 1, 8), P)
+    with pytest.raises(LoweringError, match="fp16"):
+        lower_binary("add", feature_layout(P, DType.I8, 4, 1, 16), P)
+    with pytest.raises(LoweringError, match="shape"):
+        lower_binary_channel("add", cube(4, 1, 8), np.zeros(9, np.float16), profile=P)

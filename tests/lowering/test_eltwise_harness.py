@@ -1,0 +1,254 @@
+"""Runs an emitted OpProgram on the C simulator (strict mode), plus the helpers the element-wise,
+LUT, pooling and reduction tests share: the register-by-register comparison with a foreign
+(conformance) program. The tests at the bottom check the harness itself against conformance
+data, so a harness bug cannot hide behind the emitter tests."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import pytest
+
+from rockjit.lowering import registers as R
+from rockjit.lowering.opprogram import HostStep, NpuStep, OpProgram
+from rockjit.lowering.profile import get_profile
+
+from lowering_testutil import blob, case_dir, meta, task_words
+
+try:
+    from rockjit._rjc import ffi, lib
+    SIM_MISSING = ""
+except ImportError:  # pragma: no cover - the C core is part of the install
+    ffi = lib = None
+    SIM_MISSING = "the C simulator (rockjit._rjc) is not built; run pip install -e ."
+
+needs_sim = pytest.mark.skipif(bool(SIM_MISSING), reason=SIM_MISSING or "simulator available")
+
+P = get_profile("rk3588")
+PAGE = 4096
+SENTINEL = 0xAA
+
+
+class SimRunError(AssertionError):
+    pass
+
+
+class Memory:
+    """Device buffers at IOVAs from a bump allocator with an unmapped page between them."""
+
+    def __init__(self) -> None:
+        self.bufs: dict[str, tuple[int, np.ndarray]] = {}
+        self._next = 0x01000000
+
+    def add(self, name: str, size: int, data=None, fill: int = 0, iova: int | None = None) -> int:
+        size = -(-max(size, 1) // PAGE) * PAGE
+        buf = np.full(size, fill, np.uint8)
+        if data is not None:
+            raw = np.frombuffer(bytes(data), np.uint8) if not isinstance(data, np.ndarray) \
+                else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+            buf[:raw.size] = raw
+        if iova is not None:
+            self._next = iova
+        addr = self._next
+        self.bufs[name] = (addr, buf)
+        self._next += size + PAGE
+        return addr
+
+    def addresses(self) -> dict[str, int]:
+        return {k: v[0] for k, v in self.bufs.items()}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.bufs[name][1]
+
+    def run(self, tasks: list[tuple[int, int]], strict: bool = True) -> None:
+        regions = ffi.new("rj_region[]", len(self.bufs))
+        keep = []
+        for r, (iova, buf) in zip(regions, self.bufs.values()):
+            ptr = ffi.from_buffer("uint8_t[]", buf)
+            keep.append(ptr)
+            r.iova, r.size, r.host = iova, buf.size, ptr
+        jt = ffi.new("rj_task[]", len(tasks))
+        for d, (iova, n) in zip(jt, tasks):
+            d.regcmd_iova, d.regcmd_count = iova, n
+        err = ffi.new("rj_err *")
+        simp = ffi.new("rj_sim **")
+        flags = lib.RJ_SIM_STRICT if strict else 0
+        assert lib.rj_sim_create(simp, flags, err) == 0, ffi.string(err.msg).decode()
+        try:
+            rc = lib.rj_sim_run_job(simp[0], regions, len(self.bufs), jt, len(tasks), err)
+            if rc != 0:
+                raise SimRunError(f"simulator refused/failed ({rc}): {ffi.string(err.msg).decode()}")
+        finally:
+            lib.rj_sim_destroy(simp[0])
+
+
+HostImpl = Mapping[str, object]
+
+
+def run_program(prog: OpProgram, inputs: Mapping[str, np.ndarray | bytes],
+                host_impls: Mapping[str, object] | None = None) -> Memory:
+    """Place every buffer, patch and run every step in order (strict simulator). Outputs and
+    scratch start as a 0xAA sentinel so an unwritten byte is visible."""
+    mem = Memory()
+    for b in prog.buffers:
+        if b.role == "input":
+            if b.name not in inputs:
+                raise KeyError(f"no data for input buffer {b.name!r}")
+            mem.add(b.name, b.nbytes, inputs[b.name])
+        elif b.role == "const":
+            mem.add(b.name, b.nbytes, b.data)
+        elif b.role in ("output", "scratch"):
+            mem.add(b.name, b.nbytes, fill=SENTINEL)
+        else:
+            mem.add(b.name, b.nbytes)
+    addrs = mem.addresses()
+    for step in prog.steps:
+        if isinstance(step, NpuStep):
+            for job in step.jobs:
+                for kick in job.kicks:
+                    words = kick.array(addrs)
+                    reg = mem[kick.regcmd_buffer]
+                    reg[kick.base_offset:kick.base_offset + words.nbytes] = words.view(np.uint8)
+                    mem.run(kick.job_tasks(addrs[kick.regcmd_buffer]))
+        else:
+            assert isinstance(step, HostStep)
+            impl = (host_impls or {}).get(step.kind)
+            if impl is None:
+                raise KeyError(f"no host implementation for step kind {step.kind!r}")
+            impl(mem, step)
+    return mem
+
+
+# ---------------------------------------------------------------------------------------------
+# register-by-register comparison with a foreign program
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class RegState:
+    regs: dict[str, int]            # last value written per register
+    tables: dict[int, list[int]]    # LUT table id -> uploaded entries
+    enable: int
+
+
+def decode_program(words: np.ndarray) -> RegState:
+    regs: dict[str, int] = {}
+    tables: dict[int, list[int]] = {}
+    cur = None
+    enable = 0
+    for w in map(int, words):
+        op, val, off = R.decode(w)
+        if op == 0:
+            continue
+        if op & 0xFF == R.OP_ENABLE:
+            enable = val
+            continue
+        if op & 0xFF == R.OP_40:
+            continue
+        reg = R.lookup(op & 0xFF00, off)
+        assert reg is not None, f"unknown register word {w:#x}"
+        if reg.full_name == "DPU_LUT_ACCESS_CFG":
+            f = {fl.name: (val >> fl.lo) & ((1 << (fl.hi - fl.lo + 1)) - 1) for fl in reg.fields}
+            cur = f["LUT_TABLE_ID"] if f["LUT_ACCESS_TYPE"] else None
+            if cur is not None:
+                tables[cur] = []
+        elif reg.full_name == "DPU_LUT_ACCESS_DATA" and cur is not None:
+            tables[cur].append(val & 0xFFFF)
+            continue
+        if reg.full_name.startswith("PC_"):
+            continue
+        regs[reg.full_name] = val
+    return RegState(regs, tables, enable)
+
+
+def field_values(name: str, value: int) -> dict[str, int]:
+    reg = R.register(name)
+    out = {f.name: (value >> f.lo) & ((1 << (f.hi - f.lo + 1)) - 1) for f in reg.fields}
+    covered = 0
+    for f in reg.fields:
+        covered |= ((1 << (f.hi - f.lo + 1)) - 1) << f.lo
+    if value & ~covered & 0xFFFFFFFF:
+        out["<undocumented bits>"] = value & ~covered & 0xFFFFFFFF
+    return out
+
+
+def register_diff(ours: RegState, theirs: RegState) -> dict[tuple[str, str], tuple[int | None, int | None]]:
+    """Every (register, field) whose value differs, with (ours, theirs); a register only one
+    side writes counts with None on the other side for each of its nonzero fields, and as
+    (register, '*') when all its fields are zero (written-as-zero vs relies-on-reset)."""
+    diff = {}
+    for name in sorted(set(ours.regs) | set(theirs.regs)):
+        a, b = ours.regs.get(name), theirs.regs.get(name)
+        if a is not None and b is not None:
+            fa, fb = field_values(name, a), field_values(name, b)
+            for f in sorted(set(fa) | set(fb)):
+                if fa.get(f, 0) != fb.get(f, 0):
+                    diff[(name, f)] = (fa.get(f, 0), fb.get(f, 0))
+        else:
+            v = a if a is not None else b
+            nonzero = {f: x for f, x in field_values(name, v).items() if x}
+            if not nonzero:
+                diff[(name, "*")] = (a, b)
+            for f, x in nonzero.items():
+                diff[(name, f)] = (x if a is not None else None, x if b is not None else None)
+    if ours.enable != theirs.enable:
+        diff[("PC_OPERATION_ENABLE", "mask")] = (ours.enable, theirs.enable)
+    return diff
+
+
+def assert_register_agreement(ours_words: np.ndarray, prefix: str,
+                              allowed: Mapping[tuple[str, str], str]) -> RegState:
+    """Compare with conformance case ``prefix``'s task 0 (both patched with the case's IOVAs).
+    Every differing field must be listed in ``allowed`` with a reason, and every listed field
+    must really differ (a stale entry fails too)."""
+    theirs = decode_program(task_words(prefix))
+    ours = decode_program(ours_words)
+    diff = register_diff(ours, theirs)
+    unexplained = {k: v for k, v in diff.items() if k not in allowed}
+    stale = [k for k in allowed if k not in diff]
+    msg = []
+    if unexplained:
+        msg.append("fields differing from the foreign program without a listed reason:\n" +
+                   "\n".join(f"  {r}.{f}: ours {a!r} vs foreign {b!r}" for (r, f), (a, b)
+                             in sorted(unexplained.items())))
+    if stale:
+        msg.append("listed differences that no longer differ (remove them): " +
+                   ", ".join(f"{r}.{f}" for r, f in stale))
+    for k, why in allowed.items():
+        if not why.strip():
+            msg.append(f"difference {k} has no reason")
+    if msg:
+        raise AssertionError("\n".join(msg))
+    return ours
+
+
+def case_addresses(prefix: str) -> dict[str, int]:
+    return {b["name"]: b["iova"] for b in meta(prefix)["buffers"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# harness self-checks
+# ---------------------------------------------------------------------------------------------
+
+def test_decode_roundtrip_of_a_foreign_program() -> None:
+    st = decode_program(task_words("05"))
+    assert st.enable == 0x18
+    assert len(st.tables[0]) == 513 and len(st.tables[1]) == 513
+    assert register_diff(st, st) == {}
+
+
+@needs_sim
+def test_memory_runs_foreign_case_06() -> None:
+    m = meta("06")
+    mem = Memory()
+    for b in m["buffers"]:
+        data = (case_dir("06") / "program" / b["file"]).read_bytes() if b["file"] else None
+        mem.add(b["name"], b["size"], data, iova=b["iova"])
+    t = m["jobs"][0]["tasks"][0]
+    words = task_words("06")
+    off = t["regcmd_iova"] - mem.addresses()["regcmd"]
+    mem["regcmd"][off:off + words.nbytes] = words.view(np.uint8)
+    mem.run([(t["regcmd_iova"], t["words"])])
+    exp = (case_dir("06") / "expected_output.bin").read_bytes()
+    assert mem["output"][:len(exp)].tobytes() == exp
+    assert blob("06", "operand")[:16] != b"\0" * 16
