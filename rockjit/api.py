@@ -337,16 +337,32 @@ class _ResidentBinding:
         return changed
 
 
-class Compiled:
-    """A traced, imported and simplified function, ready to run on its backend."""
+class _Traced:
+    """One traced signature: its IR graph, the signature and the output pytree structure."""
 
-    def __init__(self, graph: Graph, sig: Signature, out_tree: Any, backend: str,
-                 binding: _ResidentBinding) -> None:
+    def __init__(self, graph: Graph, sig: Signature, out_tree: Any, backend: str) -> None:
         _check_backend(backend)
         self.graph = graph
         self.signature = sig
         self.out_tree = out_tree
         self.backend = backend
+
+    def as_text(self) -> str:
+        """The IR text form (``rockjit.ir.parser.parse`` reads it back)."""
+        from .ir.printer import print_graph
+
+        return print_graph(self.graph)
+
+    def __str__(self) -> str:
+        return self.as_text()
+
+
+class Compiled(_Traced):
+    """A traced, imported and simplified function, ready to run on its backend."""
+
+    def __init__(self, graph: Graph, sig: Signature, out_tree: Any, backend: str,
+                 binding: _ResidentBinding) -> None:
+        super().__init__(graph, sig, out_tree, backend)
         self._binding = binding
         self._runner: Runner | None = None
 
@@ -354,14 +370,6 @@ class Compiled:
     def params(self) -> Mapping[str, np.ndarray]:
         """The bound resident values by param name (read-only float32 copies)."""
         return dict(self._binding.values)
-
-    def as_text(self) -> str:
-        from .ir.printer import print_graph
-
-        return print_graph(self.graph)
-
-    def __str__(self) -> str:
-        return self.as_text()
 
     def _split_args(self, args: tuple) -> list[tuple[int, Any]]:
         """Arguments by position; static ones may be passed again (checked) or left out."""
@@ -444,24 +452,13 @@ class Compiled:
         return stats()
 
 
-class Lowered:
+class Lowered(_Traced):
     """A traced function in rockjit IR (after import and simplification)."""
 
     def __init__(self, graph: Graph, sig: Signature, out_tree: Any, backend: str,
                  args: Sequence[Any]) -> None:
-        self.graph = graph
-        self.signature = sig
-        self.out_tree = out_tree
-        self.backend = backend
+        super().__init__(graph, sig, out_tree, backend)
         self._args = args
-
-    def as_text(self) -> str:
-        from .ir.printer import print_graph
-
-        return print_graph(self.graph)
-
-    def __str__(self) -> str:
-        return self.as_text()
 
     def compile(self) -> Compiled:
         binding = _ResidentBinding()

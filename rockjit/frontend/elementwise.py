@@ -40,10 +40,6 @@ def _make_unary(op: Op):
     return rule
 
 
-for _name, _op in _UNARY.items():
-    import_rule(_name)(_make_unary(_op))
-
-
 def _make_binary(op: Op):
     def rule(ctx: EqnContext, a: Value, b: Value) -> Value:
         out = ctx.out_type
@@ -55,10 +51,6 @@ def _make_binary(op: Op):
     return rule
 
 
-for _name, _op in _BINARY.items():
-    import_rule(_name)(_make_binary(_op))
-
-
 def _make_compare(op: Op):
     def rule(ctx: EqnContext, a: Value, b: Value) -> Value:
         a, b = _same_shape(ctx, a, b)
@@ -66,8 +58,10 @@ def _make_compare(op: Op):
     return rule
 
 
-for _name, _op in _COMPARE.items():
-    import_rule(_name)(_make_compare(_op))
+# One rule per primitive name, each a thin wrapper around its IR op.
+for _table, _make in ((_UNARY, _make_unary), (_BINARY, _make_binary), (_COMPARE, _make_compare)):
+    for _name, _op in _table.items():
+        import_rule(_name)(_make(_op))
 
 
 @import_rule("integer_pow")

@@ -513,12 +513,11 @@ class Lowerer:
         key = (v.id, use.index, use.perm, use.shape, repr(want))
         if key in self._conv_cache:
             return self._conv_cache[key]
-        if use.perm and tuple(use.perm) != tuple(range(len(use.perm))):
-            raise ConversionError(
-                f"%{v.id} ({v.type}) is needed transposed (perm {use.perm}) and no stored form "
-                f"of it is a view of that; this needs the host transpose op (host_rules)")
         dtype = want.dtype if isinstance(want, RowForm) else DType.F16
         rows = self._rows_of(v, dtype)
+        if use.perm and tuple(use.perm) != tuple(range(len(use.perm))):
+            rows = self._host_transpose(v, rows, use)
+            use = Use(v, use.index, None, use.shape, use.roles)
         sub, off = rows.form.sub(use.index)
         sub = RowForm(sub.dtype, use.shape or sub.shape)
         if isinstance(want, RowForm):
@@ -565,6 +564,41 @@ class Lowerer:
                 self.tensors[v.id].append(Tensor(v.id, full, out.id, 0, want.nbytes))
         self._conv_cache[key] = tmp
         return tmp
+
+    def _host_transpose(self, v: Value, rows: Tensor, use: Use) -> Tensor:
+        """The value with its axes after ``use.index`` permuted, row-major, by the host-op
+        library's strided copy (no on-device transpose exists; counted re-tile)."""
+        from ..ir.types import TensorType
+        from . import partition
+        nb = len(use.index)
+        perm = tuple(range(nb)) + tuple(nb + p for p in use.perm)
+        shape = tuple(v.type.shape[p] for p in perm)
+        dt = rows.form.dtype
+        rule = partition.host_rules().get(Op.TRANSPOSE)
+        if rule is None:
+            raise ConversionError(f"%{v.id} is needed transposed and no host transpose exists")
+        node = Node(Op.TRANSPOSE, (Value(v.id, TensorType(dt, v.type.shape)),),
+                    (Value(v.id, TensorType(dt, shape)),), {"permutation": perm}, None)
+        prog = rule(node)
+        out = self.new_buf(RowForm(dt, shape).nbytes, name=f"%{v.id}:T")
+        binding = {}
+        for spec in prog.buffers:
+            if spec.role == "input":
+                binding[spec.name] = (rows.buf, rows.offset)
+            elif spec.role == "output":
+                binding[spec.name] = (out.id, 0)
+            elif spec.role == "const":
+                b = self.new_buf(spec.nbytes, "weights", f"T%{v.id}:{spec.name}",
+                                 np.ascontiguousarray(spec.data).reshape(-1).view(np.uint8))
+                binding[spec.name] = (b.id, 0)
+            elif spec.role == "scratch":
+                binding[spec.name] = (self.new_buf(spec.nbytes).id, 0)
+        self.group += 1
+        self.retiles += 1
+        call = OpCall(prog, (Use(v),), (Use(v),), f"transpose %{v.id}", "host",
+                      "host_rules[transpose]", True)
+        self.calls.append(PlacedCall(call, binding, self.group, call.label))
+        return Tensor(v.id, RowForm(dt, shape), out.id, 0, RowForm(dt, shape).nbytes)
 
     def _pack_weight(self, use: Use, want: WeightForm, rows: Tensor, off: int, sub: RowForm,
                      key: tuple) -> Tensor:

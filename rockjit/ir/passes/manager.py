@@ -19,21 +19,20 @@ class PassManager:
             for p in passes]
         self.verify = verify
 
-    def run(self, graph: Graph) -> Graph:
+    def _check(self, graph: Graph, where: str) -> None:
         if self.verify:
             try:
                 verify_graph(graph)
             except VerifyError as e:
-                raise VerifyError(f"the graph given to the pass pipeline is invalid: {e}") from None
+                raise VerifyError(f"{where}: {e}") from None
+
+    def run(self, graph: Graph) -> Graph:
+        self._check(graph, "the graph given to the pass pipeline is invalid")
         for name, p in self.passes:
             graph = p(graph)
             if not isinstance(graph, Graph):
                 raise TypeError(f"pass {name!r} returned {type(graph).__name__}, not a Graph")
-            if self.verify:
-                try:
-                    verify_graph(graph)
-                except VerifyError as e:
-                    raise VerifyError(f"after pass {name!r}: {e}") from None
+            self._check(graph, f"after pass {name!r}")
         return graph
 
     __call__ = run
