@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import layers as L
-from .specs import configure, encoder_spec
+from .specs import configure, encoder_spec, require_divisible
 from .weights import load_safetensors
 
 
@@ -43,9 +43,7 @@ class ModernBertConfig:
     pad_token_id: int = 50283
 
     def __post_init__(self) -> None:
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by "
-                             f"num_attention_heads {self.num_attention_heads}")
+        require_divisible(self, "hidden_size", "num_attention_heads")
 
     @property
     def head_dim(self) -> int:

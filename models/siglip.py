@@ -14,7 +14,7 @@ import numpy as np
 from jax import lax
 
 from . import layers as L
-from .specs import configure, encoder_spec
+from .specs import configure, encoder_spec, require_divisible
 from .weights import load_safetensors
 
 
@@ -31,12 +31,8 @@ class SiglipVisionConfig:
     layer_norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
-        if self.image_size % self.patch_size:
-            raise ValueError(f"image_size {self.image_size} is not a multiple of patch_size "
-                             f"{self.patch_size}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by "
-                             f"num_attention_heads {self.num_attention_heads}")
+        require_divisible(self, "image_size", "patch_size", "a multiple of")
+        require_divisible(self, "hidden_size", "num_attention_heads")
 
     @property
     def num_patches(self) -> int:

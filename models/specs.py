@@ -16,6 +16,14 @@ import jax.numpy as jnp
 C = TypeVar("C")
 
 
+def require_divisible(config: Any, field: str, by_field: str, verb: str = "divisible by") -> None:
+    """Config check shared by the encoders: ``config.field`` must split evenly by
+    ``config.by_field`` (the hidden width over the heads, the image over the patches)."""
+    n, by = getattr(config, field), getattr(config, by_field)
+    if n % by:
+        raise ValueError(f"{type(config).__name__}: {field} {n} is not {verb} {by_field} {by}")
+
+
 def configure(default: C, overrides: Mapping[str, Any]) -> C:
     """``default`` with the named fields replaced; an unknown field is a ValueError listing the
     known ones (the CLI shows it as a usage error)."""

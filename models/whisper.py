@@ -15,7 +15,7 @@ import numpy as np
 from jax import lax
 
 from . import layers as L
-from .specs import configure, encoder_spec
+from .specs import configure, encoder_spec, require_divisible
 from .weights import load_safetensors
 
 _LN_EPS = 1e-5  # torch.nn.LayerNorm's default; Whisper's norms do not set one
@@ -32,9 +32,7 @@ class WhisperEncoderConfig:
     max_source_positions: int = 1500
 
     def __post_init__(self) -> None:
-        if self.d_model % self.encoder_attention_heads:
-            raise ValueError(f"d_model {self.d_model} is not divisible by "
-                             f"encoder_attention_heads {self.encoder_attention_heads}")
+        require_divisible(self, "d_model", "encoder_attention_heads")
 
     @classmethod
     def base(cls) -> "WhisperEncoderConfig":

@@ -376,7 +376,7 @@ def run_on_host(program: OpProgram, inputs: Sequence[np.ndarray],
     for b in program.buffers:
         buf = np.zeros(max(b.nbytes, 1), np.uint8)
         if b.role == "input":
-            arr = np.ascontiguousarray(inputs[b.bind], dtype=DType(b.dtype).to_numpy())
+            arr = np.array(inputs[b.bind], dtype=DType(b.dtype).to_numpy(), order="C")
             if arr.shape != tuple(b.shape):
                 raise LoweringError(f"run_on_host: input {b.bind} has shape {arr.shape}, the "
                                     f"program expects {b.shape}")
