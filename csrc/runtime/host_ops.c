@@ -1083,7 +1083,13 @@ int rj_host_op_check(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbu
         operand_name(v, on, sizeof on);
         fmt_dims(dims, sizeof dims, op->shape, op->rank);
         fmt_dims(sts, sizeof sts, vw->stride, op->rank);
-        if (!view_range(vw, op->shape, op->rank, xn, xs, &lo, &hi, &ovf))
+        /* a reduce writes its output even when a reduced axis is empty: check the output
+         * over the kept axes only */
+        int64_t kshape[RJ_HOST_MAX_RANK];
+        for (uint32_t d = 0; d < op->rank; d++)
+            kshape[d] = op->kind == RJ_HOST_REDUCE && v == 0 && ((op->axis_mask >> d) & 1u)
+                            ? 1 : op->shape[d];
+        if (!view_range(vw, kshape, op->rank, xn, xs, &lo, &hi, &ovf))
             continue; /* empty: reaches nothing */
         if (ovf)
             return FAIL(RJ_EINVAL, "host op %s: %s strides %s over shape %s overflow 64-bit "

@@ -28,6 +28,27 @@
 
 static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
 
+/* Pack A[m0:m0+mc, k0:k0+kc] as panels of `mr` rows, k-major inside a panel (rows past the
+ * end of A are zero), the operand order both register kernels stream. */
+static void pack_a(const float *A, size_t lda, size_t m0, size_t mc, size_t k0, size_t kc, size_t mr,
+                   float *apack)
+{
+    for (size_t mp = 0; mp < mc; mp += mr) {
+        float *dst = apack + mp * kc;
+        size_t rows = min_sz(mr, mc - mp);
+        for (size_t i = 0; i < mr; i++) {
+            if (i >= rows) {
+                for (size_t k = 0; k < kc; k++)
+                    dst[k * mr + i] = 0.0f;
+                continue;
+            }
+            const float *src = A + (m0 + mp + i) * lda + k0;
+            for (size_t k = 0; k < kc; k++)
+                dst[k * mr + i] = src[k];
+        }
+    }
+}
+
 /* c[MR x NR] (row stride ldc) += a[kc x MR] . b[kc x NR] */
 static void kernel_full(size_t kc, const float *a, const float *b, float *c, size_t ldc)
 {
@@ -96,21 +117,7 @@ static int gemm_f32_avx2(size_t M, size_t N, size_t K, const float *A, size_t ld
         size_t kc = min_sz(KC, K - k0);
         for (size_t m0 = 0; m0 < M; m0 += MC) {
             size_t mc = min_sz(MC, M - m0);
-            /* pack A[m0:m0+mc, k0:k0+kc] as MR-row panels, k-major inside a panel */
-            for (size_t mp = 0; mp < mc; mp += RJ_MAC_MR) {
-                float *dst = apack + mp * kc;
-                size_t mr = min_sz(RJ_MAC_MR, mc - mp);
-                for (size_t i = 0; i < RJ_MAC_MR; i++) {
-                    if (i < mr) {
-                        const float *src = A + (m0 + mp + i) * lda + k0;
-                        for (size_t k = 0; k < kc; k++)
-                            dst[k * RJ_MAC_MR + i] = src[k];
-                    } else {
-                        for (size_t k = 0; k < kc; k++)
-                            dst[k * RJ_MAC_MR + i] = 0.0f;
-                    }
-                }
-            }
+            pack_a(A, lda, m0, mc, k0, kc, RJ_MAC_MR, apack);
             for (size_t np = 0; np < npanels; np++) {
                 const float *bp = Bp + np * K * RJ_MAC_NR + k0 * RJ_MAC_NR;
                 size_t nr = min_sz(RJ_MAC_NR, N - np * RJ_MAC_NR);
@@ -179,20 +186,7 @@ __attribute__((target("avx512f,fma"))) static int gemm_f32_avx512(size_t M, size
         size_t kc = min_sz(KC, K - k0);
         for (size_t m0 = 0; m0 < M; m0 += MC5) {
             size_t mc = min_sz(MC5, M - m0);
-            for (size_t mp = 0; mp < mc; mp += MR5) {
-                float *dst = apack + mp * kc;
-                size_t mr = min_sz(MR5, mc - mp);
-                for (size_t i = 0; i < MR5; i++) {
-                    if (i >= mr) {
-                        for (size_t k = 0; k < kc; k++)
-                            dst[k * MR5 + i] = 0.0f;
-                        continue;
-                    }
-                    const float *src = A + (m0 + mp + i) * lda + k0;
-                    for (size_t k = 0; k < kc; k++)
-                        dst[k * MR5 + i] = src[k];
-                }
-            }
+            pack_a(A, lda, m0, mc, k0, kc, MR5, apack);
             for (size_t np = 0; np < npanels; np += 2) {
                 const float *b0 = Bp + np * K * RJ_MAC_NR + k0 * RJ_MAC_NR;
                 int pair = np + 1 < npanels;
@@ -221,30 +215,32 @@ __attribute__((target("avx512f,fma"))) static int gemm_f32_avx512(size_t M, size
 }
 #endif
 
-/* 0 = best available, 1 = force AVX2/portable (used by the self-test to cover both). */
-static int force_avx2;
+/* Host facts probed once (pthread_once: several simulators may run on several threads, e.g.
+ * one per fake rocket fd, so no lazily written static is left to race). */
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+static int host_avx512, host_nthreads;
 
-static int have_avx512(void)
+static void probe_host(void)
 {
 #if RJ_MAC_HAVE_512
-    static int cached = -1;
-    if (cached < 0) {
-        __builtin_cpu_init();
-        cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    return cached;
-#else
-    return 0;
+    __builtin_cpu_init();
+    host_avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
 #endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    host_nthreads = n >= 2 ? 2 : 1;
 }
 
+/* Kernel choice: the best the host has, or (self-test) the AVX2/portable one. */
+enum { MAC_BEST = 0, MAC_AVX2 = 1 };
+
 static int gemm_f32_one(size_t M, size_t N, size_t K, const float *A, size_t lda, const float *Bp, float *C,
-                        size_t ldc)
+                        size_t ldc, int which)
 {
 #if RJ_MAC_HAVE_512
-    if (!force_avx2 && have_avx512())
+    if (which == MAC_BEST && host_avx512)
         return gemm_f32_avx512(M, N, K, A, lda, Bp, C, ldc);
 #endif
+    (void)which;
     return gemm_f32_avx2(M, N, K, A, lda, Bp, C, ldc);
 }
 
@@ -255,41 +251,40 @@ typedef struct gemm_part {
     size_t M, N, K, lda, ldc;
     const float *A, *Bp;
     float *C;
-    int rc;
+    int which, rc;
 } gemm_part;
 
 static void *gemm_part_run(void *arg)
 {
     gemm_part *p = arg;
-    p->rc = gemm_f32_one(p->M, p->N, p->K, p->A, p->lda, p->Bp, p->C, p->ldc);
+    p->rc = gemm_f32_one(p->M, p->N, p->K, p->A, p->lda, p->Bp, p->C, p->ldc, p->which);
     return NULL;
 }
 
-static int host_threads(void)
+/* threads: 1 = never split, 0 = split when the product is large and the host has 2 cores. The
+ * two halves write disjoint column ranges of C and read shared A/B only. */
+static int gemm_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, const float *Bp, float *C,
+                    size_t ldc, int which, int threads)
 {
-    static int cached;
-    if (!cached) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        cached = n >= 2 ? 2 : 1;
-    }
-    return cached;
+    pthread_once(&host_once, probe_host);
+    size_t npanels = (N + RJ_MAC_NR - 1) / RJ_MAC_NR;
+    if (threads == 1 || host_nthreads < 2 || (double)M * N * K < 4.0e6 || npanels < 4)
+        return gemm_f32_one(M, N, K, A, lda, Bp, C, ldc, which);
+    size_t split = (npanels / 2) & ~(size_t)1; /* an even panel count for the first half */
+    gemm_part hi = {M, N - split * RJ_MAC_NR, K, lda, ldc, A, Bp + split * K * RJ_MAC_NR,
+                    C + split * RJ_MAC_NR, which, 0};
+    pthread_t th;
+    if (pthread_create(&th, NULL, gemm_part_run, &hi) != 0)
+        return gemm_f32_one(M, N, K, A, lda, Bp, C, ldc, which);
+    int rc = gemm_f32_one(M, split * RJ_MAC_NR, K, A, lda, Bp, C, ldc, which);
+    pthread_join(th, NULL);
+    return rc ? rc : hi.rc;
 }
 
 int rj_mac_gemm_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, const float *Bp, float *C,
                     size_t ldc)
 {
-    size_t npanels = (N + RJ_MAC_NR - 1) / RJ_MAC_NR;
-    if (host_threads() < 2 || (double)M * N * K < 4.0e6 || npanels < 4)
-        return gemm_f32_one(M, N, K, A, lda, Bp, C, ldc);
-    size_t split = (npanels / 2) & ~(size_t)1; /* an even panel count for the first half */
-    gemm_part hi = {M, N - split * RJ_MAC_NR, K, lda, ldc, A, Bp + split * K * RJ_MAC_NR,
-                    C + split * RJ_MAC_NR, 0};
-    pthread_t th;
-    if (pthread_create(&th, NULL, gemm_part_run, &hi) != 0)
-        return gemm_f32_one(M, N, K, A, lda, Bp, C, ldc);
-    int rc = gemm_f32_one(M, split * RJ_MAC_NR, K, A, lda, Bp, C, ldc);
-    pthread_join(th, NULL);
-    return rc ? rc : hi.rc;
+    return gemm_f32(M, N, K, A, lda, Bp, C, ldc, MAC_BEST, 0);
 }
 
 /* Compare every available kernel with a plain double-precision loop on awkward shapes

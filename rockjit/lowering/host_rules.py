@@ -159,12 +159,14 @@ class _NodeProgram:
              code: int = 0, axis_mask: int = 0, iparams: Sequence[int] = ()) -> None:
         """Append one host op, after checking every view stays inside its buffer (a broken
         rule must fail here, at compile time, not scribble over a neighbour at run time)."""
-        if any(int(n) == 0 for n in shape):
-            return  # no element to compute
+        if any(int(n) == 0 for n in shape) and (kind != "reduce" or self.types[out.buffer].size == 0):
+            return  # no element to compute (a reduce over an empty axis still writes its init)
         what = f"host lowering of {self.node.op.text}"
         for i, v in enumerate((out, *ins)):
             t = self.types[v.buffer]
             vshape, vstrides = tuple(shape), v.strides
+            if kind == "reduce" and i == 0:  # the output spans the kept axes only
+                vshape = tuple(1 if (axis_mask >> d) & 1 else n for d, n in enumerate(vshape))
             if kind == "take" and i == 1:  # the table also spans its gathered axis
                 vshape, vstrides = vshape + (max(int(iparams[1]), 1),), vstrides + (iparams[0],)
             span = view_span(vshape, v.offset, vstrides)

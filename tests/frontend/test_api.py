@@ -320,6 +320,10 @@ def test_compiled_rejects_other_shapes_dtypes_and_structures() -> None:
     with pytest.raises(TraceError) as e:
         compiled({"x": rand(2, 4), "y": rand(4)})
     assert "argument 0 ('inp') at pytree path ['x']: expected f32[2,3], got f32[2,4]" in str(e.value)
+    with pytest.raises(TraceError) as e:
+        compiled({"x": rand(2, 3, 1), "y": rand(4)})   # wrong rank
+    assert "argument 0 ('inp') at pytree path ['x']: expected f32[2,3], got f32[2,3,1]" in str(
+        e.value)
     with pytest.raises(TraceError, match=r"\['y'\]: expected f32\[4\], got i32\[4\]"):
         compiled({"x": rand(2, 3), "y": np.ones(4, np.int32)})
     with pytest.raises(TraceError, match="pytree structure differs"):

@@ -108,6 +108,8 @@ def test_trace_takes_config_arguments(capsys) -> None:
     (["models.siglip:trace_spec", "image_sise=512"],
      "SiglipVisionConfig has no field(s) ['image_sise']"),
     (["models.siglip:trace_spec", "image_size=big"], "image_size takes int values, got 'big'"),
+    (["models.siglip:trace_spec", "image_size=100"],
+     "image_size 100 is not a multiple of patch_size 16"),
     (["models.whisper:trace_spec", "preset=huge"], "unknown Whisper preset 'huge'"),
     (["models.whisper:trace_spec", "layers"], "must look like name=value"),
 ])

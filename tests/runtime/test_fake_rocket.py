@@ -213,3 +213,39 @@ def test_bo_in_both_lists_is_a_hazard(fake):
         b.add_npu_step([job])
         with pytest.raises(HazardError, match="both in and out"):
             b.build()
+
+
+def test_prep_bo_blocks_until_the_job_completes(fake):
+    """SUBMIT queues the job on the fd's core and returns; PREP_BO on its out-BO is the fence:
+    a past deadline polls (EBUSY while the job runs), a near deadline expires (ETIMEDOUT), a
+    far one returns once the job is done. Deadlines are absolute CLOCK_MONOTONIC."""
+    k = Raw(fake)
+    regcmd, out = k.create(4096), k.create(4096)
+    task = ffi.new("rj_drm_rocket_task *", {"regcmd": regcmd.dma_address, "regcmd_count": 2})
+    outs = ffi.new("uint32_t[1]", [out.handle])
+    job = ffi.new("rj_drm_rocket_job *", {
+        "tasks": int(ffi.cast("uintptr_t", task)), "out_bo_handles": int(ffi.cast("uintptr_t", outs)),
+        "task_count": 1, "task_struct_size": 8, "out_bo_handle_count": 1})
+    sub = ffi.new("rj_drm_rocket_submit *", {"jobs": int(ffi.cast("uintptr_t", job)), "job_count": 1,
+                                              "job_struct_size": 40})
+    fake.set_faults(job_delay_us=400_000)
+    t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    assert k.ioctl("SUBMIT", sub) == 0
+    assert time.clock_gettime_ns(time.CLOCK_MONOTONIC) - t0 < 200_000_000  # SUBMIT did not wait
+    prep = ffi.new("rj_drm_rocket_prep_bo *", {"handle": out.handle, "timeout_ns": 0})
+    assert k.ioctl("PREP_BO", prep) == errno.EBUSY
+    prep.timeout_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 50_000_000
+    assert k.ioctl("PREP_BO", prep) == errno.ETIMEDOUT
+    assert time.clock_gettime_ns(time.CLOCK_MONOTONIC) >= prep.timeout_ns
+    prep.timeout_ns = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 5_000_000_000
+    assert k.ioctl("PREP_BO", prep) == 0
+    done = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    assert 400_000_000 <= done - t0 < 3_000_000_000
+    assert fake.stats()["jobs_run"] == 1
+    fake.set_faults()
+    # the job's two zero words have no OP_ENABLE trailer: the core reports it after the fence
+    err = ffi.new("rj_err *")
+    assert k.ops.job_error(k.fd, err) != 0 and b"PC_OPERATION_ENABLE" in ffi.string(err.msg)
+    for h in (regcmd.handle, out.handle):
+        assert k.ioctl("GEM_CLOSE", ffi.new("rj_drm_gem_close *", {"handle": h})) == 0
+    k.close()

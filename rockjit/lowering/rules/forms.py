@@ -142,9 +142,19 @@ def reshape(form: Form, shape: tuple[int, ...]) -> Form | None:
             r, st, _ = next(it)
             out_roles.append(r), out_strides.append(st)
     extents = {r: n for r, n in zip(roles, sizes) if r != "b"}
-    if not _fits(form.layout, extents):
+    old = dict(zip(("h", "w", "c"), form.hwc()))
+    lay = form.layout
+    # a split or merged H/C axis changes the per-cube extent; strides stay as stored
+    ch = extents.get("c", 1) if extents.get("c", 1) != old["c"] else lay.channels
+    hh = extents.get("h", 1) if extents.get("h", 1) != old["h"] else lay.height
+    if (ch, hh) != (lay.channels, lay.height):
+        try:
+            lay = CubeLayout(hh, lay.width, ch, lay.c2, lay.dtype, lay.line_stride, lay.surf_stride)
+        except Exception:
+            return None
+    if not _fits(lay, extents):
         return None
-    return CubeForm(form.layout, tuple(out_roles), tuple(out_strides), shape)
+    return CubeForm(lay, tuple(out_roles), tuple(out_strides), shape)
 
 
 def _inner_unit(layout: CubeLayout, role: str, stride: int, inner: int) -> int | None:
