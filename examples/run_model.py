@@ -4,11 +4,13 @@
     python examples/run_model.py                       # Whisper-tiny encoder, default weights
     python examples/run_model.py --model siglip --weights siglip.safetensors
     python examples/run_model.py --model modernbert --seq-len 512
+    python examples/run_model.py --model siglip --set image_size=512 num_hidden_layers=2
     python examples/run_model.py --backend interpreter
 
 Without --weights the model runs on the default that ships with the repo: weights drawn from a
 fixed seed (so every run and every machine sees the same model), written once to a safetensors
 file under out/ and then loaded through the same HF-name loader a real checkpoint goes through.
+--set changes fields of the model's published config (as `rockjit trace ... name=value` does).
 """
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ from safetensors.numpy import save_file
 
 import rockjit
 from rockjit.api import BACKENDS
+from rockjit.cli import parse_assignments
 from models import modernbert, siglip, whisper
+from models.specs import configure
 
 ROOT = Path(__file__).resolve().parent.parent
 # The IR interpreter must match JAX on CPU to this relative error (issue 2's bound).
@@ -46,7 +50,8 @@ def _whisper_inputs(rng: np.random.Generator, cfg: Any, seq_len: int) -> tuple:
 
 
 def _siglip_inputs(rng: np.random.Generator, cfg: Any, seq_len: int) -> tuple:
-    return (rng.standard_normal((1, 3, cfg.image_size, cfg.image_size), dtype=np.float32),)
+    return (rng.standard_normal((1, cfg.num_channels, cfg.image_size, cfg.image_size),
+                                dtype=np.float32),)
 
 
 def _modernbert_inputs(rng: np.random.Generator, cfg: Any, seq_len: int) -> tuple:
@@ -62,20 +67,23 @@ MODELS = {
 }
 
 
-def default_weights(name: str, entry: ModelEntry) -> Path:
-    """The shipped default: seeded weights in HF tensor names, saved as safetensors."""
-    path = ROOT / "out" / f"{name}-seed0.safetensors"
+def default_weights(name: str, module: Any, config: Any, out_dir: Path,
+                    overrides: dict[str, Any]) -> Path:
+    """The shipped default: seeded weights in HF tensor names, saved as safetensors (one file
+    per model and set of config overrides)."""
+    tag = "".join(f"-{k}{v}" for k, v in sorted(overrides.items()))
+    path = out_dir / f"{name}{tag}-seed0.safetensors"
     if path.exists():
         return path
     rng = np.random.default_rng(0)
     tensors = {}
-    for key, shape in entry.module.expected_shapes(entry.config).items():
+    for key, shape in module.expected_shapes(config).items():
         if key.endswith(("norm.weight", "layer_norm.weight", "layernorm.weight")):
             tensors[key] = (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
         else:
             fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
             tensors[key] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
-    path.parent.mkdir(exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path))
     return path
 
@@ -88,13 +96,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="where to run: " + ", ".join(sorted(BACKENDS)))
     ap.add_argument("--seq-len", type=int, default=512,
                     help="tokens per sequence (ModernBERT only; the others have fixed inputs)")
+    ap.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
+                    help="override fields of the model's config, e.g. num_hidden_layers=2")
+    ap.add_argument("--out", type=Path, default=ROOT / "out",
+                    help="where the default (seeded) weights are written")
     args = ap.parse_args(argv)
 
     entry = MODELS[args.model]
-    weights = args.weights or default_weights(args.model, entry)
-    params = entry.module.load_params(weights, entry.config)
-    inputs = entry.make_inputs(np.random.default_rng(1), entry.config, args.seq_len)
-    fn = partial(entry.module.forward, config=entry.config)
+    try:
+        overrides = parse_assignments(args.set)
+        config = configure(entry.config, overrides)
+    except ValueError as e:  # a misspelt field or a value of the wrong type
+        ap.error(str(e))
+    weights = args.weights or default_weights(args.model, entry.module, config, args.out,
+                                              overrides)
+    params = entry.module.load_params(weights, config)
+    inputs = entry.make_inputs(np.random.default_rng(1), config, args.seq_len)
+    fn = partial(entry.module.forward, config=config)
 
     compiled_fn = rockjit.compile(fn, resident_argnums=(0,), backend=args.backend)
     t0 = time.perf_counter()

@@ -26,7 +26,7 @@ EXIT_COMPILE_ERROR = 1   # the target traced but rockjit cannot compile it (mess
 EXIT_USAGE = 2           # bad target string, import failure, target of the wrong kind
 
 
-class _UsageError(Exception):
+class _UsageError(ValueError):
     """A one-line message for the user; the command exits with EXIT_USAGE."""
 
 
@@ -58,7 +58,9 @@ def _load_target(target: str) -> Callable[[], Any]:
     return obj
 
 
-def _keyword_args(pairs: Sequence[str]) -> dict[str, Any]:
+def parse_assignments(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["layers=2", "preset=tiny"]`` -> ``{"layers": 2, "preset": "tiny"}``: values are Python
+    literals where they parse as one, else strings.  Bad pairs raise a one-line usage error."""
     out: dict[str, Any] = {}
     for pair in pairs:
         name, sep, text = pair.partition("=")
@@ -102,7 +104,7 @@ def _format_stats(counts: dict[str, int]) -> str:
 def _cmd_trace(args: argparse.Namespace) -> int:
     from .errors import RockjitError
 
-    spec = _trace_spec(args.target, _keyword_args(args.kwargs))
+    spec = _trace_spec(args.target, parse_assignments(args.kwargs))
     try:
         lowered = spec.lower()
     except RockjitError as e:

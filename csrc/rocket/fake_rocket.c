@@ -96,14 +96,20 @@ static struct {
     rj_fake_rocket_stats st;
 } K = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* Keep why the last ioctl or job was refused (the kernel's drm_dbg reason, in our words). */
+static void note_error(int e, const char *fmt, va_list ap)
+{
+    vsnprintf(K.st.last_error, sizeof(K.st.last_error), fmt, ap);
+    K.st.last_errno = e;
+}
+
 static int fail_errno(int e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail_errno(int e, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(K.st.last_error, sizeof(K.st.last_error), fmt, ap);
+    note_error(e, fmt, ap);
     va_end(ap);
-    K.st.last_errno = e;
     K.st.ioctl_errors++;
     errno = e;
     return -1;
@@ -115,9 +121,8 @@ static void drop_job(int e, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(K.st.last_error, sizeof(K.st.last_error), fmt, ap);
+    note_error(e, fmt, ap);
     va_end(ap);
-    K.st.last_errno = e;
     K.st.jobs_dropped++;
 }
 

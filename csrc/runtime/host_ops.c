@@ -345,6 +345,7 @@ typedef struct run_ctx {
     int nin;
     rj_err *err;
     const nd *inner; /* REDUCE: the reduced dimensions, walked per output element */
+    double dacc[CHUNK];
     float ft[RJ_HOST_MAX_OPERANDS][CHUNK];
     int64_t it[RJ_HOST_MAX_OPERANDS][CHUNK];
 } run_ctx;
@@ -626,6 +627,42 @@ static int copy_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st
     return RJ_OK;
 }
 
+/* A same-dtype copy whose two innermost dims are swapped between input and output (a true
+ * transpose): walk 32 x 32 tiles so both sides stay in cache lines. Dims 0..rank-3 are
+ * walked by an odometer; the caller checked rank >= 2. */
+#define TILE 32
+static void copy_transposed(run_ctx *c, const nd *it)
+{
+    int r = it->rank;
+    uint32_t es = c->es[0];
+    int64_t n1 = it->shape[r - 2], n0 = it->shape[r - 1];
+    int64_t o1 = it->st[0][r - 2], o0 = it->st[0][r - 1], i1 = it->st[1][r - 2], i0 = it->st[1][r - 1];
+    int64_t idx[RJ_HOST_MAX_RANK] = {0}, off0 = it->off[0], off1 = it->off[1];
+    for (;;) {
+        for (int64_t a = 0; a < n1; a += TILE)
+            for (int64_t b = 0; b < n0; b += TILE) {
+                int64_t ae = a + TILE < n1 ? a + TILE : n1, be = b + TILE < n0 ? b + TILE : n0;
+                for (int64_t y = a; y < ae; y++)
+                    for (int64_t x = b; x < be; x++)
+                        move_elem(AT(c->base[0], off0 + y * o1 + x * o0, es),
+                                  AT(c->base[1], off1 + y * i1 + x * i0, es), es);
+            }
+        int d = r - 3;
+        for (; d >= 0; d--) {
+            idx[d]++;
+            off0 += it->st[0][d];
+            off1 += it->st[1][d];
+            if (idx[d] < it->shape[d])
+                break;
+            off0 -= it->st[0][d] * it->shape[d];
+            off1 -= it->st[1][d] * it->shape[d];
+            idx[d] = 0;
+        }
+        if (d < 0)
+            return;
+    }
+}
+
 /* ---- SELECT --------------------------------------------------------------------------------------- */
 
 static int select_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st)
@@ -720,11 +757,13 @@ static int iota_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st
 
 typedef struct red_acc {
     double fsum;
-    float fmax;
-    int fnan;
+    float fmax; /* NaN once any element was NaN */
     uint64_t isum;
     int64_t imax;
 } red_acc;
+
+/* max that propagates NaN without a branch: once m is NaN, neither test replaces it */
+#define NAN_MAX(m, v) ((((v) > (m)) | ((v) != (v))) ? (v) : (m))
 
 /* Fold one strided row of the input into the accumulator. Lane-wise partial results keep
  * the loops vectorizable; f32 sums accumulate in f64 and round once at the end. */
@@ -747,14 +786,19 @@ static void red_fold(run_ctx *c, int64_t off, int64_t n, int64_t st, red_acc *ac
                 acc->fsum += ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
                              ((lane[4] + lane[5]) + (lane[6] + lane[7]));
             } else {
-                float mx = acc->fmax;
-                int nan = 0;
-                for (int64_t i = 0; i < m; i++) {
-                    nan |= a[i] != a[i];
-                    mx = a[i] > mx ? a[i] : mx;
-                }
+                float lane[8];
+                for (int l = 0; l < 8; l++)
+                    lane[l] = acc->fmax;
+                int64_t i = 0;
+                for (; i + 8 <= m; i += 8)
+                    for (int l = 0; l < 8; l++)
+                        lane[l] = NAN_MAX(lane[l], a[i + l]);
+                for (; i < m; i++)
+                    lane[0] = NAN_MAX(lane[0], a[i]);
+                float mx = lane[0];
+                for (int l = 1; l < 8; l++)
+                    mx = NAN_MAX(mx, lane[l]);
                 acc->fmax = mx;
-                acc->fnan |= nan;
             }
         } else {
             const int64_t *a = src_i(c, 1, off + s * st, st, m);
@@ -773,14 +817,15 @@ static void red_fold(run_ctx *c, int64_t off, int64_t n, int64_t st, red_acc *ac
     }
 }
 
-/* Each output element: walk the reduced dimensions (c->inner) from the input offset. */
-static int reduce_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st)
+/* Reduced axes more contiguous than the kept row: each output element folds its own
+ * (contiguous) run of inputs. */
+static int reduce_row_inner(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st)
 {
     const nd *in = c->inner;
     int fdom = DT[c->dt[1]].is_float;
     int inner = in->rank - 1;
     for (int64_t j = 0; j < n; j++) {
-        red_acc acc = {0.0, -INFINITY, 0, 0, DT[c->dt[1]].min};
+        red_acc acc = {0.0, -INFINITY, 0, DT[c->dt[1]].min};
         if (!in->empty) {
             int64_t idx[RJ_HOST_MAX_RANK] = {0};
             int64_t o = off[1] + j * st[1] + in->off[0];
@@ -801,12 +846,76 @@ static int reduce_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *
         }
         uint8_t *out = AT(c->base[0], off[0] + j * st[0], c->es[0]);
         if (fdom) {
-            float v = c->op->code == RJ_RED_SUM ? (float)acc.fsum
-                                                : (acc.fnan ? NAN : acc.fmax);
+            float v = c->op->code == RJ_RED_SUM ? (float)acc.fsum : acc.fmax;
             store_f(c->dt[0], out, 1, 1, &v);
         } else {
             int64_t v = c->op->code == RJ_RED_SUM ? (int64_t)acc.isum : acc.imax;
             store_i(c->dt[0], out, 1, 1, &v);
+        }
+    }
+    return RJ_OK;
+}
+
+/* The kept row is the more contiguous one (e.g. a column sum): accumulate whole chunks of
+ * the kept row, one reduced position at a time, element-wise into per-output accumulators. */
+static int reduce_row_outer(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st)
+{
+    const nd *in = c->inner;
+    int fdom = DT[c->dt[1]].is_float;
+    int sum = c->op->code == RJ_RED_SUM;
+    for (int64_t j0 = 0; j0 < n; j0 += CHUNK) {
+        int64_t m = n - j0 < CHUNK ? n - j0 : CHUNK;
+        double *dacc = c->dacc;
+        float *facc = c->ft[0];
+        uint64_t *uacc = (uint64_t *)c->it[0];
+        int64_t *iacc = c->it[0];
+        for (int64_t i = 0; i < m; i++) {
+            dacc[i] = 0.0;
+            facc[i] = -INFINITY;
+            iacc[i] = sum ? 0 : DT[c->dt[1]].min;
+        }
+        if (!in->empty) {
+            int64_t idx[RJ_HOST_MAX_RANK] = {0};
+            int64_t o = off[1] + j0 * st[1] + in->off[0];
+            for (;;) {
+                if (fdom) {
+                    const float *a = src_f(c, 1, o, st[1], m);
+                    if (sum)
+                        for (int64_t i = 0; i < m; i++)
+                            dacc[i] += (double)a[i];
+                    else
+                        for (int64_t i = 0; i < m; i++)
+                            facc[i] = NAN_MAX(facc[i], a[i]);
+                } else {
+                    const int64_t *a = src_i(c, 1, o, st[1], m);
+                    if (sum)
+                        for (int64_t i = 0; i < m; i++)
+                            uacc[i] += (uint64_t)a[i];
+                    else
+                        for (int64_t i = 0; i < m; i++)
+                            iacc[i] = a[i] > iacc[i] ? a[i] : iacc[i];
+                }
+                int d = in->rank - 1;
+                for (; d >= 0; d--) {
+                    idx[d]++;
+                    o += in->st[0][d];
+                    if (idx[d] < in->shape[d])
+                        break;
+                    o -= in->st[0][d] * in->shape[d];
+                    idx[d] = 0;
+                }
+                if (d < 0)
+                    break;
+            }
+        }
+        uint8_t *out = AT(c->base[0], off[0] + j0 * st[0], c->es[0]);
+        if (fdom) {
+            if (sum)
+                for (int64_t i = 0; i < m; i++)
+                    facc[i] = (float)dacc[i];
+            store_f(c->dt[0], out, st[0], m, facc);
+        } else {
+            store_i(c->dt[0], out, st[0], m, iacc);
         }
     }
     return RJ_OK;
@@ -1156,7 +1265,14 @@ int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs
     case RJ_HOST_COMPARE: {
         int same = op->kind == RJ_HOST_COPY && c->dt[0] == c->dt[1];
         nd_build(&it, (int)op->rank, op->shape, nv, st, off);
-        rc = nd_walk(c, &it, same ? copy_row : ew_row);
+        int r = it.rank;
+        if (same && !it.empty && r >= 2 && it.st[0][r - 1] == 1 && it.st[1][r - 2] == 1 &&
+            it.st[1][r - 1] != 1 && it.shape[r - 1] >= TILE && it.shape[r - 2] >= TILE) {
+            copy_transposed(c, &it);
+            rc = RJ_OK;
+        } else {
+            rc = nd_walk(c, &it, same ? copy_row : ew_row);
+        }
         break;
     }
     case RJ_HOST_SELECT:
@@ -1198,7 +1314,12 @@ int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs
         nd_build(&red, nr, rs, 1, rst, &zero);
         c->inner = &red;
         nd_build(&it, nk, ks, 2, kst, off);
-        rc = nd_walk(c, &it, reduce_row);
+        int64_t rin = red.st[0][red.rank - 1], kin = it.st[1][it.rank - 1];
+        rin = rin < 0 ? -rin : rin;
+        kin = kin < 0 ? -kin : kin;
+        /* walk along whichever of the two is more contiguous in the input */
+        int outer = it.shape[it.rank - 1] > 1 && kin < rin;
+        rc = nd_walk(c, &it, outer ? reduce_row_outer : reduce_row_inner);
         break;
     }
     default:

@@ -1,5 +1,6 @@
 /* The host-step library: the small O(rows) tails the NPU cannot do or does worse
- * (design.md, "Host steps"), plus gathers and cube-layout pack/unpack.
+ * (design.md, "Host steps"), plus gathers and cube-layout pack/unpack, and the strided N-d
+ * host ops of rj_host_ops.h (kinds RJ_HOST_COPY..RJ_HOST_IOTA, one row each below).
  *
  * One table entry per kind: a checker (bounds, dtypes, params; runs when the step is added
  * and again before it runs) and a runner that returns the bytes it moved. Adding a kind is
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "runtime/half.h"
+#include "runtime/rj_host_ops.h"
 #include "runtime/rj_runtime.h"
 
 #if defined(__has_include)
@@ -382,6 +384,13 @@ static int layout_missing(step_ctx *c, uint64_t *bytes)
 #define unpack_run layout_missing
 #endif
 
+/* ---- host ops (rj_host_ops.h): operands and descriptor resolved from the step's BOs ------- */
+
+static int host_op_run(step_ctx *c, uint64_t *bytes)
+{
+    return rj_host_op_step_exec(c->s, c->bos, c->nbos, c->check_only, bytes, c->err);
+}
+
 /* ---- the table ---------------------------------------------------------------------------- */
 
 typedef struct host_step_impl {
@@ -389,18 +398,29 @@ typedef struct host_step_impl {
     int (*run)(step_ctx *c, uint64_t *bytes);
 } host_step_impl;
 
-static const host_step_impl table[RJ_HOST_KIND_COUNT] = {
+/* The runtime's kinds (1..RJ_HOST_KIND_COUNT-1) and the host-op kinds after them. */
+#define HOST_TABLE_SIZE RJ_HOST_OPS_END
+
+static const host_step_impl table[HOST_TABLE_SIZE] = {
     [RJ_HOST_ROW_MAX] = {"row_max", row_max_run},
     [RJ_HOST_ROW_RECIP_SCALE] = {"row_recip_scale", recip_scale_run},
     [RJ_HOST_ROW_RSQRT_SCALE] = {"row_rsqrt_scale", rsqrt_scale_run},
     [RJ_HOST_GATHER] = {"gather", gather_run},
     [RJ_HOST_PACK] = {"pack", pack_run},
     [RJ_HOST_UNPACK] = {"unpack", unpack_run},
+    [RJ_HOST_COPY] = {"copy", host_op_run},
+    [RJ_HOST_UNARY] = {"unary", host_op_run},
+    [RJ_HOST_BINARY] = {"binary", host_op_run},
+    [RJ_HOST_COMPARE] = {"compare", host_op_run},
+    [RJ_HOST_SELECT] = {"select", host_op_run},
+    [RJ_HOST_REDUCE] = {"reduce", host_op_run},
+    [RJ_HOST_TAKE] = {"take", host_op_run},
+    [RJ_HOST_IOTA] = {"iota", host_op_run},
 };
 
 const char *rj_host_step_name(uint32_t kind)
 {
-    if (kind < RJ_HOST_KIND_COUNT && table[kind].name)
+    if (kind < HOST_TABLE_SIZE && table[kind].name)
         return table[kind].name;
     return "unknown";
 }
@@ -410,9 +430,9 @@ static int exec_step(const rj_host_step *step, rj_bo *const *bos, uint32_t nbos,
 {
     if (!step)
         return rj_fail(err, RJ_EINVAL, "host step: NULL step");
-    if (step->kind >= RJ_HOST_KIND_COUNT || !table[step->kind].run)
-        return rj_fail(err, RJ_EINVAL, "host step: unknown kind %u (known: 1..%u)", step->kind,
-                       RJ_HOST_KIND_COUNT - 1);
+    if (step->kind >= HOST_TABLE_SIZE || !table[step->kind].run)
+        return rj_fail(err, RJ_EINVAL, "host step: unknown kind %u (known: 1..%u and %u..%u)",
+                       step->kind, RJ_HOST_KIND_COUNT - 1, RJ_HOST_OPS_FIRST, RJ_HOST_OPS_END - 1);
     if (step->reserved)
         return rj_fail(err, RJ_EINVAL, "host step %s: reserved field is %u, must be zero",
                        table[step->kind].name, step->reserved);

@@ -119,13 +119,6 @@ static int oom(rj_sim_task *t, const char *what)
 
 /* ---- register decode ----------------------------------------------------------------- */
 
-#define NEED(REG, var)                             \
-    do {                                           \
-        int rc_ = RJ_SIM_NEED(t, REG, &(var));     \
-        if (rc_)                                   \
-            return rc_;                            \
-    } while (0)
-
 #define BAD(...) rj_fail(t->err, RJ_EINVAL, __VA_ARGS__)
 #define UNSUPP(...) rj_fail(t->err, RJ_EUNSUPP, __VA_ARGS__)
 
@@ -139,30 +132,30 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
 {
     uint32_t con1, con2, con3, ds0, ds1, ds2, ds3, ws0, ws1, ws2, cb0, cvt0, fc0, pad0, pad1, faddr, dma1,
         dma2, waddr, dcomp, misc, out0, out1, clip;
-    NEED(CNA_CONV_CON1, con1);
-    NEED(CNA_CONV_CON2, con2);
-    NEED(CNA_CONV_CON3, con3);
-    NEED(CNA_DATA_SIZE0, ds0);
-    NEED(CNA_DATA_SIZE1, ds1);
-    NEED(CNA_DATA_SIZE2, ds2);
-    NEED(CNA_DATA_SIZE3, ds3);
-    NEED(CNA_WEIGHT_SIZE0, ws0);
-    NEED(CNA_WEIGHT_SIZE1, ws1);
-    NEED(CNA_WEIGHT_SIZE2, ws2);
-    NEED(CNA_CBUF_CON0, cb0);
-    NEED(CNA_CVT_CON0, cvt0);
-    NEED(CNA_FC_CON0, fc0);
-    NEED(CNA_PAD_CON0, pad0);
-    NEED(CNA_PAD_CON1, pad1);
-    NEED(CNA_FEATURE_DATA_ADDR, faddr);
-    NEED(CNA_DMA_CON1, dma1);
-    NEED(CNA_DMA_CON2, dma2);
-    NEED(CNA_DCOMP_CTRL, dcomp);
-    NEED(CNA_DCOMP_ADDR0, waddr);
-    NEED(CORE_MISC_CFG, misc);
-    NEED(CORE_DATAOUT_SIZE_0, out0);
-    NEED(CORE_DATAOUT_SIZE_1, out1);
-    NEED(CORE_CLIP_TRUNCATE, clip);
+    RJ_SIM_REQUIRE(t, CNA_CONV_CON1, &con1);
+    RJ_SIM_REQUIRE(t, CNA_CONV_CON2, &con2);
+    RJ_SIM_REQUIRE(t, CNA_CONV_CON3, &con3);
+    RJ_SIM_REQUIRE(t, CNA_DATA_SIZE0, &ds0);
+    RJ_SIM_REQUIRE(t, CNA_DATA_SIZE1, &ds1);
+    RJ_SIM_REQUIRE(t, CNA_DATA_SIZE2, &ds2);
+    RJ_SIM_REQUIRE(t, CNA_DATA_SIZE3, &ds3);
+    RJ_SIM_REQUIRE(t, CNA_WEIGHT_SIZE0, &ws0);
+    RJ_SIM_REQUIRE(t, CNA_WEIGHT_SIZE1, &ws1);
+    RJ_SIM_REQUIRE(t, CNA_WEIGHT_SIZE2, &ws2);
+    RJ_SIM_REQUIRE(t, CNA_CBUF_CON0, &cb0);
+    RJ_SIM_REQUIRE(t, CNA_CVT_CON0, &cvt0);
+    RJ_SIM_REQUIRE(t, CNA_FC_CON0, &fc0);
+    RJ_SIM_REQUIRE(t, CNA_PAD_CON0, &pad0);
+    RJ_SIM_REQUIRE(t, CNA_PAD_CON1, &pad1);
+    RJ_SIM_REQUIRE(t, CNA_FEATURE_DATA_ADDR, &faddr);
+    RJ_SIM_REQUIRE(t, CNA_DMA_CON1, &dma1);
+    RJ_SIM_REQUIRE(t, CNA_DMA_CON2, &dma2);
+    RJ_SIM_REQUIRE(t, CNA_DCOMP_CTRL, &dcomp);
+    RJ_SIM_REQUIRE(t, CNA_DCOMP_ADDR0, &waddr);
+    RJ_SIM_REQUIRE(t, CORE_MISC_CFG, &misc);
+    RJ_SIM_REQUIRE(t, CORE_DATAOUT_SIZE_0, &out0);
+    RJ_SIM_REQUIRE(t, CORE_DATAOUT_SIZE_1, &out1);
+    RJ_SIM_REQUIRE(t, CORE_CLIP_TRUNCATE, &clip);
     (void)con2; /* FEATURE_GRAINS: a fetch-granularity hint, no effect on the result (depthwise-conv.md) */
 
     uint32_t J = t->job_index, T = t->task_index;

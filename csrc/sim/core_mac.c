@@ -287,54 +287,95 @@ int rj_mac_gemm_f32(size_t M, size_t N, size_t K, const float *A, size_t lda, co
     return gemm_f32(M, N, K, A, lda, Bp, C, ldc, MAC_BEST, 0);
 }
 
-/* Compare every available kernel with a plain double-precision loop on awkward shapes
- * (edge rows/panels, K across cache blocks). Returns 0, or the failing shape index + 1. */
+static float lcg_value(uint32_t *seed, int exact)
+{
+    *seed = *seed * 1664525u + 1013904223u;
+    int v = (int)(*seed >> 24) - 128;
+    /* exact: multiples of 1/64 below 2, whose products and sums are exact in fp32 here;
+     * otherwise values with a full mantissa, whose sums round */
+    return exact ? (float)v / 64.0f : (float)v / 61.7f + (float)(*seed & 0xFFFu) * 1.3e-5f;
+}
+
+/* Weights in the CNA's panel layout [ceil(N/NR)][K][NR]. */
+static float *make_panels(const float *B, size_t N, size_t K)
+{
+    size_t np = (N + RJ_MAC_NR - 1) / RJ_MAC_NR;
+    float *Bp = aligned_alloc(64, sizeof(float) * np * K * RJ_MAC_NR + 64);
+    if (!Bp)
+        return NULL;
+    memset(Bp, 0, sizeof(float) * np * K * RJ_MAC_NR);
+    for (size_t n = 0; n < N; n++)
+        for (size_t k = 0; k < K; k++)
+            Bp[(n / RJ_MAC_NR) * K * RJ_MAC_NR + k * RJ_MAC_NR + n % RJ_MAC_NR] = B[n * K + k];
+    return Bp;
+}
+
+/* Compare every available kernel with a plain double-precision loop on awkward shapes (edge
+ * rows/panels, K across cache blocks), then check determinism on rounding data: the two-thread
+ * split and the AVX2 kernel must reproduce the one-thread best kernel bit for bit. Returns 0,
+ * the failing exactness shape index + 1, 100 for a determinism failure, or -1 (no memory). */
 int rj_sim_mac_selftest(void)
 {
     static const size_t shapes[][3] = {{1, 1, 1}, {6, 16, 8}, {13, 33, 300}, {150, 48, 257}, {12, 32, 520},
-                                       {7, 17, 31}, {40, 160, 700}};
+                                       {7, 17, 31}, {40, 160, 700}, {96, 130, 520}};
+    const size_t nshapes = sizeof shapes / sizeof shapes[0];
     uint32_t seed = 12345u;
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        size_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
-        size_t np = (N + RJ_MAC_NR - 1) / RJ_MAC_NR;
+    for (size_t s = 0; s <= nshapes; s++) {
+        int determinism = s == nshapes; /* the last pass reuses the largest shape, inexact data */
+        size_t M = shapes[determinism ? nshapes - 1 : s][0], N = shapes[determinism ? nshapes - 1 : s][1],
+               K = shapes[determinism ? nshapes - 1 : s][2];
         float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * N * K);
-        float *Bp = aligned_alloc(64, sizeof(float) * np * K * RJ_MAC_NR + 64);
-        float *C = malloc(sizeof(float) * M * N);
-        if (!A || !B || !Bp || !C)
+        float *C = malloc(sizeof(float) * M * N), *C2 = malloc(sizeof(float) * M * N);
+        float *Bp = NULL;
+        int fail = 0;
+        if (A && B && C && C2) {
+            for (size_t i = 0; i < M * K; i++)
+                A[i] = lcg_value(&seed, !determinism);
+            for (size_t i = 0; i < N * K; i++)
+                B[i] = lcg_value(&seed, !determinism);
+            Bp = make_panels(B, N, K);
+        }
+        if (!Bp) {
+            free(A), free(B), free(C), free(C2);
             return -1;
-        for (size_t i = 0; i < M * K; i++) {
-            seed = seed * 1664525u + 1013904223u;
-            A[i] = (float)((int)(seed >> 24) - 128) / 64.0f;
         }
-        for (size_t i = 0; i < N * K; i++) {
-            seed = seed * 1664525u + 1013904223u;
-            B[i] = (float)((int)(seed >> 24) - 128) / 64.0f;
-        }
-        memset(Bp, 0, sizeof(float) * np * K * RJ_MAC_NR);
-        for (size_t n = 0; n < N; n++)
-            for (size_t k = 0; k < K; k++)
-                Bp[(n / RJ_MAC_NR) * K * RJ_MAC_NR + k * RJ_MAC_NR + n % RJ_MAC_NR] = B[n * K + k];
-        for (int path = 0; path < 2; path++) {
-            force_avx2 = path;
+        if (determinism) {
+            /* reference: one thread, best kernel */
             for (size_t i = 0; i < M * N; i++)
-                C[i] = 1.0f; /* the kernels accumulate onto C */
-            int rc = rj_mac_gemm_f32(M, N, K, A, K, Bp, C, N);
-            force_avx2 = 0;
-            if (rc)
-                return -1;
-            for (size_t m = 0; m < M; m++)
-                for (size_t n = 0; n < N; n++) {
-                    double ref = 1.0;
-                    for (size_t k = 0; k < K; k++)
-                        ref += (double)A[m * K + k] * B[n * K + k];
-                    /* inputs are multiples of 1/64 below 2: sums are exact in fp32 here */
-                    if ((double)C[m * N + n] != ref) {
-                        free(A), free(B), free(Bp), free(C);
-                        return (int)s + 1;
-                    }
+                C[i] = 0.5f;
+            fail = gemm_f32(M, N, K, A, K, Bp, C, N, MAC_BEST, 1) ? -1 : 0;
+            static const int variants[2][2] = {{MAC_BEST, 0}, {MAC_AVX2, 1}};
+            for (int v = 0; v < 2 && !fail; v++) {
+                for (size_t i = 0; i < M * N; i++)
+                    C2[i] = 0.5f;
+                if (gemm_f32(M, N, K, A, K, Bp, C2, N, variants[v][0], variants[v][1]))
+                    fail = -1;
+                else if (memcmp(C, C2, sizeof(float) * M * N) != 0)
+                    fail = 100;
+            }
+        } else {
+            for (int which = MAC_BEST; which <= MAC_AVX2 && !fail; which++) {
+                for (size_t i = 0; i < M * N; i++)
+                    C[i] = 1.0f; /* the kernels accumulate onto C */
+                if (gemm_f32(M, N, K, A, K, Bp, C, N, which, 0)) {
+                    fail = -1;
+                    break;
                 }
+                for (size_t m = 0; m < M && !fail; m++)
+                    for (size_t n = 0; n < N; n++) {
+                        double ref = 1.0;
+                        for (size_t k = 0; k < K; k++)
+                            ref += (double)A[m * K + k] * B[n * K + k];
+                        if ((double)C[m * N + n] != ref) {
+                            fail = (int)s + 1;
+                            break;
+                        }
+                    }
+            }
         }
-        free(A), free(B), free(Bp), free(C);
+        free(A), free(B), free(Bp), free(C), free(C2);
+        if (fail)
+            return fail;
     }
     return 0;
 }

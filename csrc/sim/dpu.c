@@ -9,7 +9,6 @@
  * RJ_EUNSUPP naming the register and value; documented hardware misbehaviour is refused with
  * RJ_EHAZARD in strict mode. Behaviours modelled by inference say so in their comment. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,18 +18,7 @@
 
 /* ---- small helpers ----------------------------------------------------------------------- */
 
-static int dpu_fail(rj_sim_task *t, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int dpu_fail(rj_sim_task *t, int code, const char *fmt, ...)
-{
-    char msg[900];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return rj_fail(t->err, code, "job %u task %u: %s", t->job_index, t->task_index, msg);
-}
-
-#define UNSUPP(t, ...) dpu_fail((t), RJ_EUNSUPP, __VA_ARGS__)
+#define UNSUPP(t, ...) rj_sim_fail((t), RJ_EUNSUPP, __VA_ARGS__)
 
 static int strict(const rj_sim_task *t) { return (t->sim->flags & RJ_SIM_STRICT) != 0; }
 
@@ -53,13 +41,6 @@ static int64_t floor_shift(int64_t x, uint32_t s)
 }
 
 static int64_t sat(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
-
-#define NEED(t, REG, out)                                  \
-    do {                                                   \
-        int need_rc_ = RJ_SIM_NEED((t), REG, (out));       \
-        if (need_rc_)                                      \
-            return need_rc_;                               \
-    } while (0)
 
 /* ---- BS / BN stage configuration -------------------------------------------------------- */
 
@@ -171,7 +152,7 @@ static int parse_stage(rj_sim_task *t, const stage_regs *r, const char *name, in
                 return t->err ? t->err->code : RJ_EFAULT;
             st->alu_vec = malloc((size_t)channels * sizeof(int32_t));
             if (!st->alu_vec)
-                return dpu_fail(t, RJ_ENOMEM, "DPU %s: out of memory", name);
+                return rj_sim_fail(t, RJ_ENOMEM, "DPU %s: out of memory", name);
             memcpy(st->alu_vec, src, (size_t)channels * 4u);
             t->sim->stats.bytes_read += (uint64_t)channels * 4u;
         } else {
@@ -234,11 +215,11 @@ static int read_ew_operand(rj_sim_task *t, uint32_t W, uint32_t H, uint32_t C, i
         return 0;
     }
     uint32_t src, ew_base, ew_stride, notch, ew_notch, fm;
-    NEED(t, DPU_RDMA_RDMA_SRC_BASE_ADDR, &src);
-    NEED(t, DPU_RDMA_RDMA_EW_BASE_ADDR, &ew_base);
-    NEED(t, DPU_RDMA_RDMA_EW_SURF_STRIDE, &ew_stride);
-    NEED(t, DPU_RDMA_RDMA_SURF_NOTCH, &notch);
-    NEED(t, DPU_RDMA_RDMA_FEATURE_MODE_CFG, &fm);
+    RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_SRC_BASE_ADDR, &src);
+    RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_EW_BASE_ADDR, &ew_base);
+    RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_EW_SURF_STRIDE, &ew_stride);
+    RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_SURF_NOTCH, &notch);
+    RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_FEATURE_MODE_CFG, &fm);
     ew_notch = rj_sim_reg(t->sim, RJ_REG_DPU_RDMA_RDMA_EW_SURF_NOTCH);
     (void)ew_notch; /* written equal to SURF_NOTCH by every documented program; not read here */
     ew_stride &= ~0xfu;
@@ -332,10 +313,10 @@ static int parse_ew(rj_sim_task *t, int int_path, int flying, uint32_t W, uint32
 {
     memset(ew, 0, sizeof *ew);
     uint32_t cfg, erdma = 1u; /* ERDMA counts as disabled when DPU_RDMA does not run */
-    NEED(t, DPU_EW_CFG, &cfg);
+    RJ_SIM_REQUIRE(t, DPU_EW_CFG, &cfg);
     const int rdma_on = (t->enable_mask & RJ_SIM_EN_DPU_RDMA) != 0;
     if (rdma_on)
-        NEED(t, DPU_RDMA_RDMA_ERDMA_CFG, &erdma);
+        RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_ERDMA_CFG, &erdma);
     const int erdma_on = !RJ_GET(erdma, DPU_RDMA_RDMA_ERDMA_CFG, ERDMA_DISABLE);
 
     if (RJ_GET(cfg, DPU_EW_CFG, EW_BYPASS)) {
@@ -429,7 +410,7 @@ static int parse_ew(rj_sim_task *t, int int_path, int flying, uint32_t W, uint32
     ew->op = 1;
     ew->operand = malloc((size_t)W * H * C * sizeof(float));
     if (!ew->operand)
-        return dpu_fail(t, RJ_ENOMEM, "DPU EW: out of memory for the operand cube");
+        return rj_sim_fail(t, RJ_ENOMEM, "DPU EW: out of memory for the operand cube");
     return read_ew_operand(t, W, H, C, flying, edata, ew->operand);
 }
 
@@ -443,8 +424,8 @@ static int parse_ew(rj_sim_task *t, int int_path, int flying, uint32_t W, uint32
 static int read_flying_source(rj_sim_task *t, uint32_t W, uint32_t H, uint32_t C, float *dst)
 {
     uint32_t fm, src;
-    NEED(t, DPU_RDMA_RDMA_FEATURE_MODE_CFG, &fm);
-    NEED(t, DPU_RDMA_RDMA_SRC_BASE_ADDR, &src);
+    RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_FEATURE_MODE_CFG, &fm);
+    RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_SRC_BASE_ADDR, &src);
     if (!RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, FLYING_MODE) ||
         RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, MRDMA_DISABLE))
         return UNSUPP(t, "DPU_RDMA_RDMA_FEATURE_MODE_CFG = 0x%x: the DPU runs without CNA/CORE, so its "
@@ -482,9 +463,9 @@ typedef struct out_cvt {
 static int parse_out_cvt(rj_sim_task *t, int int_path, uint32_t out_prec, out_cvt *o)
 {
     uint32_t off, sc, sh;
-    NEED(t, DPU_OUT_CVT_OFFSET, &off);
-    NEED(t, DPU_OUT_CVT_SCALE, &sc);
-    NEED(t, DPU_OUT_CVT_SHIFT, &sh);
+    RJ_SIM_REQUIRE(t, DPU_OUT_CVT_OFFSET, &off);
+    RJ_SIM_REQUIRE(t, DPU_OUT_CVT_SCALE, &sc);
+    RJ_SIM_REQUIRE(t, DPU_OUT_CVT_SHIFT, &sh);
     o->offset = (int32_t)off;
     o->scale = RJ_GET(sc, DPU_OUT_CVT_SCALE, OUT_CVT_SCALE);
     o->fp16_en = RJ_GET(sc, DPU_OUT_CVT_SCALE, FP32TOFP16_EN);
@@ -673,14 +654,14 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
     rj_sim *sim = t->sim;
     const int flying = acc == NULL;
     uint32_t fmc, fmt, wreg, hreg, creg, dst, sstride, owcfg, notch;
-    NEED(t, DPU_FEATURE_MODE_CFG, &fmc);
-    NEED(t, DPU_DATA_FORMAT, &fmt);
-    NEED(t, DPU_DATA_CUBE_WIDTH, &wreg);
-    NEED(t, DPU_DATA_CUBE_HEIGHT, &hreg);
-    NEED(t, DPU_DATA_CUBE_CHANNEL, &creg);
-    NEED(t, DPU_DST_BASE_ADDR, &dst);
-    NEED(t, DPU_DST_SURF_STRIDE, &sstride);
-    NEED(t, DPU_BS_OW_CFG, &owcfg);
+    RJ_SIM_REQUIRE(t, DPU_FEATURE_MODE_CFG, &fmc);
+    RJ_SIM_REQUIRE(t, DPU_DATA_FORMAT, &fmt);
+    RJ_SIM_REQUIRE(t, DPU_DATA_CUBE_WIDTH, &wreg);
+    RJ_SIM_REQUIRE(t, DPU_DATA_CUBE_HEIGHT, &hreg);
+    RJ_SIM_REQUIRE(t, DPU_DATA_CUBE_CHANNEL, &creg);
+    RJ_SIM_REQUIRE(t, DPU_DST_BASE_ADDR, &dst);
+    RJ_SIM_REQUIRE(t, DPU_DST_SURF_STRIDE, &sstride);
+    RJ_SIM_REQUIRE(t, DPU_BS_OW_CFG, &owcfg);
     notch = rj_sim_reg(sim, RJ_REG_DPU_DATA_CUBE_NOTCH_ADDR);
 
     /* Cube sizes are stored minus one (conformance 01/05: width 0 = 1 column). */
@@ -768,20 +749,20 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
     }
     if (!flying) {
         if (acc->width != W || acc->height != H || acc->channels > C)
-            return dpu_fail(t, RJ_EINVAL,
+            return rj_sim_fail(t, RJ_EINVAL,
                             "DPU_DATA_CUBE_WIDTH/HEIGHT/CHANNEL give a %ux%ux%u cube but the CORE produced "
                             "%ux%ux%u; make the DPU cube match CORE_DATAOUT_SIZE_0/1",
                             W, H, C, acc->width, acc->height, acc->channels);
         if (int_path ? !acc->i : !acc->f)
-            return dpu_fail(t, RJ_EINVAL, "DPU: the CORE handed over no %s accumulator",
+            return rj_sim_fail(t, RJ_EINVAL, "DPU: the CORE handed over no %s accumulator",
                             int_path ? "int32" : "fp32");
     }
     /* Any DPU_RDMA read has to see the same cube (DPU_RDMA_RDMA_DATA_CUBE_*, conformance 02/05/06). */
     if (t->enable_mask & RJ_SIM_EN_DPU_RDMA) {
         uint32_t rw, rh, rc_;
-        NEED(t, DPU_RDMA_RDMA_DATA_CUBE_WIDTH, &rw);
-        NEED(t, DPU_RDMA_RDMA_DATA_CUBE_HEIGHT, &rh);
-        NEED(t, DPU_RDMA_RDMA_DATA_CUBE_CHANNEL, &rc_);
+        RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_DATA_CUBE_WIDTH, &rw);
+        RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_DATA_CUBE_HEIGHT, &rh);
+        RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_DATA_CUBE_CHANNEL, &rc_);
         uint32_t RW = RJ_GET(rw, DPU_RDMA_RDMA_DATA_CUBE_WIDTH, WIDTH) + 1u;
         uint32_t RH = RJ_GET(rh, DPU_RDMA_RDMA_DATA_CUBE_HEIGHT, HEIGHT) + 1u;
         uint32_t RC = RJ_GET(rc_, DPU_RDMA_RDMA_DATA_CUBE_CHANNEL, CHANNEL) + 1u;
@@ -831,7 +812,7 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
     if (int_path) {
         r.vi = calloc((size_t)n, sizeof(int64_t));
         if (!r.vi)
-            rc = dpu_fail(t, RJ_ENOMEM, "DPU: out of memory for a %llu-element cube", (unsigned long long)n);
+            rc = rj_sim_fail(t, RJ_ENOMEM, "DPU: out of memory for a %llu-element cube", (unsigned long long)n);
         else
             for (uint64_t p = 0; p < P; p++)
                 for (uint32_t c = 0; c < acc->channels; c++)
@@ -839,7 +820,7 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
     } else {
         r.vf = calloc((size_t)n, sizeof(float));
         if (!r.vf)
-            rc = dpu_fail(t, RJ_ENOMEM, "DPU: out of memory for a %llu-element cube", (unsigned long long)n);
+            rc = rj_sim_fail(t, RJ_ENOMEM, "DPU: out of memory for a %llu-element cube", (unsigned long long)n);
         else if (flying)
             rc = read_flying_source(t, W, H, C, r.vf);
         else
@@ -858,7 +839,7 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
              * "bit-exact cast of the int32 acc"). */
             vf = malloc((size_t)n * sizeof(float));
             if (!vf)
-                rc = dpu_fail(t, RJ_ENOMEM, "DPU: out of memory");
+                rc = rj_sim_fail(t, RJ_ENOMEM, "DPU: out of memory");
             else
                 for (uint64_t e = 0; e < n; e++)
                     vf[e] = (float)r.vi[e];

@@ -4,31 +4,14 @@
  * semantics), encodings/ppu-reduce-mean.md (MIN method), perf/ppu-pooling-not-detile.md, and
  * the PPU / PPU_RDMA fields of rk3588-registers.xml. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sim_internal.h"
 
-static int ppu_fail(rj_sim_task *t, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int ppu_fail(rj_sim_task *t, int code, const char *fmt, ...)
-{
-    char msg[900];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return rj_fail(t->err, code, "job %u task %u: %s", t->job_index, t->task_index, msg);
-}
 
-#define UNSUPP(t, ...) ppu_fail((t), RJ_EUNSUPP, __VA_ARGS__)
-#define NEED(t, REG, out)                                  \
-    do {                                                   \
-        int need_rc_ = RJ_SIM_NEED((t), REG, (out));       \
-        if (need_rc_)                                      \
-            return need_rc_;                               \
-    } while (0)
+#define UNSUPP(t, ...) rj_sim_fail((t), RJ_EUNSUPP, __VA_ARGS__)
 
 enum { POOL_AVG = 0, POOL_MAX = 1, POOL_MIN = 2 };
 #define PREC_INT8 0u
@@ -62,26 +45,26 @@ int rj_sim_ppu_run(rj_sim_task *t)
 
     uint32_t iw, ih, ic, ow, oh, oc, mode, kcfg, pcfg, dst, dstride, fmt, misc;
     uint32_t rw, rh, rc_, src, lstride, sstride, rfmt;
-    NEED(t, PPU_DATA_CUBE_IN_WIDTH, &iw);
-    NEED(t, PPU_DATA_CUBE_IN_HEIGHT, &ih);
-    NEED(t, PPU_DATA_CUBE_IN_CHANNEL, &ic);
-    NEED(t, PPU_DATA_CUBE_OUT_WIDTH, &ow);
-    NEED(t, PPU_DATA_CUBE_OUT_HEIGHT, &oh);
-    NEED(t, PPU_DATA_CUBE_OUT_CHANNEL, &oc);
-    NEED(t, PPU_OPERATION_MODE_CFG, &mode);
-    NEED(t, PPU_POOLING_KERNEL_CFG, &kcfg);
-    NEED(t, PPU_POOLING_PADDING_CFG, &pcfg);
-    NEED(t, PPU_DST_BASE_ADDR, &dst);
-    NEED(t, PPU_DST_SURF_STRIDE, &dstride);
-    NEED(t, PPU_DATA_FORMAT, &fmt);
+    RJ_SIM_REQUIRE(t, PPU_DATA_CUBE_IN_WIDTH, &iw);
+    RJ_SIM_REQUIRE(t, PPU_DATA_CUBE_IN_HEIGHT, &ih);
+    RJ_SIM_REQUIRE(t, PPU_DATA_CUBE_IN_CHANNEL, &ic);
+    RJ_SIM_REQUIRE(t, PPU_DATA_CUBE_OUT_WIDTH, &ow);
+    RJ_SIM_REQUIRE(t, PPU_DATA_CUBE_OUT_HEIGHT, &oh);
+    RJ_SIM_REQUIRE(t, PPU_DATA_CUBE_OUT_CHANNEL, &oc);
+    RJ_SIM_REQUIRE(t, PPU_OPERATION_MODE_CFG, &mode);
+    RJ_SIM_REQUIRE(t, PPU_POOLING_KERNEL_CFG, &kcfg);
+    RJ_SIM_REQUIRE(t, PPU_POOLING_PADDING_CFG, &pcfg);
+    RJ_SIM_REQUIRE(t, PPU_DST_BASE_ADDR, &dst);
+    RJ_SIM_REQUIRE(t, PPU_DST_SURF_STRIDE, &dstride);
+    RJ_SIM_REQUIRE(t, PPU_DATA_FORMAT, &fmt);
     misc = rj_sim_reg(sim, RJ_REG_PPU_MISC_CTRL);
-    NEED(t, PPU_RDMA_RDMA_CUBE_IN_WIDTH, &rw);
-    NEED(t, PPU_RDMA_RDMA_CUBE_IN_HEIGHT, &rh);
-    NEED(t, PPU_RDMA_RDMA_CUBE_IN_CHANNEL, &rc_);
-    NEED(t, PPU_RDMA_RDMA_SRC_BASE_ADDR, &src);
-    NEED(t, PPU_RDMA_RDMA_SRC_LINE_STRIDE, &lstride);
-    NEED(t, PPU_RDMA_RDMA_SRC_SURF_STRIDE, &sstride);
-    NEED(t, PPU_RDMA_RDMA_DATA_FORMAT, &rfmt);
+    RJ_SIM_REQUIRE(t, PPU_RDMA_RDMA_CUBE_IN_WIDTH, &rw);
+    RJ_SIM_REQUIRE(t, PPU_RDMA_RDMA_CUBE_IN_HEIGHT, &rh);
+    RJ_SIM_REQUIRE(t, PPU_RDMA_RDMA_CUBE_IN_CHANNEL, &rc_);
+    RJ_SIM_REQUIRE(t, PPU_RDMA_RDMA_SRC_BASE_ADDR, &src);
+    RJ_SIM_REQUIRE(t, PPU_RDMA_RDMA_SRC_LINE_STRIDE, &lstride);
+    RJ_SIM_REQUIRE(t, PPU_RDMA_RDMA_SRC_SURF_STRIDE, &sstride);
+    RJ_SIM_REQUIRE(t, PPU_RDMA_RDMA_DATA_FORMAT, &rfmt);
 
     /* Geometry fields are stored minus one; pad counts are not (notes: ppu-pooling.md). */
     const uint32_t IW = RJ_GET(iw, PPU_DATA_CUBE_IN_WIDTH, CUBE_IN_WIDTH) + 1u;
@@ -144,7 +127,7 @@ int rj_sim_ppu_run(rj_sim_task *t)
     float pad_value = 0.0f;
     if (PL | PT | PR | PB) {
         uint32_t pv1, pv2;
-        NEED(t, PPU_PADDING_VALUE_1_CFG, &pv1);
+        RJ_SIM_REQUIRE(t, PPU_PADDING_VALUE_1_CFG, &pv1);
         pv2 = rj_sim_reg(sim, RJ_REG_PPU_PADDING_VALUE_2_CFG);
         if ((pv1 >> 16) != 0 || pv2 != 0)
             return UNSUPP(t, "PPU_PADDING_VALUE_1_CFG = 0x%x, PADDING_VALUE_2_CFG = 0x%x: only an fp16 pad "
@@ -157,8 +140,8 @@ int rj_sim_ppu_run(rj_sim_task *t)
     double recip = 0.0;
     if (method == POOL_AVG) {
         uint32_t rcw, rch;
-        NEED(t, PPU_RECIP_KERNEL_WIDTH, &rcw);
-        NEED(t, PPU_RECIP_KERNEL_HEIGHT, &rch);
+        RJ_SIM_REQUIRE(t, PPU_RECIP_KERNEL_WIDTH, &rcw);
+        RJ_SIM_REQUIRE(t, PPU_RECIP_KERNEL_HEIGHT, &rch);
         rcw = RJ_GET(rcw, PPU_RECIP_KERNEL_WIDTH, RECIP_KERNEL_WIDTH);
         rch = RJ_GET(rch, PPU_RECIP_KERNEL_HEIGHT, RECIP_KERNEL_HEIGHT);
         float fw = f16_reg(rcw), fh = f16_reg(rch);

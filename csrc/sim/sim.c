@@ -65,6 +65,16 @@ static const char *block_name_of_target(uint32_t target)
     return "no block";
 }
 
+int rj_sim_fail(rj_sim_task *t, int code, const char *fmt, ...)
+{
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return rj_fail(t->err, code, "job %u task %u: %s", t->job_index, t->task_index, msg);
+}
+
 int rj_sim_hazard(rj_sim_task *t, const char *reg, const char *quirk, const char *fmt, ...)
 {
     char detail[768];

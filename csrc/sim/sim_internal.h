@@ -58,6 +58,9 @@ static inline int rj_sim_written(const rj_sim *s, uint32_t offset) { return s->w
  * RJ_EFAULT (strict: RJ_EHAZARD "address outside every BO") error naming `what`. */
 uint8_t *rj_sim_mem(rj_sim_task *t, uint64_t iova, uint64_t len, const char *what);
 
+/* Fail the current task with `code`: "job J task T: <message>". Returns code. */
+int rj_sim_fail(rj_sim_task *t, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Report a hardware hazard: "job J task T: REG: <quirk name>: <detail>". Returns RJ_EHAZARD. */
 int rj_sim_hazard(rj_sim_task *t, const char *reg, const char *quirk, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -119,6 +122,13 @@ typedef struct rj_sim_kick {
  * Returns 0 or RJ_EHAZARD (with t->err filled). sim B may use it for DPU registers too. */
 int rj_sim_need(rj_sim_task *t, uint32_t offset, const char *name, uint32_t *out);
 #define RJ_SIM_NEED(t, REG, out) rj_sim_need((t), RJ_REG_##REG, #REG, (out))
+/* The same inside a block's run function: return the hazard from the caller. */
+#define RJ_SIM_REQUIRE(t, REG, out)                    \
+    do {                                               \
+        int require_rc_ = RJ_SIM_NEED((t), REG, (out)); \
+        if (require_rc_)                               \
+            return require_rc_;                        \
+    } while (0)
 
 /* The kick the current task belongs to (NULL outside a run). */
 const rj_sim_kick *rj_sim_current_kick(const rj_sim_task *t);

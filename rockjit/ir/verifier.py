@@ -1,4 +1,5 @@
-"""The IR verifier: SSA order, attribute sets, and every node's type against its shape rule.
+"""The IR verifier: SSA order, attribute sets, every node's type against its shape rule, and
+one type per param name.
 
 Run between passes (always in tests) so a pass that breaks the graph is caught at its source.
 """
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 from ..errors import VerifyError
 from .graph import Graph, Node, Value
+from .ops import Op
 from .rules import infer_type
 
 
@@ -22,9 +24,20 @@ def _check_use(n: Node, v: Value, defined: dict[int, Value]) -> None:
         raise VerifyError(f"{_where(n)}: operand {v} is used as {v.type} but defined as {d.type}")
 
 
+def _check_param(n: Node, seen: dict[str, Node]) -> None:
+    """One param name binds one weight: every param node of that name must have its type."""
+    name = n.attrs.get("name")
+    first = seen.setdefault(name, n)
+    if first.out.type != n.out.type:
+        raise VerifyError(f"{_where(n)}: param {name!r} is declared as {n.out.type} here but as "
+                          f"{first.out.type} by {_where(first)}; one name binds one weight, so "
+                          "rename one of them")
+
+
 def verify(graph: Graph) -> None:
     """Raise ``VerifyError`` at the first broken rule, naming the node, its op and location."""
     defined: dict[int, Value] = {}
+    params: dict[str, Node] = {}
     for v in graph.inputs:
         if v.id in defined:
             raise VerifyError(f"graph {graph.name!r}: input {v} is declared twice")
@@ -39,6 +52,8 @@ def verify(graph: Graph) -> None:
             infer_type(n.op, [v.type for v in n.inputs], n.attrs, n.out.type)
         except VerifyError as e:
             raise VerifyError(f"{_where(n)}: {e}") from None
+        if n.op is Op.PARAM:
+            _check_param(n, params)
         for v in n.outputs:
             if v.id in defined:
                 raise VerifyError(f"{_where(n)}: {v} is defined again (each value is defined "

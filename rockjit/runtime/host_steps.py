@@ -1,10 +1,16 @@
 """Host steps as the C library defines them (csrc/runtime/host_steps.c), built from Python.
 
 ``HOST_STEPS`` is the registry: one constructor per kind. The compiler's partition pass maps
-an IR op to a kind name here; each constructor returns a filled ``rj_host_step``."""
+an IR op to a kind name here; each constructor returns a filled ``rj_host_step``.
+
+The host-op kinds (copy, unary, binary, compare, select, reduce, take, iota:
+csrc/runtime/rj_host_ops.h, built by rockjit.lowering.host_rules) take their shapes, dtypes
+and strides from a descriptor already written into a BO (``desc``); their operands are plain
+(BO, byte offset) addresses."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -131,6 +137,39 @@ def unpack_dw_weight(src: Operand, dst: Operand, **layout: int):
     return _dw(lib.RJ_HOST_UNPACK, src, dst, **layout)
 
 
+HOST_OP_KINDS: dict[str, int] = {
+    "copy": lib.RJ_HOST_COPY, "unary": lib.RJ_HOST_UNARY, "binary": lib.RJ_HOST_BINARY,
+    "compare": lib.RJ_HOST_COMPARE, "select": lib.RJ_HOST_SELECT, "reduce": lib.RJ_HOST_REDUCE,
+    "take": lib.RJ_HOST_TAKE, "iota": lib.RJ_HOST_IOTA,
+}
+
+
+def _address(dst, op: Operand | None) -> None:
+    """A host-op operand: only (BO, offset) matter; the descriptor has dtype and strides, so
+    the dtype field is left as bytes and a row stride (which C rejects) is passed through."""
+    if op is None:
+        dst.bo = lib.RJ_NO_BO
+        return
+    dst.bo, dst.offset, dst.dtype, dst.row_stride = op.bo, op.offset, lib.RJ_DT_U8, op.row_stride
+
+
+def host_op(kind: str, dst: Operand, desc: Operand, src: Operand | None = None,
+            src1: Operand | None = None, src2: Operand | None = None):
+    """A host-op step: ``dst`` the output, ``src``/``src1``/``src2`` inputs 1..3, ``desc`` the
+    448-byte ``rj_host_op`` descriptor (write it into its BO before adding the step)."""
+    if kind not in HOST_OP_KINDS:
+        raise ProgramError(f"host-op kind {kind!r} is not one of {sorted(HOST_OP_KINDS)}")
+    s = ffi.new("rj_host_step *")
+    s.kind = HOST_OP_KINDS[kind]
+    _address(s.dst, dst)
+    _address(s.src, src)
+    _address(s.aux, desc)
+    for i, extra in enumerate((src1, src2)):
+        s.param[i] = lib.RJ_NO_BO if extra is None else extra.bo
+        s.param64[i] = 0 if extra is None else extra.offset
+    return s
+
+
 HOST_STEPS: dict[str, Callable] = {
     "row_max": row_max,
     "row_recip_scale": row_recip_scale,
@@ -143,3 +182,4 @@ HOST_STEPS: dict[str, Callable] = {
     "pack_dw_weight": pack_dw_weight,
     "unpack_dw_weight": unpack_dw_weight,
 }
+HOST_STEPS.update({name: partial(host_op, name) for name in HOST_OP_KINDS})

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -79,15 +81,12 @@ def test_unsupported_primitive_reports_and_exits_1() -> None:
 
 def test_console_script_has_subcommands() -> None:
     # `pip install -e .` puts a `rockjit` script on PATH that dispatches to subcommands.
-    from importlib.metadata import entry_points
-    import shutil
-
     (ep,) = [e for e in entry_points(group="console_scripts") if e.name == "rockjit"]
     assert ep.value == "rockjit.cli:main"
     script = shutil.which("rockjit")
     assert script is not None, "no `rockjit` on PATH: install the package with pip install -e ."
     r = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "{trace}" in r.stdout or "trace" in r.stdout.split("positional arguments")[1]
+    assert "{trace}" in r.stdout  # the subcommand list
     r = subprocess.run([script], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "required: command" in r.stderr

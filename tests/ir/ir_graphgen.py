@@ -49,6 +49,7 @@ def arrays(draw: st.DrawFn, t: TensorType) -> np.ndarray:
 class Ctx:
     def __init__(self, draw: st.DrawFn, b: Builder) -> None:
         self.draw, self.b, self.pool = draw, b, list(b.inputs)
+        self.params: dict[str, TensorType] = {}
 
     def pick(self, ok: Callable[[TensorType], bool], fallback: st.SearchStrategy) -> Value:
         cands = [v for v in self.pool if ok(v.type)]
@@ -74,7 +75,11 @@ def _constant(c: Ctx) -> None:
 
 
 def _param(c: Ctx) -> None:
-    c.add(Op.PARAM, [], c.draw(types(ALL_DTYPES)), {"name": c.draw(names)})
+    # A name already used keeps its type: one name binds one weight (the verifier checks it).
+    name = c.draw(names)
+    t = c.params.get(name) or c.draw(types(ALL_DTYPES))
+    c.params[name] = t
+    c.add(Op.PARAM, [], t, {"name": name})
 
 
 def _iota(c: Ctx) -> None:

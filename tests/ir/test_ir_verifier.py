@@ -58,6 +58,19 @@ def test_duplicate_input() -> None:
         verify(Graph("g", (x, x), [], (x,)))
 
 
+def test_param_name_with_two_types() -> None:
+    # Found by hypothesis: two params named "w" of different types cannot both be bound.
+    b = Builder("g")
+    b.add(Op.PARAM, [], T(2), {"name": "w"}, Loc("m.py", 1))
+    b.add(Op.PARAM, [], T(2), {"name": "w"}, Loc("m.py", 2))   # same type: one weight, fine
+    verify(b.finish([]))
+    b.add(Op.PARAM, [], T(2, dt=DType.F16), {"name": "w"}, Loc("m.py", 3))
+    with pytest.raises(VerifyError, match=r"node %2 = param at m.py:3: param 'w' is declared as "
+                                          r"f16\[2\] here but as f32\[2\] by node %0 = param "
+                                          r"at m.py:1"):
+        verify(b.finish([]))
+
+
 def test_undefined_output() -> None:
     g, _ = _ok_graph()
     g.outputs = (Value(9, T(2, 3)),)

@@ -68,7 +68,8 @@ def assert_exact(got: np.ndarray, ref: np.ndarray, what: str) -> None:
     assert got.dtype == ref.dtype, f"{what}: dtype {got.dtype} != reference {ref.dtype}"
     assert got.shape == ref.shape, f"{what}: shape {got.shape} != reference {ref.shape}"
     if ref.dtype.kind == "f" or ref.dtype.name == "bfloat16":
-        g, r = got.astype(np.float64), ref.astype(np.float64)
+        with np.errstate(invalid="ignore"):  # NaN payloads widen with a warning
+            g, r = got.astype(np.float64), ref.astype(np.float64)
         nan = np.isnan(r)
         assert np.array_equal(np.isnan(g), nan), f"{what}: NaN positions differ"
         bad = ~nan & (g != r)
@@ -85,14 +86,16 @@ def assert_close(got: np.ndarray, ref: np.ndarray, dtype: DType, what: str,
     """|got - ref| <= rel * |ref| + abs_ (+ the type's floor); NaN and inf must match."""
     assert got.dtype == ref.dtype and got.shape == ref.shape, \
         f"{what}: {got.dtype}{got.shape} != reference {ref.dtype}{ref.shape}"
-    g, r = got.astype(np.float64), ref.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        g, r = got.astype(np.float64), ref.astype(np.float64)
     nan = np.isnan(r)
     assert np.array_equal(np.isnan(g), nan), f"{what}: NaN positions differ"
     inf = np.isinf(r)
     assert np.array_equal(g[inf], r[inf]), f"{what}: infinities differ"
     fin = ~nan & ~inf
     tol = (REL_TOL[dtype] if rel is None else rel) * np.abs(r) + ABS_FLOOR[dtype] + abs_
-    err = np.abs(g - r)
+    with np.errstate(invalid="ignore"):  # inf - inf where both are inf (checked above)
+        err = np.abs(g - r)
     bad = fin & (err > tol)
     if bad.any():
         i = tuple(np.argwhere(bad)[0])

@@ -160,40 +160,38 @@ def pack_weights_dw(w: np.ndarray, dtype) -> bytes:
 
 # ---- numpy references ---------------------------------------------------------------------
 
-def conv_ref(x: np.ndarray, w: np.ndarray, stride=(1, 1), pad=(0, 0), dil=(1, 1), out_hw=None,
-             pad_value: float = 0.0) -> np.ndarray:
-    """y[oc, oy, ox] = sum x[ic, oy*sy + ky*dy - pt, ox*sx + kx*dx - pl] * w[oc, ic, ky, kx], in
-    float64, reading pad_value outside the image."""
-    ic, h, wd = x.shape
-    oc, _, kh, kw = w.shape
-    sy, sx = stride
-    pt, pl = pad
-    dy, dx = dil
-    oh, ow = out_hw
-    big = np.full((ic, h + pt + oh * sy + kh * dy, wd + pl + ow * sx + kw * dx), pad_value, dtype=np.float64)
-    big[:, pt:pt + h, pl:pl + wd] = x
-    y = np.zeros((oc, oh, ow))
-    for ky in range(kh):
-        for kx in range(kw):
-            patch = big[:, ky * dy: ky * dy + oh * sy: sy, kx * dx: kx * dx + ow * sx: sx][:, :oh, :ow]
-            y += np.einsum("chw,oc->ohw", patch, w[:, :, ky, kx].astype(np.float64))
-    return y
-
-
-def dwconv_ref(x, w, stride=(1, 1), pad=(0, 0), dil=(1, 1), out_hw=None, pad_value: float = 0.0):
+def _taps(x: np.ndarray, kh: int, kw: int, stride, pad, dil, out_hw, pad_value: float):
+    """Yield (ky, kx, patch[c, oh, ow]): the input values tap (ky, kx) of every output position
+    reads, in float64, with pad_value outside the image."""
     c, h, wd = x.shape
-    _, kh, kw = w.shape
     sy, sx = stride
     pt, pl = pad
     dy, dx = dil
     oh, ow = out_hw
     big = np.full((c, h + pt + oh * sy + kh * dy, wd + pl + ow * sx + kw * dx), pad_value, dtype=np.float64)
     big[:, pt:pt + h, pl:pl + wd] = x
-    y = np.zeros((c, oh, ow))
     for ky in range(kh):
         for kx in range(kw):
-            patch = big[:, ky * dy: ky * dy + oh * sy: sy, kx * dx: kx * dx + ow * sx: sx][:, :oh, :ow]
-            y += patch * w[:, ky, kx][:, None, None]
+            yield ky, kx, big[:, ky * dy: ky * dy + oh * sy: sy, kx * dx: kx * dx + ow * sx: sx][:, :oh, :ow]
+
+
+def conv_ref(x: np.ndarray, w: np.ndarray, stride=(1, 1), pad=(0, 0), dil=(1, 1), out_hw=None,
+             pad_value: float = 0.0) -> np.ndarray:
+    """y[oc, oy, ox] = sum x[ic, oy*sy + ky*dy - pt, ox*sx + kx*dx - pl] * w[oc, ic, ky, kx], in
+    float64, reading pad_value outside the image."""
+    oc, _, kh, kw = w.shape
+    y = np.zeros((oc,) + tuple(out_hw))
+    for ky, kx, patch in _taps(x, kh, kw, stride, pad, dil, out_hw, pad_value):
+        y += np.einsum("chw,oc->ohw", patch, w[:, :, ky, kx].astype(np.float64))
+    return y
+
+
+def dwconv_ref(x, w, stride=(1, 1), pad=(0, 0), dil=(1, 1), out_hw=None, pad_value: float = 0.0):
+    """Depthwise: y[c, oy, ox] = sum x[c, ...tap...] * w[c, ky, kx]."""
+    c, kh, kw = w.shape
+    y = np.zeros((c,) + tuple(out_hw))
+    for ky, kx, patch in _taps(x, kh, kw, stride, pad, dil, out_hw, pad_value):
+        y += patch * w[:, ky, kx][:, None, None]
     return y
 
 

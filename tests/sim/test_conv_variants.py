@@ -12,7 +12,7 @@ import pytest
 
 from harness import CONFORMANCE, Simulator, open_case
 from programs import (ConvGeometry, conv_ref, dwconv_ref, pack_feature, pack_weights_direct, pack_weights_dw,
-                      retarget, unpack_output)
+                      retarget, set_fields, unpack_output)
 
 pytestmark = pytest.mark.skipif(not CONFORMANCE.is_dir(),
                                 reason=f"conformance set not present at {CONFORMANCE}")
@@ -161,3 +161,68 @@ def test_accumulator_buffers_are_sized_per_type() -> None:
     words, feat, wts, ref = fp16_conv_case(medium, seed=3)
     sim, out = run_program(words, medium, feat, wts, sim)
     check(sim, out, medium, ref, np.float16)
+
+
+def test_padded_line_and_surface_strides():
+    """A feature cube whose lines and surfaces carry padding: LINE_STRIDE/SURF_STRIDE decide
+    where each line and surface starts (line pitch = 4*LINE_STRIDE bytes, surface pitch =
+    16*(SURF_STRIDE+LINE_STRIDE) bytes, the reading of Mesa's formulas in cna.c). The padding
+    holds a large poison value, so a mis-strided read shows up in the result."""
+    g = ConvGeometry(C=64, H=6, W=6, N=16, KH=3, KW=3, pad=(1, 1))
+    rng = np.random.default_rng(5)
+    x = rng.integers(-3, 4, size=(g.C, g.H, g.W)).astype(np.float16)
+    w = rng.integers(-2, 3, size=(g.N, g.C, g.KH, g.KW)).astype(np.float16)
+    oh, ow = g.out_hw
+    ref = conv_ref(x.astype(np.float64), w.astype(np.float64), g.stride, g.pad, g.dil, (oh, ow))
+    line_atoms, surf_bytes = g.W + 3, 1280            # 3 padding atoms per line, 128 B per surface
+    line_reg = line_atoms * 16 // 4
+    surf_reg = surf_bytes // 16 - line_reg
+    cube = np.full((g.C // 8, surf_bytes // 2), 1000.0, dtype=np.float16)  # poison everywhere
+    for s in range(g.C // 8):
+        for h in range(g.H):
+            for col in range(g.W):
+                at = (h * line_atoms * 16 + col * 16) // 2
+                cube[s, at:at + 8] = x[8 * s:8 * s + 8, h, col]
+    words = retarget(template("04_conv3x3_s2_fp16"), g, FEATURE, WEIGHT, OUTPUT)
+    words = set_fields(words, "CNA_DMA_CON1", LINE_STRIDE=line_reg)
+    words = set_fields(words, "CNA_DMA_CON2", SURF_STRIDE=surf_reg)
+    sim, out = run_program(words, g, cube.tobytes(), pack_weights_direct(w, np.float16))
+    check(sim, out, g, ref, np.float16)
+
+
+def test_weight_reuse_keeps_the_cbuf_weights():
+    """WEIGHT_REUSE: the second task multiplies a new feature by the weights already in the
+    CBUF and does not re-read weight memory (notes: encodings/cbuf-reuse.md). The weight memory
+    is zeroed between the tasks; the result must still be the product with the old weights."""
+    g = ConvGeometry(C=64, H=8, W=1, N=32)
+    rng = np.random.default_rng(9)
+    a1, a2 = (rng.integers(-3, 4, size=(g.C, g.H, 1)).astype(np.float16) for _ in range(2))
+    w = rng.integers(-2, 3, size=(g.N, g.C, 1, 1)).astype(np.float16)
+    base = retarget(template("01_matmul_fp16"), g, FEATURE, WEIGHT, OUTPUT)
+    sim = Simulator()
+    sim, out1 = run_program(base, g, pack_feature(a1, np.float16), pack_weights_direct(w, np.float16), sim)
+    reuse = set_fields(base, "CNA_CBUF_CON0", WEIGHT_REUSE=1)
+    sim, out2 = run_program(reuse, g, pack_feature(a2, np.float16), bytes(len(pack_weights_direct(w, np.float16))),
+                            sim)
+    for a, out in ((a1, out1), (a2, out2)):
+        ref = conv_ref(a.astype(np.float64), w.astype(np.float64), out_hw=(g.H, 1))
+        np.testing.assert_array_equal(unpack_output(out, np.float16, g.N, g.H, 1), ref.astype(np.float16))
+    # without the bit the zeroed weights are fetched: all-zero output
+    sim2, out3 = run_program(base, g, pack_feature(a2, np.float16), bytes(len(pack_weights_direct(w, np.float16))))
+    assert not np.any(unpack_output(out3, np.float16, g.N, g.H, 1))
+
+
+def test_int8_depthwise_conv():
+    """Depthwise (CONV_MODE 3 + DW_EN) at int8: weights [C/64][KH][KW][64] (notes:
+    depthwise-conv.md, tile-layouts.md), int32 accumulator and output."""
+    g = ConvGeometry(C=64, H=6, W=5, N=64, KH=3, KW=3, pad=(1, 1), depthwise=True, int8=True)
+    rng = np.random.default_rng(13)
+    x = rng.integers(-128, 128, size=(g.C, g.H, g.W)).astype(np.int8)
+    w = rng.integers(-128, 128, size=(g.C, g.KH, g.KW)).astype(np.int8)
+    oh, ow = g.out_hw
+    ref = dwconv_ref(x.astype(np.float64), w.astype(np.float64), g.stride, g.pad, g.dil, (oh, ow))
+    words = retarget(template("03_matmul_int8"), g, FEATURE, WEIGHT, OUTPUT)
+    words = set_fields(words, "CNA_CONV_CON1", CONV_MODE=3)
+    words = set_fields(words, "CORE_MISC_CFG", DW_EN=1)
+    sim, out = run_program(words, g, pack_feature(x, np.int8), pack_weights_dw(w, np.int8))
+    check(sim, out, g, ref.astype(np.int64), np.int32)
