@@ -10,7 +10,6 @@ from importlib import resources
 from typing import Any
 
 import lark
-import numpy as np
 
 from ..errors import IRSyntaxError
 from .graph import Graph, Loc, Node, Value

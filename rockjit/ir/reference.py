@@ -13,8 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import scipy.special
 
-from .ops import Group, Op
-from .rules import conv_output_size
+from .ops import Op
 from .types import DType, TensorType
 
 RefFn = Callable[[Sequence[np.ndarray], Mapping[str, Any], TensorType], np.ndarray]

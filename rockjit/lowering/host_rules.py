@@ -130,6 +130,40 @@ def view_span(shape: Sequence[int], offset: int, strides: Sequence[int]) -> tupl
     return lo, hi
 
 
+def host_op_step(kind: str, shape: Sequence[int], out: HostView, ins: Sequence[HostView],
+                 nbytes: dict[str, int], desc: str, code: int = 0, axis_mask: int = 0,
+                 iparams: Sequence[int] = (), what: str = "host op",
+                 offsets: dict[str, int] | None = None) -> tuple[HostStep, BufferSpec]:
+    """One host-op step over named buffers of an emitter's program, and its descriptor const.
+
+    ``nbytes`` gives each named buffer's size (every view is checked to stay inside, so a
+    wrong stride fails at compile time); ``offsets`` an optional byte offset per buffer for
+    the operand Slice (the view offsets then count from there). Emitters use this to express
+    their host tails (K-partial sums, im2col) with the generic C library instead of private
+    step kinds."""
+    offsets = offsets or {}
+    for i, v in enumerate((out, *ins)):
+        esize = v.dtype.to_numpy().itemsize
+        vshape, vstrides = tuple(shape), v.strides
+        if kind == "reduce" and i == 0:
+            vshape = tuple(1 if (axis_mask >> d) & 1 else n for d, n in enumerate(vshape))
+        span = view_span(vshape, v.offset, vstrides)
+        room = (nbytes[v.buffer] - offsets.get(v.buffer, 0)) // esize
+        if span is not None and (span[0] < 0 or span[1] >= room):
+            raise LoweringError(f"{what}: view of {v.buffer} reaches elements {span[0]}..{span[1]}"
+                                f" of {room}: a bug in the emitter that built it")
+    data = encode_descriptor(kind, shape, [out, *ins], code, axis_mask, iparams)
+
+    def whole(name: str) -> Slice:
+        off = offsets.get(name, 0)
+        return Slice(name, off, nbytes[name] - off)
+
+    operands = {"dst": whole(out.buffer), "desc": Slice(desc, 0, DESC_BYTES)}
+    for slot, v in zip(INPUT_SLOTS, ins):
+        operands[slot] = whole(v.buffer)
+    return HostStep(kind, operands), BufferSpec(desc, "const", DESC_BYTES, data=data, align=8)
+
+
 # ---------------------------------------------------------------- building one node's program
 
 class _NodeProgram:
@@ -425,5 +459,5 @@ def run_node_on_host(node: Node, inputs: Sequence[np.ndarray]) -> np.ndarray:
 
 __all__: Sequence[str] = (
     "HOST_RULES", "HOST_KINDS", "DTYPE_CODES", "DESC_BYTES", "INPUT_SLOTS", "HostView",
-    "encode_descriptor", "lower_on_host", "run_on_host", "run_node_on_host", "row_major_strides",
+    "encode_descriptor", "host_op_step", "lower_on_host", "run_on_host", "run_node_on_host", "row_major_strides",
 )

@@ -279,6 +279,10 @@ class Lowerer:
                 binding[spec.name] = (t.buf, t.offset)
             elif spec.role == "scratch":
                 b = self.new_buf(spec.nbytes, name=f"{label}:{spec.name}", align=max(spec.align, 64))
+                if spec.zero:
+                    # padding the op never writes must read as zero: zero-filled once, never
+                    # shared with another buffer
+                    b.pinned = b.zero = True
                 binding[spec.name] = (b.id, 0)
             elif spec.role == "const":
                 data = spec.data if spec.data is not None else np.zeros(spec.nbytes, np.uint8)
@@ -467,8 +471,7 @@ class Lowerer:
     def _unpack(self, v: Value, cube: Tensor, boundary: bool = False) -> Tensor:
         form = cube.form
         if not self._natural(form):
-            raise ConversionError(f"%{v.id} is held as a transposed cube view ({form.roles}); "
-                                  f"unpacking it needs a host transpose")
+            return self._unpack_transposed(v, cube)
         dt = form.dtype
         rows = RowForm(dt, v.type.shape)
         h, w, c = form.hwc()
@@ -487,6 +490,61 @@ class Lowerer:
         self._conversion_call(steps, specs, [Use(v)], [Use(v)], f"unpack %{v.id}", [form], [rows],
                               boundary)
         return next(t for t in self.tensors[v.id] if t.form == rows)
+
+    def _unpack_transposed(self, v: Value, cube: Tensor) -> Tensor:
+        """A cube seen through a transpose (its logical axes permuted against the cube's
+        b/h/w/c order): unpack the cube in its own order, then one strided host copy puts the
+        axes in the value's order. Both steps are counted re-tiles: a transpose is data
+        movement the NPU has no form for."""
+        from .host_rules import HostView, host_op_step, row_major_strides
+
+        form = cube.form
+        rank = {"b": 0, "h": 1, "w": 2, "c": 3}
+        order = sorted(range(len(form.roles)),
+                       key=lambda i: (rank[form.roles[i]], -form.strides[i], i))
+        nat = form.permuted(order)
+        if not self._natural(nat):
+            raise ConversionError(f"%{v.id} is held as a cube view ({form.roles}) that no axis "
+                                  f"order makes a plain cube")
+        dt = form.dtype
+        nat_rows = RowForm(dt, nat.shape)
+        tmp = self.new_buf(nat_rows.nbytes, name=f"%{v.id}:unpackT")
+        h, w, c = nat.hwc()
+        es = nat.layout.esize
+        item = h * w * c * es
+        steps = []
+        for k, (ix, off) in enumerate(nat.batch_items()):
+            steps.append(HostStep("unpack_cube", {"src": Slice("src", off, nat.layout.nbytes),
+                                                  "dst": Slice("dst", k * item, item)},
+                                  {"height": h, "width": w, "channels": c, "c2": nat.layout.c2,
+                                   "esize": es, "line_stride": nat.layout.line_stride,
+                                   "surf_stride": nat.layout.surf_stride}))
+        rows = RowForm(dt, v.type.shape)
+        out = self.new_buf(rows.nbytes, name=f"%{v.id}:rows")
+        # value axis i is cube-order axis order.index(i)
+        ns = row_major_strides(nat.shape)
+        src_strides = [ns[order.index(i)] for i in range(len(order))]
+        sizes = {"dst": nat_rows.nbytes, "rows": rows.nbytes, "tdesc": 0}
+        st, desc = host_op_step("copy", v.type.shape, HostView("rows", dt, 0,
+                                                               row_major_strides(v.type.shape)),
+                                [HostView("dst", dt, 0, src_strides)], sizes, "tdesc",
+                                what=f"transpose of %{v.id}")
+        # the copy reads "dst" (the unpacked rows) as its input: rename for the binding
+        st = HostStep(st.kind, {"dst": Slice("rows", 0, rows.nbytes), "src": Slice("dst", 0, nat_rows.nbytes),
+                                "desc": st.operands["desc"]})
+        steps.append(st)
+        specs = (BufferSpec("src", "input", form.nbytes, layout=form.layout),
+                 BufferSpec("dst", "scratch", nat_rows.nbytes), desc,
+                 BufferSpec("rows", "output", rows.nbytes))
+        dbuf = self.new_buf(desc.nbytes, "weights", f"T%{v.id}:desc", desc.data)
+        self.group += 1
+        self.retiles += 1
+        call = OpCall(OpProgram(specs, tuple(steps)), (Use(v),), (Use(v),), f"unpack^T %{v.id}",
+                      "host", "pipeline re-tile", True)
+        self.calls.append(PlacedCall(call, {"src": (cube.buf, cube.offset), "dst": (tmp.id, 0),
+                                            "tdesc": (dbuf.id, 0), "rows": (out.id, 0)},
+                                     self.group, call.label))
+        return self.add_tensor(v, rows, out)
 
     def _host_convert(self, v: Value, src: Tensor, dtype: DType) -> Tensor:
         from . import partition

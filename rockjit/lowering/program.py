@@ -18,7 +18,7 @@ stats (``planned_cores``) for when it does.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -42,6 +42,55 @@ def _spec_dtype(spec) -> str:
     if spec.layout is not None:
         return np.dtype(spec.layout.dtype).name
     return "f16"
+
+
+def runtime_host_step(hs: HostStep, names: Mapping[str, tuple[int, int]],
+                      spec_of: Callable[[str], Any]):
+    """A lowering HostStep -> the runtime's ``rj_host_step``.
+
+    ``names``: buffer name -> (program BO, byte offset of the buffer); ``spec_of(name)``: the
+    op's BufferSpec (for an operand's default dtype). Runtime kinds (host_steps.HOST_STEPS)
+    take per-operand dtypes and row strides from ``params["dtypes"][operand]`` /
+    ``params["row_strides"][operand]`` (the emitters' convention, emitters/reduce.py), else
+    from ``params["<operand>_dtype"]`` / ``"<operand>_row_stride"``, else the BufferSpec;
+    the host-op kinds (host_rules.HOST_KINDS) carry everything in their descriptor."""
+    from ..runtime import host_steps as HS
+
+    ctor = HS.HOST_STEPS.get(hs.kind)
+    from .host_rules import HOST_KINDS
+    if ctor is None or hs.kind in HOST_KINDS:
+        return _host_op_step(names, hs, HS)
+    dtypes = hs.params.get("dtypes", {}) or {}
+    strides = hs.params.get("row_strides", {}) or {}
+    kw = {}
+    for opname, sl in hs.operands.items():
+        bo, base = names[sl.buffer]
+        dt = dtypes.get(opname) or hs.params.get(f"{opname}_dtype") or _spec_dtype(spec_of(sl.buffer))
+        rs = strides.get(opname, hs.params.get(f"{opname}_row_stride", 0))
+        kw[opname] = HS.Operand(bo, base + sl.offset, dt, int(rs))
+    for k, v in hs.params.items():
+        if k in _LAYOUT_PARAMS:
+            kw[k] = v
+    return ctor(**kw)
+
+
+def _host_op_step(names, hs: HostStep, HS):
+    """A host-op library step (host_rules.HOST_KINDS; csrc/runtime/rj_host_ops.h): dst =
+    output, src = input 1, aux = the descriptor, param[0..1]/param64[0..1] = inputs 2..3."""
+    from .host_rules import HOST_KINDS
+
+    if hs.kind not in HOST_KINDS:
+        raise ValueError(f"host step kind {hs.kind!r} is neither a runtime host step "
+                         f"({sorted(HS.HOST_STEPS)}) nor a host-op kind ({sorted(HOST_KINDS)})")
+
+    def opnd(name):
+        if name not in hs.operands:
+            return None
+        sl = hs.operands[name]
+        bo, base = names[sl.buffer]
+        return HS.Operand(bo, base + sl.offset, "u8", 0)
+
+    return HS.host_op(hs.kind, opnd("dst"), opnd("desc"), opnd("src"), opnd("src1"), opnd("src2"))
 
 
 class NpuProgram:
@@ -215,45 +264,7 @@ class NpuProgram:
         return None
 
     def _host_step(self, ci: int, hs: HostStep, HS):
-        ctor = HS.HOST_STEPS.get(hs.kind)
-        names = self._names[ci]
-        if ctor is None:
-            return self._host_op_step(names, hs, HS)
-        kw = {}
-        for opname, sl in hs.operands.items():
-            bo, base = names[sl.buffer]
-            spec = self._spec(ci, sl.buffer)
-            dt = hs.params.get(f"{opname}_dtype", _spec_dtype(spec))
-            kw[opname] = HS.Operand(bo, base + sl.offset, dt,
-                                    int(hs.params.get(f"{opname}_row_stride", 0)))
-        for k, v in hs.params.items():
-            if k in _LAYOUT_PARAMS:
-                kw[k] = v
-        return ctor(**kw)
-
-    @staticmethod
-    def _host_op_step(names, hs: HostStep, HS):
-        """A host-op library step (host_rules.HOST_KINDS; csrc/runtime/rj_host_ops.h): dst =
-        output, src = input 1, aux = the descriptor, param[0..1]/param64[0..1] = inputs 2..3."""
-        from .host_rules import HOST_KINDS
-
-        if hs.kind not in HOST_KINDS:
-            raise ValueError(f"host step kind {hs.kind!r} is neither a runtime host step "
-                             f"({sorted(HS.HOST_STEPS)}) nor a host-op kind ({sorted(HOST_KINDS)})")
-
-        def opnd(name):
-            if name not in hs.operands:
-                return None
-            sl = hs.operands[name]
-            bo, base = names[sl.buffer]
-            return HS.Operand(bo, base + sl.offset, "u8", 0)
-
-        extra = [opnd(n) for n in ("src1", "src2")]
-        params = tuple(HS.lib.RJ_NO_BO if e is None else e.bo for e in extra)
-        params64 = tuple(0 if e is None else e.offset for e in extra)
-        dst, src = opnd("dst"), opnd("src")
-        return HS._step(HOST_KINDS[hs.kind], src if src is not None else dst, dst, opnd("desc"),
-                        params=params, params64=params64)
+        return runtime_host_step(hs, self._names[ci], lambda n: self._spec(ci, n))
 
     @staticmethod
     def _host_bytes(hs: HostStep) -> int:

@@ -1,6 +1,5 @@
-"""Run an OpProgram on the C simulator (strict mode) the way the runtime would: buffers at
-IOVAs, relocations patched, NPU steps job by job, host steps by a numpy model of the host-step
-kinds the emitters rely on ("add_i32", "im2col"; their contract is in emitters/conv.py)."""
+"""Run an OpProgram through the real runtime on the strict simulator (rockjit.lowering.oprun),
+and pack/unpack helpers for the matmul and conv tests."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -21,100 +20,14 @@ PAGE = 4096
 SENTINEL = 0xAA
 
 
-@dataclass
-class SimRun:
-    """Buffers by name (host bytes) after a run, plus counters."""
-
-    mem: dict[str, tuple[int, np.ndarray]] = field(default_factory=dict)
-    kicks: int = 0
-    host_steps: list[str] = field(default_factory=list)
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.mem[name][1]
-
-
-def _host_add_i32(step: HostStep, run: SimRun) -> None:
-    n = int(step.params["elements"])
-    ops = step.operands
-
-    def view(name: str) -> np.ndarray:
-        sl = ops[name]
-        return run[sl.buffer][sl.offset:sl.offset + 4 * n].view("<i4")
-
-    acc = np.zeros(n, np.int64)
-    for i in range(int(step.params["count"])):
-        acc += view(f"src{i}")
-    view("dst")[...] = acc.astype(np.int64).astype(np.int32)   # wraps like int32 adds
-
-
-def _host_im2col(step: HostStep, run: SimRun) -> None:
-    pr = step.params
-    dt = np.dtype(np.float16 if pr["dtype"] == "f16" else np.int8)
-    b, c, h, w, kh, kw = (pr[k] for k in ("batch", "channels", "height", "width", "kh", "kw"))
-    src = step.operands["src"]
-    x = run[src.buffer][src.offset:src.offset + src.nbytes].view(dt).reshape(b, c, h, w)
-    oh, ow = h // kh, w // kw
-    dst = step.operands["dst"]
-    lay = CubeLayout(pr["rows_pad"], 1, pr["cols_pad"], pr["c2"], dt)
-    for i in range(b):
-        patches = x[i].reshape(c, oh, kh, ow, kw).transpose(1, 3, 0, 2, 4).reshape(oh * ow, c * kh * kw)
-        a = np.zeros((pr["rows_pad"], pr["cols_pad"]), dt)
-        a[:oh * ow, :c * kh * kw] = patches
-        off = dst.offset + i * pr["image_stride"]
-        run[dst.buffer][off:off + lay.nbytes] = pack_matrix(lay, a)
-
-
-HOST_KINDS = {"add_i32": _host_add_i32, "im2col": _host_im2col}
-
-
-def run_program(prog: OpProgram, inputs: dict[str, np.ndarray]) -> SimRun:
-    """``inputs``: bytes for every input buffer (by name). Outputs and scratch start as 0xAA so
-    a byte the program should write but does not shows up."""
-    run = SimRun()
-    nxt = 0x01000000
-    for b in prog.buffers:
-        size = -(-max(b.nbytes, 1) // PAGE) * PAGE
-        buf = np.full(size, SENTINEL if b.role in ("output", "scratch") else 0, np.uint8)
-        data = b.data if b.role == "const" else inputs.get(b.name) if b.role == "input" else None
-        if b.role == "input" and data is None:
-            raise KeyError(f"no bytes given for input buffer {b.name!r}")
-        if data is not None:
-            raw = np.asarray(data).reshape(-1).view(np.uint8)
-            assert raw.size <= b.nbytes, f"{b.name}: {raw.size} bytes > buffer {b.nbytes}"
-            buf[:raw.size] = raw
-        run.mem[b.name] = (nxt, buf)
-        nxt += size + PAGE          # an unmapped guard page between buffers
-    addrs = {k: v[0] for k, v in run.mem.items()}
-    for job in prog.jobs():
-        for k in job.kicks:
-            words = k.array(addrs)
-            rb = run[k.regcmd_buffer]
-            rb[k.base_offset:k.base_offset + words.nbytes] = words.view(np.uint8)
-    simp = ffi.new("rj_sim **")
-    err = ffi.new("rj_err *")
-    assert lib.rj_sim_create(simp, lib.RJ_SIM_STRICT, err) == 0, ffi.string(err.msg).decode()
-    sim = ffi.gc(simp[0], lib.rj_sim_destroy)
-    regions = ffi.new("rj_region[]", len(run.mem))
-    keep = []
-    for r, (iova, buf) in zip(regions, run.mem.values()):
-        ptr = ffi.from_buffer("uint8_t[]", buf)
-        keep.append(ptr)
-        r.iova, r.size, r.host = iova, buf.size, ptr
-    for step in prog.steps:
-        if isinstance(step, NpuStep):
-            for job in step.jobs:
-                for k in job.kicks:
-                    tasks = k.job_tasks(addrs[k.regcmd_buffer])
-                    jt = ffi.new("rj_task[]", len(tasks))
-                    for d, (iova, n) in zip(jt, tasks):
-                        d.regcmd_iova, d.regcmd_count = iova, n
-                    rc = lib.rj_sim_run_job(sim, regions, len(run.mem), jt, len(tasks), err)
-                    assert rc == 0, ffi.string(err.msg).decode()
-                    run.kicks += 1
-        else:
-            HOST_KINDS[step.kind](step, run)
-            run.host_steps.append(step.kind)
-    return run
+def run_program(prog: OpProgram, inputs: dict[str, np.ndarray]):
+    """``inputs``: bytes for every input buffer (by name). Runs through the real runtime
+    (rockjit.lowering.oprun: one BO per buffer, relocations patched at load, NPU jobs on a
+    strict SimDevice, host steps -- K-partial sums, im2col copies -- in the C host-op
+    library). Outputs and scratch start as 0xAA so a byte the program should write but does
+    not shows up."""
+    from rockjit.lowering.oprun import run_op_program
+    return run_op_program(prog, inputs, sentinel=SENTINEL)
 
 
 def stride_of(prog: OpProgram, name: str, batch: int) -> int:

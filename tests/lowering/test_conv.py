@@ -154,7 +154,8 @@ def test_patchify_cost_rule() -> None:
     assert choose_patchify(S(64, 8, 8, 32, 2, 2, (2, 2)), F16, P) == "direct"   # 256 == 256
     assert choose_patchify(S(3, 32, 32, 8, 3, 3, (1, 1)), F16, P) == "direct"   # overlapping
     prog = lower_conv2d(siglip, F16, F16, P, np.zeros((768, 3, 16, 16), np.float16))
-    assert isinstance(prog.steps[0], HostStep) and prog.steps[0].kind == "im2col"
+    # the im2col is one strided copy of the generic host-op library (KW=16 is two C2 atoms)
+    assert isinstance(prog.steps[0], HostStep) and prog.steps[0].kind == "copy"
     assert prog.buffer("x").layout is None                       # row-major pixels in
 
 

@@ -87,37 +87,20 @@ HostImpl = Mapping[str, object]
 
 
 def run_program(prog: OpProgram, inputs: Mapping[str, np.ndarray | bytes],
-                host_impls: Mapping[str, object] | None = None) -> Memory:
-    """Place every buffer, patch and run every step in order (strict simulator). Outputs and
-    scratch start as a 0xAA sentinel so an unwritten byte is visible."""
-    mem = Memory()
-    for b in prog.buffers:
-        if b.role == "input":
-            if b.name not in inputs:
-                raise KeyError(f"no data for input buffer {b.name!r}")
-            mem.add(b.name, b.nbytes, inputs[b.name])
-        elif b.role == "const":
-            mem.add(b.name, b.nbytes, b.data)
-        elif b.role in ("output", "scratch"):
-            mem.add(b.name, b.nbytes, fill=SENTINEL)
-        else:
-            mem.add(b.name, b.nbytes)
-    addrs = mem.addresses()
-    for step in prog.steps:
-        if isinstance(step, NpuStep):
-            for job in step.jobs:
-                for kick in job.kicks:
-                    words = kick.array(addrs)
-                    reg = mem[kick.regcmd_buffer]
-                    reg[kick.base_offset:kick.base_offset + words.nbytes] = words.view(np.uint8)
-                    mem.run(kick.job_tasks(addrs[kick.regcmd_buffer]))
-        else:
-            assert isinstance(step, HostStep)
-            impl = (host_impls or {}).get(step.kind)
-            if impl is None:
-                raise KeyError(f"no host implementation for step kind {step.kind!r}")
-            impl(mem, step)
-    return mem
+                host_impls: Mapping[str, object] | None = None) -> "OpRun":
+    """Run ``prog`` through the real runtime (rockjit.lowering.oprun: one BO per buffer,
+    relocations patched at load, NPU jobs on a strict SimDevice, host steps in the C
+    host-step library). Outputs and scratch start as a 0xAA sentinel so an unwritten byte is
+    visible. ``host_impls`` is accepted for old callers and must be empty or name only kinds
+    the runtime implements: host steps never run in a Python model here."""
+    from rockjit.lowering.oprun import run_op_program
+    from rockjit.runtime.host_steps import HOST_STEPS
+
+    unknown = set(host_impls or {}) - set(HOST_STEPS)
+    if unknown:
+        raise KeyError(f"host step kinds {sorted(unknown)} are not runtime host steps")
+    return run_op_program(prog, {k: (np.frombuffer(v, np.uint8) if isinstance(v, bytes) else v)
+                                 for k, v in inputs.items()}, sentinel=SENTINEL)
 
 
 # ---------------------------------------------------------------------------------------------

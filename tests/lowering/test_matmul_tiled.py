@@ -135,7 +135,8 @@ def test_kick_structure_fp16_chains_k_steps_int8_does_not() -> None:
     assert all(j.integer and len(j.kicks) == 4 and all(k.task_number == 1 for k in j.kicks)
                for j in i.jobs())
     host = [s for s in i.steps if isinstance(s, HostStep)]
-    assert [h.kind for h in host] == ["add_i32"] and host[0].params["count"] == 4
+    # K partials 2..4 are added into the output by host-op binary adds (int32 views)
+    assert [h.kind for h in host] == ["binary"] * 3
 
 
 def test_every_task_fits_the_cbuf() -> None:

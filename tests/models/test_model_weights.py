@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -27,6 +28,12 @@ SMALL = {
 }
 
 
+def _write(tmp_path, tensors) -> Path:
+    path = tmp_path / "w.safetensors"
+    save_file(tensors, str(path))
+    return path
+
+
 def _tensors(shapes, seed=0):
     rng = np.random.default_rng(seed)
     return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
@@ -36,8 +43,7 @@ def _tensors(shapes, seed=0):
 def test_roundtrip_loads_every_tensor(tmp_path, name):
     mod, cfg = SMALL[name]
     tensors = _tensors(mod.expected_shapes(cfg))
-    path = tmp_path / "w.safetensors"
-    save_file(tensors, str(path))
+    path = _write(tmp_path, tensors)
     params = mod.load_params(path, cfg)
     assert set(params) == set(tensors)
     for k, v in tensors.items():
@@ -52,8 +58,7 @@ def test_missing_tensor_names_key_and_shape(tmp_path, name):
     tensors = _tensors(shapes)
     victim = sorted(shapes)[len(shapes) // 2]
     del tensors[victim]
-    path = tmp_path / "w.safetensors"
-    save_file(tensors, str(path))
+    path = _write(tmp_path, tensors)
     with pytest.raises(WeightError) as info:
         mod.load_params(path, cfg)
     msg = str(info.value)
@@ -70,8 +75,7 @@ def test_misnamed_tensor_names_the_closest_present(tmp_path, name, victim, wrong
     shapes = mod.expected_shapes(cfg)
     tensors = _tensors(shapes)
     tensors[wrong] = tensors.pop(victim)
-    path = tmp_path / "w.safetensors"
-    save_file(tensors, str(path))
+    path = _write(tmp_path, tensors)
     with pytest.raises(WeightError) as info:
         mod.load_params(path, cfg)
     msg = str(info.value)
@@ -88,8 +92,7 @@ def test_wrong_shape_names_key_expected_and_got(tmp_path, name):
     victim = [k for k, s in shapes.items() if len(s) == 2][-1]
     bad = (shapes[victim][0] + 1, shapes[victim][1])
     tensors[victim] = np.zeros(bad, np.float32)
-    path = tmp_path / "w.safetensors"
-    save_file(tensors, str(path))
+    path = _write(tmp_path, tensors)
     with pytest.raises(WeightError) as info:
         mod.load_params(path, cfg)
     msg = str(info.value)
@@ -102,8 +105,7 @@ def test_config_mismatch_is_a_shape_error(tmp_path):
     # A 224-px checkpoint loaded for a 512-px config: the position table is the tensor at fault.
     mod, cfg = SMALL["siglip"]
     tensors = _tensors(mod.expected_shapes(cfg))
-    path = tmp_path / "w.safetensors"
-    save_file(tensors, str(path))
+    path = _write(tmp_path, tensors)
     with pytest.raises(WeightError, match="embeddings.position_embedding.weight"):
         mod.load_params(path, siglip.SiglipVisionConfig(**{**cfg.__dict__, "image_size": 64}))
 
@@ -118,8 +120,7 @@ def test_full_checkpoint_prefix_is_detected(tmp_path, name, prefix, extra):
     tensors = _tensors(mod.expected_shapes(cfg))
     stored = {prefix + k: v for k, v in tensors.items()}
     stored[extra] = np.zeros((3, 4), np.float32)  # a tensor of another part of the model
-    path = tmp_path / "w.safetensors"
-    save_file(stored, str(path))
+    path = _write(tmp_path, stored)
     params = mod.load_params(path, cfg)
     assert set(params) == set(tensors)
     np.testing.assert_array_equal(params[sorted(tensors)[0]], tensors[sorted(tensors)[0]])
@@ -132,8 +133,7 @@ def test_ambiguous_prefix_is_an_error(tmp_path):
     mod, cfg = SMALL["whisper"]
     tensors = _tensors(mod.expected_shapes(cfg))
     stored = {p + k: v for p in ("a.", "b.") for k, v in tensors.items()}
-    path = tmp_path / "w.safetensors"
-    save_file(stored, str(path))
+    path = _write(tmp_path, stored)
     with pytest.raises(WeightError, match="several prefixes"):
         mod.load_params(path, cfg)
     assert set(mod.load_params(path, cfg, prefix="b.")) == set(tensors)
@@ -142,8 +142,7 @@ def test_ambiguous_prefix_is_an_error(tmp_path):
 def test_bf16_checkpoint_is_widened_to_fp32(tmp_path):
     mod, cfg = SMALL["whisper"]
     tensors = {k: v.astype(ml_dtypes.bfloat16) for k, v in _tensors(mod.expected_shapes(cfg)).items()}
-    path = tmp_path / "w.safetensors"
-    save_file(tensors, str(path))
+    path = _write(tmp_path, tensors)
     params = mod.load_params(path, cfg)
     k = "conv1.weight"
     assert params[k].dtype == np.float32

@@ -433,17 +433,30 @@ def assemble(profile: ChipProfile, tiled: TiledTasks, buffers: list[BufferSpec],
     return OpProgram(tuple(bufs), tuple(steps), macs=macs)
 
 
-def host_partial_sum(out_buffer: str, partials: str, nbytes: int, steps: int) -> HostStep:
+def host_partial_sum(out_buffer: str, partials: str, nbytes: int,
+                     steps: int) -> tuple[list[HostStep], list[BufferSpec]]:
     """int32 K partials: ``out += partial_1 + ... + partial_{steps-1}`` over ``nbytes``.
 
-    Kind "add_i32" (for the runtime's host-step library): operands "dst" and "src0".."srcN-1"
-    are int32 arrays of params["elements"] elements; dst[i] = sum_j src_j[i] with int32
-    wrap-around (exact whenever the true sum fits int32, which the int32 result requires).
-    """
-    ops = {"dst": Slice(out_buffer, 0, nbytes), "src0": Slice(out_buffer, 0, nbytes)}
+    Expressed with the generic host-op library (host_rules.host_op_step): one in-place
+    ``binary add`` per partial on int32 views (the library computes integer math in 64 bits
+    and wraps to int32, exact whenever the true sum fits int32, which the int32 result
+    requires). Returns the host steps and their descriptor consts ("ksum_desc{i}")."""
+    from ...ir.ops import Op
+    from ..host_rules import BINARY_CODES, HostView, host_op_step
+
+    n = nbytes // 4
+    sizes = {out_buffer: nbytes, partials: nbytes * (steps - 1)}
+    out_steps, bufs = [], []
     for i in range(1, steps):
-        ops[f"src{i}"] = Slice(partials, (i - 1) * nbytes, nbytes)
-    return HostStep("add_i32", ops, {"elements": nbytes // 4, "count": steps})
+        sizes[f"ksum_desc{i}"] = 0
+        st, desc = host_op_step(
+            "binary", (n,), HostView(out_buffer, DType.I32, 0, (1,)),
+            [HostView(out_buffer, DType.I32, 0, (1,)),
+             HostView(partials, DType.I32, (i - 1) * n, (1,))],
+            sizes, f"ksum_desc{i}", code=BINARY_CODES[Op.ADD], what="int32 K-partial sum")
+        out_steps.append(st)
+        bufs.append(desc)
+    return out_steps, bufs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -621,7 +634,9 @@ def _conv_program(spec: ConvSpec, plan: ConvPlan, profile: ChipProfile, lay: Con
         buffers.append(BufferSpec("kacc", "scratch", max(scratch.nbytes, 64)))
     if plan.kacc == KACC_HOST:
         buffers.append(BufferSpec("kpart", "scratch", out_total * (plan.k_steps - 1)))
-        steps.append(host_partial_sum("y", "kpart", out_total, plan.k_steps))
+        hs, descs = host_partial_sum("y", "kpart", out_total, plan.k_steps)
+        steps.extend(hs)
+        buffers.extend(descs)
     return assemble(profile, tiled, buffers, steps, spec.macs(), integer=s.in_dtype.is_int)
 
 
@@ -679,14 +694,12 @@ def choose_patchify(spec: ConvSpec, in_dtype: DType, profile: ChipProfile) -> st
 def lower_patchify_im2col(spec: ConvSpec, in_dtype: DType, out_dtype: DType,
                           profile: ChipProfile, weights: np.ndarray, *,
                           name: str = "patchify") -> OpProgram:
-    """im2col host step (row-major NCHW input -> the matmul's A cube) + a matmul per image.
+    """im2col on the host (row-major NCHW input -> the matmul's A cube) + a matmul per image.
 
-    Host step kind "im2col" (for the runtime's host-step library): src = "x" row-major
-    [N][C][H][W] of params["dtype"]; dst = "a", per image a feature cube of params["rows"] =
-    OH*OW rows (padded to params["rows_pad"]) x 1 column x params["cols_pad"] channels, C2 =
-    params["c2"], images params["image_stride"] bytes apart, every byte not written by the rule
-    below zero:  A[oy*OW + ox, (c*KH + ky)*KW + kx] = x[c, oy*KH + ky, ox*KW + kx]  (the order
-    of a reshaped [OC, C*KH*KW] weight, notes: encodings/siglip-encoder.md).
+    The im2col is a pure strided copy of the generic host-op library (``im2col_steps_for``):
+    A[oy*OW + ox, (c*KH + ky)*KW + kx] = x[c, oy*KH + ky, ox*KW + kx] (the order of a reshaped
+    [OC, C*KH*KW] weight, notes: encodings/siglip-encoder.md); "a" is zero-filled scratch so
+    the cube's padding rows/channels read as zero.
     The output "y" is the matmul's cube per image, H = OH*OW rows (padded), W = 1 -- byte-
     identical to the conv's [OC/C2][OH][OW][C2] cube whenever OH*OW is a multiple of 4.
     """
@@ -708,20 +721,57 @@ def lower_patchify_im2col(spec: ConvSpec, in_dtype: DType, out_dtype: DType,
     xbytes = spec.batch * spec.in_c * spec.height * spec.width * p.esize
     x = BufferSpec("x", "input", xbytes, None, in_dtype.value,
                    (spec.batch, spec.in_c, spec.height, spec.width), bind=0)
-    a_scratch = BufferSpec("a", "scratch", a.nbytes, a.layout, a.dtype, a.shape)
-    im2col = HostStep("im2col", {"src": Slice("x", 0, xbytes), "dst": Slice("a", 0, a.nbytes)},
-                      {"dtype": in_dtype.value, "batch": spec.batch, "channels": spec.in_c,
-                       "height": spec.height, "width": spec.width, "kh": spec.kh, "kw": spec.kw,
-                       "rows": m, "rows_pad": a.layout.height, "cols": kk,
-                       "cols_pad": a.layout.channels, "c2": a.layout.c2,
-                       "image_stride": a.nbytes // spec.batch})
+    a_scratch = BufferSpec("a", "scratch", a.nbytes, a.layout, a.dtype, a.shape, zero=True)
+    im2col_steps, extra = im2col_steps_for(spec, in_dtype, a.layout, a.nbytes // spec.batch,
+                                           "x", "a", xbytes, a.nbytes)
     y = mm.buffer("c")
     y_out = BufferSpec("y", "output", y.nbytes, y.layout, y.dtype,
                        (spec.batch, spec.out_c, spec.out_h, spec.out_w), bind=0)
     rename = {"c": "y"}
-    bufs = [x, a_scratch, y_out] + [b for b in mm.buffers if b.name not in ("a", "c")]
-    steps = [im2col] + [_rename_step(st, rename) for st in mm.steps]
+    bufs = [x, a_scratch, y_out] + extra + [b for b in mm.buffers if b.name not in ("a", "c")]
+    steps = im2col_steps + [_rename_step(st, rename) for st in mm.steps]
     return OpProgram(tuple(bufs), tuple(steps), macs=mm.macs)
+
+
+def im2col_steps_for(spec: ConvSpec, dtype: DType, lay: CubeLayout, image_stride: int, src: str,
+                     dst: str, src_bytes: int, dst_bytes: int
+                     ) -> tuple[list[HostStep], list[BufferSpec]]:
+    """The non-overlapping im2col as host-op copies into the A cube ``lay`` (per image
+    ``image_stride`` bytes apart). Cube element (m, k) sits at (k // C2) * surf + m * line +
+    k % C2 (layouts.py); when KW is a whole number of C2 atoms, kx splits into (kx // C2,
+    kx % C2) and the whole im2col is one rank-7 strided copy (batch, oy, ox, c, ky, kx_hi,
+    kx_lo). Otherwise a copy makes row-major patches [M, K] (scratch) and pack_cube steps
+    pack them per image."""
+    from ..host_rules import HostView, host_op_step
+
+    es = np.dtype(lay.dtype).itemsize
+    c2 = lay.c2
+    line, surf, img = lay.line_stride // es, lay.surf_stride // es, image_stride // es
+    b, c, h, w, kh, kw = spec.batch, spec.in_c, spec.height, spec.width, spec.kh, spec.kw
+    oh, ow = spec.out_h, spec.out_w
+    sizes = {src: src_bytes, dst: dst_bytes, "im2col_desc": 0}
+    if kw % c2 == 0:
+        shape = (b, oh, ow, c, kh, kw // c2, c2)
+        dview = HostView(dst, dtype, 0, (img, ow * line, line, kh * (kw // c2) * surf,
+                                         (kw // c2) * surf, surf, 1))
+        sview = HostView(src, dtype, 0, (c * h * w, kh * w, kw, h * w, w, c2, 1))
+        st, desc = host_op_step("copy", shape, dview, [sview], sizes, "im2col_desc",
+                                what="im2col copy")
+        return [st], [desc]
+    m, k = oh * ow, c * kh * kw
+    sizes["patches"] = b * m * k * es
+    shape = (b, oh, ow, c, kh, kw)
+    dview = HostView("patches", dtype, 0, (m * k, ow * k, k, kh * kw, kw, 1))
+    sview = HostView(src, dtype, 0, (c * h * w, kh * w, kw, h * w, w, 1))
+    st, desc = host_op_step("copy", shape, dview, [sview], sizes, "im2col_desc",
+                            what="im2col copy")
+    steps = [st]
+    for i in range(b):
+        steps.append(HostStep("pack_cube", {"src": Slice("patches", i * m * k * es, m * k * es),
+                                            "dst": Slice(dst, i * image_stride, lay.nbytes)},
+                              {"height": m, "width": 1, "channels": k, "c2": c2, "esize": es,
+                               "line_stride": lay.line_stride, "surf_stride": lay.surf_stride}))
+    return steps, [desc, BufferSpec("patches", "scratch", sizes["patches"])]
 
 
 def _rename_step(step, rename: dict[str, str]):

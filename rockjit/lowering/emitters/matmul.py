@@ -282,8 +282,8 @@ def lower_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
            elements ``b_stride`` apart; the plan then keeps K in one step.
       "c"  output, bind 0: per element the whole output cube ``layouts.c`` (M_pad x N_pad),
            every tile written at its place, so the next op reads it directly.
-      "kacc" scratch for fp16 K partials; "kpart" scratch + an "add_i32" host step for int8
-           K partials; "regcmd".
+      "kacc" scratch for fp16 K partials; "kpart" scratch + host-op "binary add" steps (int32
+           views) for int8 K partials; "regcmd".
     Jobs: one per (batch element, M tile, N tile), independent, in one NpuStep; an fp16 job's K
     steps are one self-chained kick, an int8 job's K steps separate kicks.
     """
@@ -335,5 +335,7 @@ def lower_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
         buffers.append(BufferSpec("kacc", "scratch", max(scratch.nbytes, 64)))
     if plan.kacc == KACC_HOST:
         buffers.append(BufferSpec("kpart", "scratch", c_total * (plan.k_steps - 1)))
-        steps.append(host_partial_sum("c", "kpart", c_total, plan.k_steps))
+        hs, descs = host_partial_sum("c", "kpart", c_total, plan.k_steps)
+        steps.extend(hs)
+        buffers.extend(descs)
     return assemble(profile, tiled, buffers, steps, batch * m * n * k, integer=in_dtype.is_int)

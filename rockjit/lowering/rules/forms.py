@@ -182,9 +182,11 @@ def transpose(form: Form, perm: tuple[int, ...]) -> Form | None:
     if isinstance(form, RowForm):
         if tuple(perm) == tuple(range(len(perm))):
             return form
-        # a permutation that only moves unit axes keeps row-major order
-        moved = [form.shape[p] for p in perm if form.shape[p] != 1]
-        if moved == [n for n in form.shape if n != 1]:
+        # a permutation that only moves unit axes keeps row-major order: the non-unit axes
+        # must keep their relative order (compare axis numbers, not extents: a square
+        # matrix transposed has the same extents in a different order)
+        moved = [p for p in perm if form.shape[p] != 1]
+        if moved == sorted(moved):
             return RowForm(form.dtype, tuple(form.shape[p] for p in perm))
         return None
     return form.permuted(perm)
