@@ -60,19 +60,25 @@ def _factory(make_device: Callable[[], Any]):
     return factory
 
 
+def _cores() -> int:
+    from .profile import get_profile
+    return get_profile("rk3588").cores
+
+
 def _sim():
     from ..runtime import SimDevice
-    return SimDevice(cores=1, strict=True)
+    return SimDevice(cores=_cores(), strict=True)
 
 
 def _null():
     from ..runtime import NullDevice
-    return NullDevice(cores=1)
+    return NullDevice(cores=_cores())
 
 
 def _rocket():
+    import os
     from ..runtime import RocketDevice
-    return RocketDevice(cores=1)
+    return RocketDevice(fake=os.environ.get("RJ_FAKE_ROCKET") == "1", cores=_cores())
 
 
 for _name, _mk in (("sim", _sim), ("null", _null), ("rocket", _rocket)):

@@ -229,6 +229,24 @@ def d_tanh_gate(x: np.ndarray) -> np.ndarray:
     return 2 * d_sigmoid(2 * np.asarray(x, np.float64))
 
 
+# GELU's tanh form: 0.5 x (1 + tanh(a (x + b x^3))) = x * sigmoid(2a (x + b x^3)) with
+# a = sqrt(2/pi), b = 0.044715 (the constants of the published approximation, as jax.nn.gelu
+# and HF "gelu_pytorch_tanh" write it)
+_GT_A = math.sqrt(2.0 / math.pi)
+_GT_B = 0.044715
+
+
+def gelu_tanh_gate(x: np.ndarray) -> np.ndarray:
+    """The gate of tanh-GELU: GELU_tanh(x) = x * gelu_tanh_gate(x), a sigmoid in [0, 1]."""
+    x = np.asarray(x, np.float64)
+    return special.expit(2 * _GT_A * (x + _GT_B * x ** 3))
+
+
+def d_gelu_tanh_gate(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return d_sigmoid(2 * _GT_A * (x + _GT_B * x ** 3)) * 2 * _GT_A * (1 + 3 * _GT_B * x ** 2)
+
+
 def rsqrt(x: np.ndarray) -> np.ndarray:
     return 1 / np.sqrt(x)
 

@@ -127,6 +127,8 @@ class Lowerer:
         self.group = 0
         self._conv_cache: dict[tuple, Tensor] = {}
         self.inputs: list[Boundary] = []
+        ids = [v.id for n in graph.nodes for v in n.outputs] + [v.id for v in graph.inputs]
+        self._next_id = max(ids, default=0) + (1 << 20)
 
     # ---------------------------------------------------------------- buffers / tensors
     def new_buf(self, size: int, kind: str = "arena", name: str = "", data: np.ndarray | None = None,
@@ -145,11 +147,22 @@ class Lowerer:
 
     def ctx(self, node: Node) -> RuleContext:
         return RuleContext(self.profile, node, self.producers, self.consts, self.calibration,
-                           self.forms)
+                           self.forms, fresh=self.fresh_value, graph_inputs=self.graph.inputs)
+
+    def fresh_value(self, t) -> Value:
+        """A value id no graph node uses, for a rule's private intermediate."""
+        self._next_id += 1
+        return Value(self._next_id, t)
 
     # ---------------------------------------------------------------- driving
     def run(self) -> None:
+        from ..ir.passes.fuse import find_activations
+
         g = self.graph
+        # composite activations (GELU's erf/tanh spellings, SiLU) become one LUT activation;
+        # their interior nodes are only lowered if something else needs them
+        self.fused = find_activations(g, self.consts)
+        self.absorbed = {i for a in self.fused.values() for i in a.absorbed}
         for i, v in enumerate(g.inputs):
             # graph inputs arrive row-major in their IR dtype (the boundary writes them)
             buf = self.new_buf(RowForm(v.type.dtype, v.type.shape).nbytes, name=f"in{i}",
@@ -162,7 +175,7 @@ class Lowerer:
                 self.decisions.append(Decision(f"%{node.out.id} = {node.op.text}", str(node.loc),
                                                "const", "compile time"))
                 continue
-            if self._deferred(node, users):
+            if self._deferred(node, users) or node.out.id in self.absorbed:
                 continue
             self.lower(node)
 
@@ -175,6 +188,9 @@ class Lowerer:
         if node.out.id in self.done:
             return
         self.done.add(node.out.id)
+        act = getattr(self, "fused", {}).get(node.out.id)
+        if act is not None and self._lower_fused(node, act):
+            return
         for v in node.inputs:
             p = self.producers.get(v.id)
             if p is None or not self._deferred(p, {}):
@@ -192,8 +208,31 @@ class Lowerer:
             self._place(node, res)
         except ConversionError as e:
             raise UnsupportedError(f"{node.op.text} at {node.loc}: {e}") from None
-        c0 = res.calls[0]
-        self.decisions.append(Decision(label, str(node.loc), c0.where, c0.emitter, why))
+        where = "npu" if any(c.where == "npu" for c in res.calls) else "host"
+        how = " + ".join(dict.fromkeys(c.emitter for c in res.calls))
+        self.decisions.append(Decision(label, str(node.loc), where, how, why or res.note
+                                       if where == "host" else why))
+
+    def _lower_fused(self, node: Node, act) -> bool:
+        """A fused composite activation as one LUT op; False (lower the nodes one by one)
+        when the LUT has no form for it here."""
+        from .rules.eltwise import lut_result
+
+        self.demand(act.x)
+        try:
+            res = lut_result(self.ctx(node), act.kind, act.x, node.out,
+                             note=f"fused from {act.ops} ops")
+        except NoNpuForm:
+            for i in act.absorbed:
+                self.absorbed.discard(i)
+            return False
+        try:
+            self._place(node, res)
+        except ConversionError as e:
+            raise UnsupportedError(f"{node.op.text} at {node.loc}: {e}") from None
+        self.decisions.append(Decision(f"%{node.out.id} = {act.kind}(%{act.x.id})",
+                                       str(node.loc), "npu", res.calls[0].emitter, res.note))
+        return True
 
     def demand(self, v: Value) -> None:
         if v.id in self.tensors or v.id in self.consts:
@@ -422,7 +461,15 @@ class Lowerer:
 
     def _pack_into(self, data: np.ndarray, form: CubeForm, a: np.ndarray) -> None:
         if not self._natural(form):
-            raise ConversionError(f"a constant seen as a transposed cube ({form.roles})")
+            # a constant is packed at compile time: transpose it into the cube's axis order
+            rank = {"b": 0, "h": 1, "w": 2, "c": 3}
+            order = sorted(range(len(form.roles)),
+                           key=lambda i: (rank[form.roles[i]], -form.strides[i], i))
+            a = np.transpose(np.asarray(a).reshape(form.shape), order)
+            form = form.permuted(order)
+            if not self._natural(form):
+                raise ConversionError(f"a constant seen as a cube view ({form.roles}) that no "
+                                      f"axis order makes a plain cube")
         h, w, c = form.hwc()
         items = form.batch_items()
         flat = np.asarray(a, form.layout.dtype).reshape(len(items), h, w, c)

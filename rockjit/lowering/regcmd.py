@@ -67,6 +67,25 @@ def enable_mask(profile: ChipProfile, blocks: Iterable[str]) -> int:
 
 
 @dataclass(frozen=True)
+class Access:
+    """One DMA stream of a task: ``nbytes`` moved within [offset, offset + extent) of buffer
+    ``buffer`` (a strided cube spans more than it moves). The emitter that programs the
+    registers states it from the same geometry, so the program's device-byte counts and the
+    multicore copy ranges are exactly what the task's DMA touches."""
+
+    buffer: str
+    offset: int
+    extent: int
+    nbytes: int
+    pieces: int = 1        # the bytes are ``pieces`` runs of nbytes / pieces, ``pitch`` apart
+    pitch: int = 0         # (a cube's channel-group surfaces)
+
+    @property
+    def chunk(self) -> int:
+        return self.nbytes // max(self.pieces, 1)
+
+
+@dataclass(frozen=True)
 class TaskProgram:
     """One finished task: words (with the trailer), address relocations, enable mask."""
 
@@ -76,6 +95,8 @@ class TaskProgram:
     enable: int
     chainable: bool
     chain_refusal: str = ""   # why the task may not be self-chained, when it may not
+    reads: tuple[Access, ...] = ()
+    writes: tuple[Access, ...] = ()
 
     def __len__(self) -> int:
         return len(self.words)
@@ -130,6 +151,14 @@ _FORBIDDEN = {
 }
 
 
+def _access(where: Reloc, chunk: int, pieces: int, pitch: int) -> Access:
+    pieces = max(int(pieces), 1)
+    if pieces > 1 and pitch < chunk:
+        raise LoweringError(f"a DMA stream of {pieces} runs of {chunk} B cannot be {pitch} B apart")
+    return Access(where.buffer, where.offset, (pieces - 1) * int(pitch) + int(chunk),
+                  pieces * int(chunk), pieces, int(pitch) if pieces > 1 else 0)
+
+
 class Task:
     """Builder: add register writes in program order, then ``finish``."""
 
@@ -140,6 +169,16 @@ class Task:
         self._relocs: dict[int, Reloc] = {}
         self._blocks: set[str] = set()
         self._chain_refusal = ""
+        self._reads: list[Access] = []
+        self._writes: list[Access] = []
+
+    def reads(self, where: Reloc, chunk: int, pieces: int = 1, pitch: int = 0) -> None:
+        """Declare a DMA read of ``pieces`` runs of ``chunk`` bytes, ``pitch`` apart."""
+        self._reads.append(_access(where, chunk, pieces, pitch))
+
+    def writes(self, where: Reloc, chunk: int, pieces: int = 1, pitch: int = 0) -> None:
+        """Declare a DMA write of ``pieces`` runs of ``chunk`` bytes, ``pitch`` apart."""
+        self._writes.append(_access(where, chunk, pieces, pitch))
 
     def write(self, reg: str, **fields: int) -> None:
         self._append(reg, R.emit(reg, **fields))
@@ -176,7 +215,8 @@ class Task:
         ]
         return TaskProgram(self.name, tuple(self._words + trailer),
                            MappingProxyType(dict(self._relocs)), mask,
-                           chainable=not self._chain_refusal, chain_refusal=self._chain_refusal)
+                           chainable=not self._chain_refusal, chain_refusal=self._chain_refusal,
+                           reads=tuple(self._reads), writes=tuple(self._writes))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,6 +252,8 @@ class Kick:
     task_offsets: tuple[int, ...]   # word index where each task starts
     task_counts: tuple[int, ...]
     enables: tuple[int, ...]
+    reads: tuple[Access, ...] = ()      # every task's DMA reads / writes (TaskProgram)
+    writes: tuple[Access, ...] = ()
 
     @property
     def task_number(self) -> int:
@@ -279,4 +321,5 @@ def link(tasks: Sequence[TaskProgram], profile: ChipProfile, regcmd_buffer: str,
             relocs[filler] = Reloc(regcmd_buffer, base_offset + 8 * offsets[i + 1])
             words[filler + 1] = R.emit("PC_REGISTER_AMOUNTS", PC_DATA_AMOUNT=pc_data_amount(len(nxt)))
     return Kick(regcmd_buffer, base_offset, tuple(words), MappingProxyType(relocs),
-                tuple(offsets), tuple(len(t) for t in tasks), tuple(t.enable for t in tasks))
+                tuple(offsets), tuple(len(t) for t in tasks), tuple(t.enable for t in tasks),
+                tuple(a for t in tasks for a in t.reads), tuple(a for t in tasks for a in t.writes))

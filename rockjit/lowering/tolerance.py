@@ -60,3 +60,183 @@ def lut_bound(ref: np.ndarray, table_error: np.ndarray | float) -> np.ndarray:
     that builds the table, including any intermediate fp16 rounding of a 2-pass form) plus
     the final rounding to fp16 (one u of |ref|) and the FLOOR."""
     return np.asarray(table_error, np.float64) + elementwise_bound(ref, rounds=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# end-to-end: a graph's error budget, propagated along its op chain
+# ---------------------------------------------------------------------------------------------
+#
+# A whole graph's error is carried op by op in float64 as two parts per element:
+#
+# * a *systematic* part S, added in worst case: the LUT tables' interpolation error (a fixed
+#   function of the input, lut.activation_error) and everything derived from it;
+# * a *rounding* part with variance V: every fp16 rounding (RNE, error uniform within half an
+#   ulp <= u|v|, variance <= (u|v|)^2 / 3) is an independent error. Contractions and sums add
+#   many of them, and independent errors add in quadrature: a K-long dot product of errors
+#   grows like sqrt(K), not K, which is what makes a deep chain (attention) checkable at all.
+#
+# First-order rules (x, y operands; z the result; D(v) = (u|v|)^2/3 one fp16 rounding):
+#
+#   inputs, weights, constants      S = 0, V = D(v)           (held in fp16 on the NPU)
+#   matmul / conv  C = A.B          S = 0,  V = (V_A + S_A^2).B^2 + A^2.(V_B + S_B^2) + D(C)
+#                                   (a systematic operand error meets weights of both signs,
+#                                   so across K it adds in quadrature too -- an assumption
+#                                   about the weights, true of trained and random ones; a
+#                                   same-signed sum, reduce_sum, keeps it systematic)
+#   add / sub                       S = S_x + S_y              V = V_x + V_y + D(z)
+#   max / min, reduce_max           S, V of the larger input bound (1-Lipschitz)
+#   mul                             S = S_x|y| + |x|S_y        V = V_x y^2 + x^2 V_y + D(z)
+#   div (host 1/y, DPU multiply)    S = S_x/|y| + |x|S_y/y^2   V = V_x/y^2 + x^2 V_y/y^4 + 2D(z)
+#   x^k                             S, V through |k x^(k-1)|, + D(z)
+#   reduce_sum over K (fp32 out)    S = sum S_x                V = sum V_x + K (2^-24 |x|)^2
+#   a LUT function f (exp, tanh, sigmoid, rsqrt; a fused GELU / SiLU, ir/passes/fuse.py)
+#                                   S = |f'|S_x + table error  V = f'^2 V_x + D(f)
+#                                   (table error: lut.activation_error over the data's range
+#                                   widened by 2 x calibrate.MARGIN, a wider table than the
+#                                   compiler's, hence a larger error)
+#   any other float function f      S = |f'|S_x                V = f'^2 V_x + D(f)
+#   data movement                   S and V move with the data
+#
+# The bound is  S + Z_SIGMA * sqrt(V) + FLOOR  with Z_SIGMA = 6: a rounding sum beyond six
+# standard deviations has probability < 1e-8 per element (Chebyshev-free Gaussian tail; the
+# sums here are over >= 32 independent terms). ``graph_bound`` returns it for every output.
+
+Z_SIGMA = 6.0
+SMALL_HOST_ELEMENTS = 1 << 14   # rules.eltwise.prefer_host: per-row vectors stay on the host
+
+
+def _lut_kind(op_text: str) -> str | None:
+    return {"exp": "exp", "tanh": "tanh", "logistic": "sigmoid", "rsqrt": "rsqrt"}.get(op_text)
+
+
+def _lut_error(kind: str, x: np.ndarray) -> np.ndarray:
+    from .calibrate import MARGIN
+    from .emitters import lut
+
+    lo, hi = float(np.min(x)), float(np.max(x))
+    w = max(hi - lo, 1e-3)
+    dom = (lo - 2 * MARGIN * w, hi + 2 * MARGIN * w)
+    if kind == "exp" and hi <= 0:
+        dom = (dom[0], 0.0)
+    if kind == "rsqrt":
+        dom = (max(dom[0], lo / 2), dom[1])
+    return lut.activation_error(kind, x, dom)
+
+
+def _deriv(f, x: np.ndarray) -> np.ndarray:
+    h = 1e-4 * np.maximum(1.0, np.abs(x))
+    with np.errstate(all="ignore"):
+        d = (f(x + h) - f(x - h)) / (2 * h)
+    return np.nan_to_num(np.abs(d), nan=0.0, posinf=0.0)
+
+
+def _round_var(v: np.ndarray) -> np.ndarray:
+    return (U16 * np.abs(v)) ** 2 / 3.0
+
+
+def graph_bound(graph, params, inputs, trace: dict | None = None) -> list[np.ndarray]:
+    """Per-element absolute error bound of every output of ``graph`` run on the NPU (rules
+    above), given the resident ``params`` and the run-time ``inputs``. ``trace`` (a dict)
+    receives (op, max systematic, max rounding sigma) per value id, for diagnosis."""
+    from ..ir.ops import Group, Op
+    from ..ir.passes.fuse import KNOWN, find_activations
+    from ..ir.reference import evaluate
+    from .pipeline import fold_consts
+
+    val: dict[int, np.ndarray] = {}
+    sy: dict[int, np.ndarray] = {}
+    va: dict[int, np.ndarray] = {}
+
+    def f64(a):
+        return np.asarray(a, np.float64)
+
+    def ev(node, args):
+        """The node's own op on float64 stand-ins (data movement, contractions, sums)."""
+        cast = [np.asarray(a, v.type.dtype.to_numpy()) for a, v in zip(args, node.inputs)]
+        return f64(evaluate(node.op, cast, node.attrs, node.out.type))
+
+    for v, a in zip(graph.inputs, inputs):
+        val[v.id] = f64(a)
+        sy[v.id] = np.zeros_like(val[v.id])
+        va[v.id] = _round_var(val[v.id]) if v.type.dtype.is_float else np.zeros_like(val[v.id])
+    folded = fold_consts(graph, params)
+    fused = find_activations(graph, folded)
+    for n in graph.nodes:
+        o = n.out.id
+        if o in folded and n.op is not Op.IOTA:
+            val[o] = f64(folded[o])
+            sy[o] = np.zeros_like(val[o])
+            fin = np.isfinite(val[o])          # a non-finite constant (softmax's -inf) is exact
+            va[o] = np.where(fin, _round_var(np.where(fin, val[o], 0)), 0.0) \
+                if n.out.type.dtype.is_float else np.zeros_like(val[o])
+            continue
+        ins = [val[v.id] for v in n.inputs]
+        ss = [sy[v.id] for v in n.inputs]
+        vs = [va[v.id] for v in n.inputs]
+        z = ev(n, ins)
+        val[o] = z
+        dz = _round_var(z)
+        if o in fused:
+            act = fused[o]
+            x = val[act.x.id]
+            d = _deriv(KNOWN[act.kind], x)
+            sy[o] = d * sy[act.x.id] + _lut_error(act.kind, x)
+            va[o] = d ** 2 * va[act.x.id] + dz
+            continue
+        if n.op in (Op.DOT_GENERAL, Op.CONV):
+            a, b = ins
+            # the operands' systematic (table) errors meet mixed-sign weights: each output
+            # sums K of them with varying signs, so they add in quadrature like roundings
+            sy[o] = np.zeros_like(z)
+            va[o] = ev(n, [vs[0] + ss[0] ** 2, b * b]) + ev(n, [a * a, vs[1] + ss[1] ** 2]) + dz
+        elif n.op in (Op.ADD, Op.SUB):
+            sy[o] = np.broadcast_to(ss[0] + ss[1], z.shape)
+            va[o] = np.broadcast_to(vs[0] + vs[1], z.shape) + dz
+        elif n.op in (Op.MAX, Op.MIN):
+            sy[o] = np.broadcast_to(np.maximum(ss[0], ss[1]), z.shape)
+            va[o] = np.broadcast_to(np.maximum(vs[0], vs[1]), z.shape)
+        elif n.op is Op.MUL:
+            x, y = ins
+            sy[o] = ss[0] * np.abs(y) + np.abs(x) * ss[1] + ss[0] * ss[1]
+            va[o] = vs[0] * y * y + x * x * vs[1] + dz
+        elif n.op is Op.DIV:
+            x, y = ins
+            with np.errstate(all="ignore"):
+                sy[o] = ss[0] / np.abs(y) + np.abs(x) * ss[1] / y ** 2
+                va[o] = vs[0] / y ** 2 + x * x * vs[1] / y ** 4 + 2 * dz
+        elif n.op is Op.NEG or n.op is Op.CONVERT:
+            sy[o], va[o] = ss[0], vs[0]
+        elif n.op.group is Group.SHAPE:
+            sy[o], va[o] = ev(n, ss), ev(n, vs)
+        elif n.op is Op.INTEGER_POW:
+            k = int(n.attrs["y"])
+            d = np.abs(k * ins[0] ** (k - 1)) if k else np.zeros_like(z)
+            sy[o], va[o] = d * ss[0], d * d * vs[0] + dz
+        elif n.op is Op.REDUCE_SUM:
+            kk = int(np.prod([n.inputs[0].type.shape[a] for a in n.attrs["axes"]]))
+            sy[o] = ev(n, [ss[0]])
+            va[o] = ev(n, [vs[0]]) + kk * ev(n, [(2.0 ** -24 * ins[0]) ** 2])
+        elif n.op is Op.REDUCE_MAX:
+            sy[o], va[o] = ev(n, [ss[0]]), ev(n, [vs[0]])
+        elif n.op.group is Group.UNARY and n.out.type.dtype.is_float:
+            def fn(t, n=n):
+                return f64(evaluate(n.op, [np.asarray(t, n.inputs[0].type.dtype.to_numpy())],
+                                    n.attrs, n.out.type))
+            d = _deriv(fn, ins[0])
+            sy[o] = d * ss[0]
+            va[o] = d * d * vs[0] + dz
+            kind = _lut_kind(n.op.text)
+            # rsqrt of a per-row vector (<= rules.eltwise.SMALL_HOST_ELEMENTS: LayerNorm's
+            # 1/sqrt(var + eps)) is computed on the host in f32 (the compiler's own rule)
+            if kind is not None and (kind != "rsqrt" or ins[0].size > SMALL_HOST_ELEMENTS):
+                sy[o] = sy[o] + _lut_error(kind, ins[0])
+        elif n.out.type.dtype.is_float:
+            raise NotImplementedError(f"graph_bound has no error rule for {n.op.text}")
+        else:
+            sy[o] = va[o] = np.zeros_like(z)
+    if trace is not None:
+        for n in graph.nodes:
+            if n.out.id in sy and sy[n.out.id].size:
+                trace[n.out.id] = (n.op.text, float(np.max(sy[n.out.id])),
+                                   float(np.sqrt(np.max(va[n.out.id]))))
+    return [np.asarray(sy[v.id] + Z_SIGMA * np.sqrt(va[v.id])) + FLOOR for v in graph.outputs]

@@ -2,12 +2,10 @@
 and pack/unpack helpers for the matmul and conv tests."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from rockjit.lowering.layouts import CubeLayout, WeightLayout, pack_matrix, unpack_matrix
-from rockjit.lowering.opprogram import HostStep, NpuStep, OpProgram
+from rockjit.lowering.opprogram import OpProgram
 
 try:
     from rockjit._rjc import ffi, lib
@@ -16,7 +14,6 @@ except ImportError:  # the C core is not built
     ffi = lib = None
     MISSING = "the simulator (rockjit._rjc) is not built"
 
-PAGE = 4096
 SENTINEL = 0xAA
 
 

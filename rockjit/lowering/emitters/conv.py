@@ -33,7 +33,7 @@ from ...ir.types import DType
 from ..layouts import CubeLayout, depthwise_weight_layout, weight_layout
 from ..opprogram import BufferSpec, HostStep, NpuJob, NpuStep, OpProgram, Slice
 from ..profile import ChipProfile
-from ..regcmd import Kick, LoweringError, Reloc, Task, TaskProgram, link
+from ..regcmd import Access, Kick, LoweringError, Reloc, Task, TaskProgram, link
 from ..tiling import (KACC_DPU, KACC_HOST, ConvPlan, ConvShape, cbuf_split, ceil_div, field_limit,
                       plan_conv, round_up)
 
@@ -293,6 +293,17 @@ def emit_conv_task(g: ConvTaskGeom, profile: ChipProfile, feature: Reloc, weight
     t.write("DPU_RDMA_RDMA_WEIGHT", M_WEIGHT=1, B_WEIGHT=1, N_WEIGHT=1, E_WEIGHT=1)  # [mesa]
     t.write("DPU_RDMA_RDMA_EW_SURF_NOTCH", EW_SURF_NOTCH=notch)
 
+    # DMA footprint: the feature's channel groups (rows x width atoms each, at the cube's
+    # pitches), the weights, the EW partial (a dense cube of the output geometry) and the
+    # output's channel groups at the destination surface stride
+    atom = profile.atom_bytes
+    g_in = -(-g.in_c // p.feature_c2)
+    t.reads(feature, g.in_h * g.line_pitch, g_in, g.surf_pitch)
+    t.reads(weight, wbytes)
+    g_out = -(-g.out_c // outf.c2)
+    if ew_operand is not None:
+        t.reads(ew_operand, g_out * g.positions * atom)
+    t.writes(out, g.positions * atom, g_out, g.dst_surf_stride)
     if not p.chainable:
         t.refuse_chaining(
             f"{g.in_dtype.value} uses the integer accumulator, which clears per kick, not per "
@@ -785,8 +796,11 @@ def _rename_step(step, rename: dict[str, str]):
         kicks = []
         for k in job.kicks:
             rel = {i: Reloc(rename.get(r.buffer, r.buffer), r.offset) for i, r in k.relocs.items()}
+            ren = [Access(rename.get(a.buffer, a.buffer), a.offset, a.extent, a.nbytes,
+                          a.pieces, a.pitch) for a in k.reads + k.writes]
             kicks.append(Kick(k.regcmd_buffer, k.base_offset, k.words, rel, k.task_offsets,
-                              k.task_counts, k.enables))
+                              k.task_counts, k.enables, tuple(ren[:len(k.reads)]),
+                              tuple(ren[len(k.reads):])))
         jobs.append(NpuJob(tuple(kicks), tuple(rename.get(b, b) for b in job.reads),
                            tuple(rename.get(b, b) for b in job.writes), job.integer))
     return NpuStep(tuple(jobs))

@@ -326,6 +326,9 @@ def emit_flying(name: str, profile: ChipProfile, src: Reloc, dst: Reloc, positio
     t.write("DPU_RDMA_RDMA_PAD_CFG")
     t.write("DPU_RDMA_RDMA_WEIGHT", M_WEIGHT=1, B_WEIGHT=1, N_WEIGHT=1, E_WEIGHT=1)
     t.write("DPU_RDMA_RDMA_EW_SURF_NOTCH")
+    # DMA: the source atoms in, the result atoms out
+    t.reads(src, positions * profile.atom_bytes)
+    t.writes(dst, positions * profile.atom_bytes)
     return t.finish()
 
 
@@ -475,6 +478,14 @@ def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
         t.write("DPU_RDMA_RDMA_PAD_CFG")
         t.write("DPU_RDMA_RDMA_WEIGHT", M_WEIGHT=1, B_WEIGHT=1, N_WEIGHT=1, E_WEIGHT=1)
         t.write("DPU_RDMA_RDMA_EW_SURF_NOTCH", EW_SURF_NOTCH=surf // 16)
+    # DMA: the 4 feature surfaces (32 channels), the weight block, the EW operand (dense, the
+    # output's geometry) and the output's kernel surfaces
+    atom = profile.atom_bytes
+    t.reads(feature, rows * atom, k // p.feature_c2, feature_surf_pitch)
+    t.reads(weights, w_bytes)
+    if ew is not None:
+        t.reads(ew[1], (kernels // p.feature_c2) * rows * atom)
+    t.writes(out, rows * atom, kernels // p.feature_c2, out_surf_stride)
     return t.finish()
 
 

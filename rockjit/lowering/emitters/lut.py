@@ -8,6 +8,7 @@ Each activation is one or two passes over the flat view of the cube (eltwise.py)
   reciprocal   one flying LUT pass, ``shifted`` table, domain lo > 0
   tanh         LUT pass of (1 + tanh x)/2 = sigmoid(2x) (unsigned decode: no QUIRK 2), then a
                flying affine pass 2g - 1 (BN: MUL 2, ALU -1)
+  gelu_tanh    the same with the tanh-form gate sigmoid(2a(x + b x^3)) (jax.nn.gelu's default)
   gelu         LUT pass of Phi (the Gaussian CDF), then x * Phi(x) on the identity-conv EW
                multiply -- the notes' accurate 2-pass GELU (dpu-lut-activation.md, "GELU -- the
                2-pass x*Phi(x) route"; single-pass GELU is unreliable, QUIRK 1)
@@ -75,7 +76,8 @@ def _positive(kind: str, lo: float, hi: float) -> None:
 @lru_cache(maxsize=64)
 def _unit(name: str, radius: float) -> LT.LutTable:
     f, df = {"sigmoid": (LT.sigmoid, LT.d_sigmoid), "phi": (LT.phi, LT.d_phi),
-             "tanh_gate": (LT.tanh_gate, LT.d_tanh_gate)}[name]
+             "tanh_gate": (LT.tanh_gate, LT.d_tanh_gate),
+             "gelu_tanh_gate": (LT.gelu_tanh_gate, LT.d_gelu_tanh_gate)}[name]
     return LT.build_unit_table(name, f, radius, df)
 
 
@@ -98,6 +100,11 @@ def _gelu_ref(x: np.ndarray) -> np.ndarray:
     return x * LT.phi(x)
 
 
+def _gelu_tanh_ref(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return x * LT.gelu_tanh_gate(x)
+
+
 def _silu_ref(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, np.float64)
     return x * LT.sigmoid(x)
@@ -111,6 +118,9 @@ ACTIVATIONS: dict[str, Activation] = {
     "exp": Activation(lambda lo, hi: _shifted("exp", lo, hi), np.exp, default_range=(-16.0, 0.0)),
     "gelu": Activation(lambda lo, hi: _unit("phi", _radius(lo, hi)), _gelu_ref, gate=True,
                        default_range=(-12.0, 12.0)),
+    # tanh-GELU: the same 2-pass x * gate(x) route with its own (sigmoid-shaped) gate table
+    "gelu_tanh": Activation(lambda lo, hi: _unit("gelu_tanh_gate", _radius(lo, hi)),
+                            _gelu_tanh_ref, gate=True, default_range=(-12.0, 12.0)),
     "silu": Activation(lambda lo, hi: _unit("sigmoid", _radius(lo, hi)), _silu_ref, gate=True,
                        default_range=(-16.0, 16.0)),
     "rsqrt": Activation(_positive_table("rsqrt"), LT.rsqrt, default_range=(0.5, 64.0)),

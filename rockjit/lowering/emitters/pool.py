@@ -142,6 +142,10 @@ def emit_pool(g: PoolGeom, method: str, profile: ChipProfile, src: Reloc, dst: R
     t.write("PPU_RDMA_RDMA_SRC_LINE_STRIDE", SRC_LINE_STRIDE=line // 16)
     t.write("PPU_RDMA_RDMA_SRC_SURF_STRIDE", SRC_SURF_STRIDE=s_surf // 16)
     t.write("PPU_RDMA_RDMA_DATA_FORMAT", IN_PRECISION=prec)
+    # DMA: every channel group of the input map in, of the output map out
+    groups = -(-c // profile.input(DType.F16).feature_c2)
+    t.reads(src, g.height * line, groups, s_surf)
+    t.writes(dst, g.out_h * g.out_w * atom, groups, d_surf)
     return t.finish()
 
 

@@ -215,6 +215,10 @@ class RuleContext:
     calibration: Calibration
     forms: Callable[[Value], list[Form]]       # forms the value is already stored in
     npu_float: DType = DType.F16
+    # a fresh value id for an intermediate a rule makes that the IR does not have (a per-row
+    # reciprocal between a host tail and an NPU per-row multiply)
+    fresh: Callable[[Any], Value] | None = None
+    graph_inputs: tuple[Value, ...] = ()
 
     def const(self, v: Value) -> np.ndarray | None:
         return self.consts.get(v.id)

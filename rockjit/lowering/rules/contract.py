@@ -164,7 +164,11 @@ def lower_dot_general(ctx: RuleContext) -> RuleResult:
     bshape = (batch,) if batch > 1 else ()
     try:
         if lower is not None:
+            # N padded to the K atom: the output cube is then the next matmul's A (K%32,
+            # cross-op-chaining.md) and a dense run of whole EW chunks, so the element-wise
+            # ops that follow keep it in place
             prog = lower(m, k, n, DType.F16, DType.F16, ctx.profile, batch=batch, b=w,
+                         out_channel_align=ctx.profile.input(DType.F16).k_align,
                          name=f"mm{out.id}")
             emitter = "matmul.lower_matmul"
         else:

@@ -21,7 +21,9 @@ from ...ir.ops import Op
 from ...ir.types import DType
 from ..layouts import CubeLayout, feature_layout
 from ..regcmd import LoweringError
-from .base import CubeForm, NoNpuForm, OpCall, RuleContext, RuleResult, Use, npu_dtype_of
+from ..opprogram import BufferSpec, OpProgram
+from .base import (CubeForm, NoNpuForm, OpCall, RowForm, RuleContext, RuleResult, Use,
+                   npu_dtype_of)
 from .forms import cube_form
 
 BINARY = {Op.ADD: "add", Op.SUB: "sub", Op.MUL: "mul", Op.MAX: "max", Op.MIN: "min"}
@@ -80,6 +82,27 @@ def _channel_vector(c: np.ndarray) -> np.ndarray | None:
     return ref[0].copy() if np.all(ref == ref[0]) else None
 
 
+def _channel_vector_of(c: np.ndarray, form: CubeForm) -> np.ndarray | None:
+    """The per-channel vector of a constant broadcast over every axis but the cube's channel
+    axis (wherever that axis sits in the value: NCHW's axis 1, a matrix's last), or None."""
+    a = np.asarray(c)
+    if a.ndim == 0 or "c" not in form.roles or a.shape != tuple(form.shape):
+        return _channel_vector(c) if a.ndim and form.roles[-1:] == ("c",) else None
+    ax = form.roles.index("c")
+    moved = np.moveaxis(a, ax, -1).reshape(-1, a.shape[ax])
+    return moved[0].copy() if np.all(moved == moved[0]) else None
+
+
+def _one_cube(form: CubeForm) -> bool:
+    """Every element of ``form`` lies in its one layout cube: batch axes only step whole rows
+    inside it (a matmul's rows folded as batch x rows, a patch grid's OH x OW)."""
+    lay = form.layout
+    for r, st, n in zip(form.roles, form.strides, form.shape):
+        if r == "b" and n > 1 and (st % lay.line_stride or st * (n - 1) >= lay.height * lay.line_stride):
+            return False
+    return True
+
+
 def _row_source(ctx: RuleContext, v, shape: tuple[int, ...]):
     """If ``v`` is a broadcast of a run-time per-row vector (every axis but the last), that
     vector's value; else None."""
@@ -105,12 +128,207 @@ def _row_source(ctx: RuleContext, v, shape: tuple[int, ...]):
     return src
 
 
+# A per-row statistic (LayerNorm's mean and variance, softmax's max and sum) is O(rows): once
+# it is on the host (a reduce's tail), packing it into a cube for one DPU pass and unpacking
+# the result costs more than the host's arithmetic on it (design.md: host steps for the small
+# scalar tails).
+from ..tolerance import SMALL_HOST_ELEMENTS  # noqa: E402  (one number, two readers)
+
+
+def prefer_host(ctx: RuleContext, *values) -> None:
+    """NoNpuForm when every run-time operand is a small vector held off the fp16 cubes."""
+    run = [v for v in values if ctx.const(v) is None]
+    if not run:
+        return
+    for v in run:
+        if v.type.size > SMALL_HOST_ELEMENTS:
+            return
+        if any(isinstance(f, CubeForm) and f.dtype is DType.F16 for f in ctx.forms(v)):
+            return
+        if v in ctx.graph_inputs:
+            return
+        if not ctx.forms(v):
+            return
+    raise NoNpuForm(f"a per-row vector of {run[0].type.size} elements already on the host: "
+                    f"the host tail is cheaper than a pack/unpack trip through the NPU")
+
+
+def _row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeForm,
+               shape: tuple[int, ...], srow_use_shape: tuple[int, ...] | None = None
+               ) -> list[OpCall]:
+    """x OP s[row] for a run-time per-row ``srow`` (stored in the row-vector form of
+    eltwise.lower_binary_row): one call for a single cube, one per cube (independent, so their
+    jobs run side by side) for a tensor held as several cubes (attention's heads)."""
+    from ..emitters import eltwise as ew
+
+    out = ctx.node.out
+    items = form.batch_items()
+    if len(items) == 1:
+        lay = form.layout
+        if lay.width != 1:
+            raise NoNpuForm("per-row operand on a cube with W > 1")
+        prog = ew.lower_binary_row(op, lay, reverse, ctx.profile)
+        nrows = int(np.prod(shape[:-1], dtype=np.int64))
+        s_form = cube_form(ew.row_vector_layout(lay.height * lay.width, ctx.profile), (nrows, 1))
+        return [OpCall(prog, (Use(run), Use(srow, shape=srow_use_shape or (nrows, 1))),
+                       (Use(out),), f"{op} row", emitter="eltwise.lower_binary_row",
+                       forms_in=(form, s_form), forms_out=(form,))]
+    calls = []
+    for ix, _ in items:
+        sub, _ = form.sub(ix)
+        if sub.layout.width != 1 or "b" in sub.roles:
+            raise NoNpuForm("per-row operand on cubes that are not matrices")
+        lay = sub.layout
+        prog = ew.lower_binary_row(op, lay, reverse, ctx.profile)
+        rows = sub.hwc()[0]
+        s_form = cube_form(ew.row_vector_layout(lay.height * lay.width, ctx.profile), (rows, 1))
+        calls.append(OpCall(prog, (Use(run, ix), Use(srow, ix, shape=(rows, 1))),
+                            (Use(out, ix),), f"{op} row {ix}", emitter="eltwise.lower_binary_row",
+                            forms_in=(sub, s_form), forms_out=(sub,)))
+    return calls
+
+
+def _recip_rows(ctx: RuleContext, srow, form: CubeForm, shape: tuple[int, ...]):
+    """r = 1 / s per row on the host (the O(rows) tail of a division by a per-row value),
+    written straight into the row-vector cube(s) the per-row multiply reads: one host-op
+    binary divide, fp32 in, fp16 out. Returns (host OpCall, r value, the form r is in)."""
+    from ...ir.types import TensorType
+    from ..emitters import eltwise as ew
+    from ..host_rules import BINARY_CODES, HostView, host_op_step
+
+    items = form.batch_items()
+    lead = shape[:-1]
+    rows_total = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    if len(items) == 1:
+        batch, rows = 1, rows_total
+        lay = ew.row_vector_layout(form.layout.height * form.layout.width, ctx.profile)
+        r_shape, roles, item = (rows, 1), ("h", "c"), lay.nbytes
+        r_form = cube_form(lay, r_shape, roles)
+    else:
+        sub, _ = form.sub(items[0][0])
+        batch, rows = len(items), sub.hwc()[0]
+        lay = ew.row_vector_layout(sub.layout.height * sub.layout.width, ctx.profile)
+        item = -(-lay.nbytes // 64) * 64
+        r_shape = tuple(shape[:len(items[0][0])]) + (rows, 1)
+        roles = ("b",) * len(items[0][0]) + ("h", "c")
+        r_form = cube_form(lay, r_shape, roles, item_stride=item)
+    if batch * rows != rows_total:
+        raise NoNpuForm("the per-row vector does not match the operand's rows")
+    r = ctx.fresh(TensorType(DType.F16, r_shape))
+    s_rows = RowForm(DType.F32, tuple(srow.type.shape))
+    nbytes_out = item * (batch - 1) + lay.nbytes
+    es = 2
+    sizes = {"s": s_rows.nbytes, "one": 4, "out": nbytes_out, "rdesc": 0}
+    step, desc = host_op_step(
+        "binary", (batch, rows),
+        HostView("out", DType.F16, 0, (item // es, lay.line_stride // es)),
+        [HostView("one", DType.F32, 0, (0, 0)), HostView("s", DType.F32, 0, (rows, 1))],
+        sizes, "rdesc", code=BINARY_CODES[Op.DIV], what="per-row reciprocal")
+    prog = OpProgram((BufferSpec("s", "input", s_rows.nbytes, dtype="f32",
+                                 shape=s_rows.shape, bind=0),
+                      BufferSpec("one", "const", 4, data=np.ones(1, np.float32).view(np.uint8)),
+                      BufferSpec("out", "output", nbytes_out, layout=lay, bind=0), desc),
+                     (step,))
+    call = OpCall(prog, (Use(srow),), (Use(r),), "1/s per row", where="host",
+                  emitter="host per-row reciprocal", forms_in=(s_rows,), forms_out=(r_form,))
+    return call, r
+
+
+def lower_div_op(ctx: RuleContext) -> RuleResult:
+    """x / c (a compile-time scalar) -> x * fp16(1/c) on the DPU; x / s[row] (a run-time
+    per-row value: softmax's sum, LayerNorm's deviation) -> the host reciprocal of the O(rows)
+    vector + an NPU per-row multiply. Anything else has no DPU form (the DPU cannot divide)."""
+    from ..emitters import eltwise as ew
+
+    node = ctx.node
+    x, y = node.inputs
+    if npu_dtype_of(node.out.type.dtype) is not DType.F16:
+        raise NoNpuForm(f"{node.out.type.dtype.value} division runs on the host")
+    prefer_host(ctx, x, y)
+    shape = node.out.type.shape
+    if ctx.const(x) is not None or x.type.shape != shape:
+        raise NoNpuForm("a division of a constant by a tensor (no DPU reciprocal of a tensor)")
+    cy = ctx.const(y)
+    form = operand_form(ctx, x)
+    try:
+        if cy is not None:
+            c = _scalar(cy)
+            if c is None or c == 0 or not np.isfinite(1.0 / c):
+                raise NoNpuForm("a division by a constant that is not a non-zero scalar")
+            flat = _flat_layout(form)
+            if flat is None:
+                raise NoNpuForm("operand cubes are not one dense run")
+            prog = ew.lower_binary_scalar("mul", flat, 1.0 / c, False, ctx.profile)
+            return RuleResult([OpCall(prog, (Use(x),), (Use(node.out),), "div scalar",
+                                      emitter="eltwise.lower_binary_scalar (x * 1/c)",
+                                      forms_in=(form,), forms_out=(form,))])
+        srow = _row_source(ctx, y, shape)
+        if srow is None:
+            raise NoNpuForm("a division by a full run-time tensor (no DPU divide)")
+        if not srow.type.dtype.is_float:
+            raise NoNpuForm("an integer divisor")
+        recip, r = _recip_rows(ctx, srow, form, shape)
+        rows = _row_calls(ctx, "mul", x, r, False, form, shape,
+                          srow_use_shape=r.type.shape)
+        return RuleResult([recip] + rows, note="1/s on the host (O(rows)), x * (1/s) on the NPU")
+    except LoweringError as e:
+        raise NoNpuForm(str(e)) from None
+
+
+def lower_square(ctx: RuleContext) -> RuleResult:
+    """x ** 2 -> x * x on the DPU (the two-operand EW multiply of one cube with itself)."""
+    from ..emitters import eltwise as ew
+
+    node = ctx.node
+    x = node.inputs[0]
+    if node.attrs["y"] != 2:
+        raise NoNpuForm(f"integer_pow with exponent {node.attrs['y']} (only squares map to one "
+                        f"DPU multiply)")
+    if npu_dtype_of(node.out.type.dtype) is not DType.F16:
+        raise NoNpuForm(f"{node.out.type.dtype.value} math runs on the host")
+    prefer_host(ctx, x)
+    form = operand_form(ctx, x)
+    flat = _flat_layout(form)
+    if flat is None:
+        raise NoNpuForm("operand cubes are not one dense run")
+    try:
+        prog = ew.lower_binary("mul", flat, ctx.profile)
+    except LoweringError as e:
+        raise NoNpuForm(str(e)) from None
+    return RuleResult([OpCall(prog, (Use(x), Use(x)), (Use(node.out),), "square",
+                              emitter="eltwise.lower_binary (x * x)", forms_in=(form, form),
+                              forms_out=(form,))])
+
+
+def lower_neg(ctx: RuleContext) -> RuleResult:
+    """-x -> x * -1 on the flying DPU (exact in fp16)."""
+    from ..emitters import eltwise as ew
+
+    node = ctx.node
+    x = node.inputs[0]
+    if npu_dtype_of(node.out.type.dtype) is not DType.F16:
+        raise NoNpuForm(f"{node.out.type.dtype.value} math runs on the host")
+    prefer_host(ctx, x)
+    form = operand_form(ctx, x)
+    flat = _flat_layout(form)
+    if flat is None:
+        raise NoNpuForm("operand cubes are not one dense run")
+    try:
+        prog = ew.lower_binary_scalar("mul", flat, -1.0, False, ctx.profile)
+    except LoweringError as e:
+        raise NoNpuForm(str(e)) from None
+    return RuleResult([OpCall(prog, (Use(x),), (Use(node.out),), "neg",
+                              emitter="eltwise.lower_binary_scalar (x * -1)", forms_in=(form,),
+                              forms_out=(form,))])
+
+
 def lower_binary_op(ctx: RuleContext) -> RuleResult:
     from ..emitters import eltwise as ew
 
     node = ctx.node
     op = BINARY[node.op]
     x, y = node.inputs
+    prefer_host(ctx, x, y)
     if npu_dtype_of(node.out.type.dtype) is not DType.F16:
         raise NoNpuForm(f"{node.out.type.dtype.value} element-wise math runs on the host")
     shape = node.out.type.shape
@@ -133,8 +351,8 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 return RuleResult([OpCall(prog, (Use(run),), (Use(node.out),), f"{op} scalar",
                                           emitter="eltwise.lower_binary_scalar",
                                           forms_in=(form,), forms_out=(form,))])
-            vec = _channel_vector(const)
-            if vec is not None and len(form.batch_items()) == 1:
+            vec = _channel_vector_of(const, form)
+            if vec is not None and _one_cube(form):
                 lay = form.layout
                 v = np.zeros(lay.channels, np.float32)
                 v[:vec.size] = vec
@@ -142,21 +360,27 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 return RuleResult([OpCall(prog, (Use(run),), (Use(node.out),), f"{op} channel",
                                           emitter="eltwise.lower_binary_channel",
                                           forms_in=(form,), forms_out=(form,))])
+            if np.shape(const) == shape and _flat_layout(form) is not None:
+                # a whole constant tensor (a positional embedding): packed into the operand's
+                # cube form once at compile time, combined as two full cubes
+                flat = _flat_layout(form)
+                prog = ew.lower_binary(op, flat, ctx.profile)
+                cv = x if reverse else y
+                return RuleResult([OpCall(prog, (Use(x), Use(y)), (Use(node.out),),
+                                          f"{op} const tensor", emitter="eltwise.lower_binary "
+                                          "(constant cube)", forms_in=(form, form),
+                                          forms_out=(form,))], note=f"%{cv.id} packed once")
             raise NoNpuForm("a constant operand that is neither a scalar nor a channel vector")
         other = y if run is x else x
         srow = _row_source(ctx, other, shape)
-        if srow is not None and len(form.batch_items()) == 1:
-            lay = form.layout
-            if lay.width != 1:
-                raise NoNpuForm("per-row operand on a cube with W > 1")
-            prog = ew.lower_binary_row(op, lay, run is y, ctx.profile)
-            nrows = int(np.prod(srow.type.shape, dtype=np.int64))
-            s_form = cube_form(ew.row_vector_layout(lay.height * lay.width, ctx.profile),
-                               (nrows, 1))
-            return RuleResult([OpCall(prog, (Use(run), Use(srow, shape=(nrows, 1))),
-                                      (Use(node.out),), f"{op} row",
-                                      emitter="eltwise.lower_binary_row",
-                                      forms_in=(form, s_form), forms_out=(form,))])
+        if srow is not None:
+            if len(form.batch_items()) > 1:
+                # per-cube calls address the row vector by the cubes' batch index
+                bshape = shape[:len(form.batch_items()[0][0])]
+                rows = form.sub(form.batch_items()[0][0])[0].hwc()[0]
+                if tuple(srow.type.shape) != bshape + (rows,):
+                    raise NoNpuForm("a per-row operand not shaped like the operand's rows")
+            return RuleResult(_row_calls(ctx, op, run, srow, run is y, form, shape))
         if other.type.shape != shape:
             raise NoNpuForm("operand shapes differ")
         flat = _flat_layout(form)
@@ -177,14 +401,19 @@ def lower_lut_op(ctx: RuleContext) -> RuleResult:
     """A transcendental on the DPU LUT (emitters/lut.lower_activation) over the calibrated
     domain widened by a margin (calibrate.lut_domain). Outside the domain the emitter clamps the
     input to the table's ends (f(clamp(x)); lut.py module docstring)."""
+    node = ctx.node
+    return lut_result(ctx, LUT_FUNCS[node.op], node.inputs[0], node.out)
+
+
+def lut_result(ctx: RuleContext, kind: str, x, out, note: str = "") -> RuleResult:
+    """``out = kind(x)`` as one LUT activation (also the lowering of a fused composite
+    activation, ir/passes/fuse.py: GELU in its erf or tanh spelling, SiLU)."""
     from ..calibrate import lut_domain
     from ..emitters import lut
 
-    node = ctx.node
-    x = node.inputs[0]
-    if npu_dtype_of(node.out.type.dtype) is not DType.F16:
+    if npu_dtype_of(out.type.dtype) is not DType.F16:
         raise NoNpuForm("integer LUT")
-    kind = LUT_FUNCS[node.op]
+    prefer_host(ctx, x)
     domain = lut_domain(ctx, kind, x)
     form = operand_form(ctx, x)
     flat = _flat_layout(form)
@@ -194,10 +423,12 @@ def lower_lut_op(ctx: RuleContext) -> RuleResult:
         prog = lut.lower_activation(kind, flat, domain, ctx.profile)
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None
-    return RuleResult([OpCall(prog, (Use(x),), (Use(node.out),), f"lut {kind}",
-                              emitter="lut.lower_activation", forms_in=(form,),
-                              forms_out=(form,))], note=f"{kind} domain {domain}")
+    return RuleResult([OpCall(prog, (Use(x),), (Use(out),), f"lut {kind}",
+                              emitter=f"lut.lower_activation[{kind}]", forms_in=(form,),
+                              forms_out=(form,))],
+                      note=f"{kind} domain {domain}" + (f"; {note}" if note else ""))
 
 
 RULES = {op: lower_binary_op for op in BINARY}
 RULES.update({op: lower_lut_op for op in LUT_FUNCS})
+RULES.update({Op.DIV: lower_div_op, Op.INTEGER_POW: lower_square, Op.NEG: lower_neg})

@@ -1,0 +1,166 @@
+"""Fusion analysis: recognise composite activations written as element-wise op chains.
+
+JAX spells GELU as ``0.5 x (1 - erf(-x / sqrt 2))`` (exact) or ``0.5 x (1 + tanh(sqrt(2/pi)
+(x + 0.044715 x^3)))`` (tanh form), SiLU as ``x * logistic(x)``, and a user may write any
+algebraically equal arrangement. Matching one spelling is brittle, so this analysis matches by
+*meaning*: it finds each maximal single-input element-wise region (a chain of unary/binary ops
+whose only run-time leaf is one value ``x`` and whose other leaves are compile-time
+constants), evaluates it with the IR's numpy reference on probe points, and compares it with
+the known activations. A region that matches becomes one ``Activation`` annotation; the graph
+itself is not rewritten (no new IR op is needed: the lowering reads the annotation and emits
+the composite as one LUT activation, skipping the absorbed nodes).
+
+The result is an annotation keyed by the region's root value id. A region is only fused when
+every interior value is used inside the region (otherwise the interior value is needed anyway
+and fusing would compute it twice).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..graph import Graph, Node, Value
+from ..ops import Group, Op
+from ..reference import evaluate
+
+MAX_REGION = 24           # ops in one composite; JAX's tanh-GELU is 8 (+ constants)
+PROBE = np.concatenate([np.linspace(-12.0, 12.0, 961), [-1e-3, 0.0, 1e-3]])
+# float32 evaluation of a chain of ~8 ops: a few ulps of f32 relative to |f| + a tiny floor;
+# the two GELU forms differ by up to ~5e-4, far above this
+RTOL, ATOL = 2e-5, 1e-6
+
+
+def _phi(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+KNOWN: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "gelu": lambda x: x * _phi(x),
+    "gelu_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi)
+                                                    * (x + 0.044715 * x ** 3))),
+    "silu": lambda x: x * _sigmoid(x),
+}
+
+_ELEMENTWISE = {Group.UNARY, Group.BINARY}
+
+
+@dataclass(frozen=True)
+class Activation:
+    """``root`` = kind(``x``); ``absorbed`` = ids of the region's other values."""
+
+    kind: str
+    x: Value
+    root: Value
+    absorbed: frozenset[int]
+    ops: int
+
+
+def _region(root: Node, producers: Mapping[int, Node], consts: Mapping[int, np.ndarray],
+            ) -> tuple[list[Node], set[int]] | None:
+    """The element-wise nodes feeding ``root`` back to non-element-wise or run-time leaves,
+    and the ids of its run-time leaves."""
+    nodes: dict[int, Node] = {}
+    leaves: set[int] = set()
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.out.id in nodes:
+            continue
+        nodes[n.out.id] = n
+        if len(nodes) > MAX_REGION:
+            return None
+        for v in n.inputs:
+            if v.id in consts:
+                continue
+            p = producers.get(v.id)
+            if p is not None and p.op.group in _ELEMENTWISE and v.type == root.out.type:
+                stack.append(p)
+            else:
+                leaves.add(v.id)
+    order = [n for n in producers.values() if n.out.id in nodes]
+    return order, leaves
+
+
+def find_activations(graph: Graph, consts: Mapping[int, np.ndarray]) -> dict[int, Activation]:
+    """Composite activations in ``graph`` by root value id (see the module docstring).
+    ``consts``: compile-time values by value id (params, constants, their broadcasts)."""
+    producers = {v.id: n for n in graph.nodes for v in n.outputs}
+    users: dict[int, list[Node]] = {}
+    for n in graph.nodes:
+        for v in n.inputs:
+            users.setdefault(v.id, []).append(n)
+    outputs = {v.id for v in graph.outputs}
+    found: dict[int, Activation] = {}
+    taken: set[int] = set()
+    # later nodes first: the largest region containing a node is found from its root
+    for node in reversed(graph.nodes):
+        if node.op.group not in _ELEMENTWISE or node.out.id in taken or node.out.id in consts:
+            continue
+        if not node.out.type.dtype.is_float:
+            continue
+        reg = _region(node, producers, consts)
+        if reg is None:
+            continue
+        full, leaves = reg
+        # the activation's input may sit inside the region (a bias add before the GELU is
+        # element-wise too): try every value of the region as x, earliest (largest) first
+        values = {v.id: v for n in full for v in n.inputs if v.id not in consts}
+        cands = [values[i] for i in leaves] + [n.out for n in full if n is not node]
+        for x in cands:
+            if x.type != node.out.type:
+                continue
+            sub: list[Node] = []
+            ids: set[int] = set()
+            for n in full:
+                if any(v.id == x.id or v.id in ids for v in n.inputs):
+                    sub.append(n)
+                    ids.add(n.out.id)
+            if node.out.id not in ids or len(sub) < 2:
+                continue
+            if any(v.id not in consts and v.id != x.id and v.id not in ids
+                   for n in sub for v in n.inputs):
+                continue
+            interior = ids - {node.out.id}
+            if any(i in outputs or any(u.out.id not in ids for u in users.get(i, []))
+                   for i in interior):
+                continue
+            kind = _classify(sub, x, node, consts)
+            if kind is None:
+                continue
+            found[node.out.id] = Activation(kind, x, node.out, frozenset(interior), len(sub))
+            taken |= ids
+            break
+    return found
+
+
+def _classify(order: list[Node], x: Value, root: Node,
+              consts: Mapping[int, np.ndarray]) -> str | None:
+    """Evaluate the region on the probe points (tiled over x's shape) and name it."""
+    shape = x.type.shape
+    size = int(np.prod(shape, dtype=np.int64))
+    if size == 0:
+        return None
+    dt = x.type.dtype.to_numpy()
+    probe = np.resize(PROBE, size).reshape(shape).astype(dt)
+    env: dict[int, np.ndarray] = {x.id: probe}
+    try:
+        with np.errstate(all="ignore"):
+            for n in order:
+                args = [env[v.id] if v.id in env else np.asarray(consts[v.id]) for v in n.inputs]
+                env[n.out.id] = evaluate(n.op, args, n.attrs, n.out.type)
+    except Exception:
+        return None
+    got = np.asarray(env[root.out.id], np.float64).reshape(-1)
+    p64 = probe.astype(np.float64).reshape(-1)
+    for kind, f in KNOWN.items():
+        want = f(p64)
+        if np.all(np.abs(got - want) <= RTOL * np.abs(want) + ATOL):
+            return kind
+    return None
