@@ -9,6 +9,9 @@ Tiling: one task must hold its feature tile and weight tile in the 12 x 32 KB CB
 run M-tile outer, N-tile inner with DATA_REUSE on the inner tasks (notes:
 encodings/cbuf-reuse.md), self-chained into one kick per M-tile (fp16 chains bit-exactly:
 notes: encodings/regcmd-task-model.md).
+
+Besides the times and their ratio it prints where the simulator's time went in its best run
+(rj_sim_get_phase_ns: feature fetch, weight unpacking, feature packing, MAC, DPU + write).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ sys.path.insert(0, str(REPO / "tests" / "sim"))
 
 from harness import Simulator, open_case  # noqa: E402
 from programs import ConvGeometry, chain_to, retarget, set_fields  # noqa: E402
+from rockjit._rjc import ffi, lib  # noqa: E402
 
 REGCMD, FEATURE, WEIGHT, OUTPUT = 0x10000000, 0x20000000, 0x40000000, 0x60000000
 CBUF_BANK, CBUF_BANKS = 32768, 12
@@ -80,6 +84,18 @@ def unpack(raw: bytes, M: int, N: int, mt: int, nt: int) -> np.ndarray:
     return tiles.transpose(0, 3, 1, 2, 4).reshape(M, N)
 
 
+PHASES = (("feature", "feature fetch + fp16->fp32"), ("weights", "weight fetch into fp32 panels"),
+          ("columns", "im2col / feature panel packing"), ("mac", "MAC (fp32 GEMM)"),
+          ("dpu", "DPU + output write"))
+
+
+def phase_ns(sim: Simulator) -> dict[str, int]:
+    """The simulator's per-phase wall-clock totals (csrc/sim/rj_sim_profile.h)."""
+    p = ffi.new("rj_sim_phase_ns *")
+    lib.rj_sim_get_phase_ns(sim._sim, p)
+    return {k: getattr(p, k) for k in ("conv_tasks",) + tuple(name for name, _ in PHASES)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--m", type=int, default=1024)
@@ -106,12 +122,16 @@ def main() -> None:
             mem["regcmd"][1][off:off + 8 * len(w)] = w.tobytes()
 
     sim = Simulator()
-    t_sim = []
+    t_sim, phases = [], []
+    task_lists = [[(iova, len(w)) for iova, w in job] for job in jobs]
     for _ in range(args.reps):
+        before = phase_ns(sim)
         t0 = time.perf_counter()
-        for job in jobs:
-            sim.run_job(mem, [(iova, len(w)) for iova, w in job])
+        for tasks in task_lists:
+            sim.run_job(mem, tasks)
         t_sim.append(time.perf_counter() - t0)
+        after = phase_ns(sim)
+        phases.append({k: after[k] - before[k] for k in after})
 
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
     t_np = []
@@ -131,6 +151,12 @@ def main() -> None:
     print(f"simulator        best of {args.reps}: {min(t_sim) * 1e3:8.1f} ms")
     print(f"numpy float32    best of {args.reps}: {min(t_np) * 1e3:8.1f} ms")
     print(f"ratio sim/numpy: {min(t_sim) / min(t_np):.2f}x")
+    best = phases[t_sim.index(min(t_sim))]
+    timed = sum(best[name] for name, _ in PHASES)
+    print(f"simulator phases of the best run ({best['conv_tasks']} conv tasks):")
+    for name, label in PHASES:
+        print(f"  {label:<32} {best[name] / 1e6:8.1f} ms")
+    print(f"  {'outside the conv phases':<32} {(min(t_sim) * 1e9 - timed) / 1e6:8.1f} ms")
     print(f"check vs numpy: max |err| = {err.max():.4g}, {bad} of {err.size} outside fp16 tolerance")
     if bad:
         raise SystemExit("simulator result disagrees with numpy")

@@ -29,12 +29,15 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#if defined(__F16C__)
+#if defined(__F16C__) && defined(__AVX2__)
 #include <immintrin.h>
+#define RJ_CNA_SIMD 1
 #endif
 
 #include "core_mac.h"
+#include "rj_sim_profile.h"
 #include "sim_internal.h"
 
 #define CBUF_BANKS 12u
@@ -74,9 +77,19 @@ struct rj_cbuf_state {
     /* the last accumulator cube (kept for rj_sim_last_acc) and scratch */
     rj_sim_acc acc;
     size_t acc_cap, acc_cap_i;
-    float *col_f;             /* im2col scratch */
-    int32_t *col_i;
-    size_t col_cap, col_cap_i;
+    int32_t *col_i;           /* im2col scratch (int8 path; the float path packs directly) */
+    size_t col_cap_i;
+
+    /* The float feature operand packed for the MAC kernels (core_mac.h), derived from feat_f
+     * and the tap geometry in akey. It stays valid while the CBUF keeps the same feature tile
+     * (DATA_REUSE) and the geometry matches, so a tile reused across the tasks of a kick is
+     * unpacked and packed once, as the hardware fetches it once. */
+    int apack_valid;
+    conv_geom akey;
+    float *apack;
+    size_t apack_cap;
+
+    rj_sim_phase_ns prof;
 };
 
 void rj_sim_cbuf_free(struct rj_cbuf_state *cb)
@@ -89,8 +102,8 @@ void rj_sim_cbuf_free(struct rj_cbuf_state *cb)
     free(cb->wt_i);
     free(cb->acc.f);
     free(cb->acc.i);
-    free(cb->col_f);
     free(cb->col_i);
+    free(cb->apack);
     free(cb);
 }
 
@@ -109,6 +122,13 @@ static int grow(void **p, size_t *cap, size_t need_elems, size_t esize)
     *p = n;
     *cap = need_elems;
     return 0;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static int oom(rj_sim_task *t, const char *what)
@@ -394,6 +414,43 @@ static void bf16_to_f32_n(const uint16_t *src, float *dst, size_t n)
     }
 }
 
+#if RJ_CNA_SIMD
+/* Eight consecutive fp16 (F16C: exact, as every half is an fp32) or bf16 (the top half of an
+ * fp32) values as fp32. */
+static inline __m256 load8_f32(const uint8_t *p, int bf16)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+    if (bf16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+/* In-register 8 x 8 transpose: r[i] lane j <-> r[j] lane i. */
+static inline void transpose8(__m256 r[8])
+{
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+    __m256 s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+#endif
+
 /* Read the feature cube [C/C2][H][W][C2] into [H][W][C]. */
 static int fetch_feature(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb)
 {
@@ -417,6 +474,12 @@ static int fetch_feature(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_stat
                     for (uint32_t c = 0; c < cn; c++)
                         cb->feat_i[o + c] = (int8_t)atom[c];
                 } else {
+#if RJ_CNA_SIMD
+                    if (cn == 8) {
+                        _mm256_storeu_ps(cb->feat_f + o, load8_f32(atom, g->prec == PREC_BF16));
+                        continue;
+                    }
+#endif
                     uint16_t half[8];
                     memcpy(half, atom, sizeof half);
                     float tmp[8];
@@ -450,6 +513,73 @@ static inline size_t wt_index_direct(const conv_geom *g, uint32_t ngc, uint32_t 
     uint32_t cg = c / g->gc, cc = c % g->gc;
     size_t block = (size_t)kg * g->gk * ngc * g->gc * g->KH * g->KW;
     return block + ((((size_t)cg * g->KH + ky) * g->KW + kx) * kgs + nk) * g->gc + cc;
+}
+
+/* One fp16/bf16 direct-conv weight panel (kernel group kg = panel kg: GK = NR = 16) into
+ * [Kd][16] fp32. Every (channel group, tap) block of the DRAM layout -- up to 16 kernels x 32
+ * channels, kernel-major -- becomes 32 panel rows of 16 kernels: 8 x 8 sub-blocks transposed
+ * in registers, scalar at ragged edges, zero for kernels at or past N. */
+typedef struct wt_unpack {
+    const conv_geom *g;
+    const uint8_t *base;
+    float *wt;
+    uint32_t ngc;
+    size_t Kd;
+} wt_unpack;
+
+static void unpack_panel(void *ctx, size_t item)
+{
+    const wt_unpack *u = ctx;
+    const conv_geom *g = u->g;
+    const int bf16 = g->prec == PREC_BF16;
+    uint32_t kg = (uint32_t)item;
+    uint32_t nvalid = g->N - kg * RJ_MAC_NR < RJ_MAC_NR ? g->N - kg * RJ_MAC_NR : RJ_MAC_NR;
+    float *pan = u->wt + (size_t)kg * u->Kd * RJ_MAC_NR;
+    uint32_t kgs = g->kernels - kg * g->gk < g->gk ? g->kernels - kg * g->gk : g->gk; /* kernels in memory */
+    const size_t blk_bytes = (size_t)kgs * g->gc * 2u; /* one (channel group, tap) block */
+    (void)blk_bytes; /* read by the prefetch only */
+    for (uint32_t cg = 0; cg < u->ngc; cg++) {
+        uint32_t cn = g->C - cg * g->gc < g->gc ? g->C - cg * g->gc : g->gc;
+        for (uint32_t ky = 0; ky < g->KH; ky++)
+            for (uint32_t kx = 0; kx < g->KW; kx++) {
+                const uint8_t *blk = u->base + 2u * wt_index_direct(g, u->ngc, kg * g->gk, ky, kx, cg * g->gc);
+                float *dst = pan + (((size_t)ky * g->KW + kx) * g->C + (size_t)cg * g->gc) * RJ_MAC_NR;
+#if RJ_CNA_SIMD
+                /* The blocks of one kernel group follow each other in memory: ask for the one two
+                 * steps ahead while this one converts (the weights stream from L3/DRAM). A
+                 * prefetch past the group's end is harmless (no fault, at most a wasted line). */
+                for (size_t off = 2 * blk_bytes; off < 3 * blk_bytes; off += 64)
+                    _mm_prefetch((const char *)blk + off, _MM_HINT_T0);
+#endif
+                for (uint32_t c0 = 0; c0 < cn; c0 += 8)
+                    for (uint32_t k0 = 0; k0 < RJ_MAC_NR; k0 += 8) {
+#if RJ_CNA_SIMD
+                        if (c0 + 8 <= cn && k0 + 8 <= nvalid) {
+                            __m256 r[8];
+                            for (int i = 0; i < 8; i++)
+                                r[i] = load8_f32(blk + 2u * ((size_t)(k0 + i) * g->gc + c0), bf16);
+                            transpose8(r);
+                            for (int i = 0; i < 8; i++)
+                                _mm256_storeu_ps(dst + (size_t)(c0 + i) * RJ_MAC_NR + k0, r[i]);
+                            continue;
+                        }
+#endif
+                        for (uint32_t c = c0; c < c0 + 8 && c < cn; c++)
+                            for (uint32_t k = k0; k < k0 + 8; k++) {
+                                float f = 0.0f;
+                                if (k < nvalid) {
+                                    uint16_t h;
+                                    memcpy(&h, blk + 2u * ((size_t)k * g->gc + c), 2);
+                                    if (bf16)
+                                        bf16_to_f32_n(&h, &f, 1);
+                                    else
+                                        f = rj_f16_to_f32(h);
+                                }
+                                dst[(size_t)c * RJ_MAC_NR + k] = f;
+                            }
+                    }
+            }
+    }
 }
 
 static int fetch_weights(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb)
@@ -504,34 +634,15 @@ static int fetch_weights(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_stat
                     }
         return 0;
     }
-    /* fp32 panels [ceil(N/16)][Kd][16], zero-padded past N */
+    /* fp32 panels [ceil(N/16)][Kd][16], zero past N (unpack_panel); panels are independent,
+     * so large weight tiles are converted on both threads. */
+    _Static_assert(RJ_MAC_NR == 16, "the fp16/bf16 weight kernel group must be one MAC panel");
     size_t npan = (g->N + RJ_MAC_NR - 1u) / RJ_MAC_NR;
     size_t n = npan * Kd * RJ_MAC_NR;
     if (grow((void **)&cb->wt_f, &cb->wt_cap, n, 4))
         return oom(t, "weights");
-    memset(cb->wt_f, 0, n * sizeof(float));
-    for (uint32_t k = 0; k < g->N; k++) {
-        float *pan = cb->wt_f + (size_t)(k / RJ_MAC_NR) * Kd * RJ_MAC_NR + k % RJ_MAC_NR;
-        for (uint32_t ky = 0; ky < g->KH; ky++)
-            for (uint32_t kx = 0; kx < g->KW; kx++) {
-                size_t kd0 = ((size_t)ky * g->KW + kx) * g->C;
-                /* channels of one channel group are contiguous in memory: convert a run at once */
-                for (uint32_t c0 = 0; c0 < g->C; c0 += g->gc) {
-                    uint32_t cn = g->C - c0 < g->gc ? g->C - c0 : g->gc;
-                    const uint16_t *src =
-                        (const uint16_t *)(const void *)(base + 2u * wt_index_direct(g, ngc, k, ky, kx, c0));
-                    float run[64];
-                    uint16_t hv[64];
-                    memcpy(hv, src, cn * 2u);
-                    if (g->prec == PREC_BF16)
-                        bf16_to_f32_n(hv, run, cn);
-                    else
-                        rj_f16_to_f32_n(hv, run, cn);
-                    for (uint32_t c = 0; c < cn; c++)
-                        pan[(kd0 + c0 + c) * RJ_MAC_NR] = run[c];
-                }
-            }
-    }
+    wt_unpack u = {g, base, cb->wt_f, ngc, Kd};
+    rj_mac_parallel_for(npan, unpack_panel, &u, n >= 65536);
     return 0;
 }
 
@@ -573,7 +684,10 @@ static int load_operands(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_stat
                                  cb->fkey.data_bank, g->data_bank);
     } else {
         cb->feat_valid = 0;
+        cb->apack_valid = 0;
+        uint64_t t0 = now_ns();
         int rc = fetch_feature(t, g, cb);
+        cb->prof.feature += now_ns() - t0;
         if (rc)
             return rc;
         cb->fkey = *g;
@@ -598,7 +712,9 @@ static int load_operands(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_stat
                                  cb->wkey.weight_bank, g->weight_bank);
     } else {
         cb->wt_valid = 0;
+        uint64_t t0 = now_ns();
         int rc = fetch_weights(t, g, cb);
+        cb->prof.weights += now_ns() - t0;
         if (rc)
             return rc;
         cb->wkey = *g;
@@ -622,13 +738,21 @@ static int is_plain_1x1(const conv_geom *g)
            g->OW == g->W && g->OH == g->H;
 }
 
+/* The packed float feature operand depends on the resident feature tile and on how the taps
+ * read it; the weights do not enter. */
+static int same_taps(const conv_geom *a, const conv_geom *b)
+{
+    return a->KW == b->KW && a->KH == b->KH && a->sx == b->sx && a->sy == b->sy && a->dx == b->dx &&
+           a->dy == b->dy && a->pad_l == b->pad_l && a->pad_t == b->pad_t && a->pad_raw == b->pad_raw &&
+           a->OW == b->OW && a->OH == b->OH && a->C == b->C && a->prec == b->prec;
+}
+
 /* im2col: row m = output position, columns (ky, kx, c); padding reads the pad value. */
-static int build_columns(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb, size_t Kd)
+static int build_columns_i(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb, size_t Kd)
 {
     size_t M = (size_t)g->OH * g->OW;
-    if (g->is_int ? grow((void **)&cb->col_i, &cb->col_cap_i, M * Kd, 4) : grow((void **)&cb->col_f, &cb->col_cap, M * Kd, 4))
+    if (grow((void **)&cb->col_i, &cb->col_cap_i, M * Kd, 4))
         return oom(t, "im2col scratch");
-    float pf = pad_value_f(g);
     int32_t pi = pad_value_i(g);
     for (uint32_t oy = 0; oy < g->OH; oy++)
         for (uint32_t ox = 0; ox < g->OW; ox++) {
@@ -638,24 +762,63 @@ static int build_columns(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_stat
                 for (uint32_t kx = 0; kx < g->KW; kx++) {
                     int64_t ix = src_coord(ox, g->sx, kx, g->dx, g->pad_l, g->W);
                     size_t dst = row + ((size_t)ky * g->KW + kx) * g->C;
-                    if (iy >= 0 && ix >= 0) {
-                        size_t src = ((size_t)iy * g->W + (size_t)ix) * g->C;
-                        if (g->is_int)
-                            memcpy(cb->col_i + dst, cb->feat_i + src, g->C * sizeof(int32_t));
-                        else
-                            memcpy(cb->col_f + dst, cb->feat_f + src, g->C * sizeof(float));
-                    } else {
-                        for (uint32_t c = 0; c < g->C; c++) {
-                            if (g->is_int)
-                                cb->col_i[dst + c] = pi;
-                            else
-                                cb->col_f[dst + c] = pf;
-                        }
-                    }
+                    if (iy >= 0 && ix >= 0)
+                        memcpy(cb->col_i + dst, cb->feat_i + ((size_t)iy * g->W + (size_t)ix) * g->C,
+                               g->C * sizeof(int32_t));
+                    else
+                        for (uint32_t c = 0; c < g->C; c++)
+                            cb->col_i[dst + c] = pi;
                 }
             }
         }
     return 0;
+}
+
+/* The float im2col, written straight into the MAC's packed feature layout (core_mac.h): panel
+ * row i is output position m0 + i, panel column kd = (ky*KW + kx)*C + c; a tap in the padding
+ * reads the pad value, positions past M read zero. A 1x1 dense conv reads the feature cube as
+ * it is. Row panels are independent items, shared with the helper thread when large. */
+typedef struct col_pack {
+    const conv_geom *g;
+    const float *feat;
+    float *Ap;
+    size_t M, Kd;
+    float pf;
+} col_pack;
+
+static void pack_column_panel(void *ctx, size_t item)
+{
+    const col_pack *p = ctx;
+    const conv_geom *g = p->g;
+    const size_t m0 = item * RJ_MAC_MR;
+    float *panel = p->Ap + m0 * p->Kd; /* panel m0/MR starts at (m0/MR)*Kd*MR */
+    for (uint32_t ky = 0; ky < g->KH; ky++)
+        for (uint32_t kx = 0; kx < g->KW; kx++) {
+            const float *src[RJ_MAC_MR];
+            float fill[RJ_MAC_MR];
+            for (size_t i = 0; i < RJ_MAC_MR; i++) {
+                size_t m = m0 + i;
+                src[i] = NULL;
+                fill[i] = 0.0f;
+                if (m >= p->M)
+                    continue;
+                uint32_t oy = (uint32_t)(m / g->OW), ox = (uint32_t)(m % g->OW);
+                int64_t iy = src_coord(oy, g->sy, ky, g->dy, g->pad_t, g->H);
+                int64_t ix = src_coord(ox, g->sx, kx, g->dx, g->pad_l, g->W);
+                if (iy >= 0 && ix >= 0)
+                    src[i] = p->feat + ((size_t)iy * g->W + (size_t)ix) * g->C;
+                else
+                    fill[i] = p->pf;
+            }
+            rj_mac_pack_rows(src, fill, g->C, panel + ((size_t)ky * g->KW + kx) * g->C * RJ_MAC_MR);
+        }
+}
+
+static void pack_columns_f(const conv_geom *g, const float *feat, float *Ap)
+{
+    col_pack p = {g, feat, Ap, (size_t)g->OH * g->OW, (size_t)g->KH * g->KW * g->C, pad_value_f(g)};
+    size_t panels = (p.M + RJ_MAC_MR - 1) / RJ_MAC_MR;
+    rj_mac_parallel_for(panels, pack_column_panel, &p, p.M * p.Kd >= (1u << 18));
 }
 
 static void depthwise_f(const conv_geom *g, const struct rj_cbuf_state *cb, float *acc)
@@ -754,6 +917,7 @@ int rj_sim_conv_run(rj_sim_task *t)
     size_t taps = (size_t)g.KH * g.KW;
 
     if (g.depthwise) {
+        uint64_t t1 = now_ns();
         if (g.is_int) {
             memset(acc->i, 0, nacc * sizeof(int32_t));
             depthwise_i(&g, cb, acc->i);
@@ -761,35 +925,64 @@ int rj_sim_conv_run(rj_sim_task *t)
             memset(acc->f, 0, nacc * sizeof(float));
             depthwise_f(&g, cb, acc->f);
         }
+        cb->prof.mac += now_ns() - t1;
         sim->stats.macs += (uint64_t)M * g.N * taps;
     } else {
         size_t Kd = taps * g.C;
-        const float *Af = cb->feat_f;
         const int32_t *Ai = cb->feat_i;
-        if (!is_plain_1x1(&g)) {
-            rc = build_columns(t, &g, cb, Kd);
+        if (g.is_int && !is_plain_1x1(&g)) {
+            uint64_t t1 = now_ns();
+            rc = build_columns_i(t, &g, cb, Kd);
+            cb->prof.columns += now_ns() - t1;
             if (rc)
                 return rc;
-            Af = cb->col_f;
             Ai = cb->col_i;
         }
         if (g.is_int) {
+            uint64_t t1 = now_ns();
             if (Kd < (1u << 17)) {
                 memset(acc->i, 0, nacc * sizeof(int32_t));
                 rj_mac_gemm_i32(M, g.N, Kd, Ai, Kd, cb->wt_i, acc->i, g.N);
             } else {
                 gemm_i64_saturating(M, g.N, Kd, Ai, cb->wt_i, acc->i);
             }
+            cb->prof.mac += now_ns() - t1;
         } else {
+            if (!cb->apack_valid || !same_taps(&cb->akey, &g)) {
+                cb->apack_valid = 0;
+                uint64_t t1 = now_ns();
+                if (grow((void **)&cb->apack, &cb->apack_cap, rj_mac_packed_a_floats(M, Kd), 4))
+                    return oom(t, "packed feature operand");
+                pack_columns_f(&g, cb->feat_f, cb->apack);
+                cb->akey = g;
+                cb->apack_valid = 1;
+                cb->prof.columns += now_ns() - t1;
+            }
+            uint64_t t1 = now_ns();
             memset(acc->f, 0, nacc * sizeof(float));
-            if (rj_mac_gemm_f32(M, g.N, Kd, Af, Kd, cb->wt_f, acc->f, g.N))
+            if (rj_mac_gemm_f32(M, g.N, Kd, cb->apack, cb->wt_f, acc->f, g.N))
                 return oom(t, "MAC scratch");
+            cb->prof.mac += now_ns() - t1;
         }
         sim->stats.macs += (uint64_t)M * g.N * Kd;
     }
     if (sim->cur_kick)
         sim->cur_kick->conv_tasks_run++;
-    return rj_sim_dpu_run(t, acc);
+    uint64_t t2 = now_ns();
+    rc = rj_sim_dpu_run(t, acc);
+    cb->prof.dpu += now_ns() - t2;
+    cb->prof.conv_tasks++;
+    return rc;
+}
+
+void rj_sim_get_phase_ns(const rj_sim *sim, rj_sim_phase_ns *out)
+{
+    if (!out)
+        return;
+    if (sim && sim->cbuf)
+        *out = sim->cbuf->prof;
+    else
+        memset(out, 0, sizeof *out);
 }
 
 int64_t rj_sim_last_acc(const rj_sim *sim, uint32_t dims[4], void *buf, uint64_t buf_bytes)

@@ -13,6 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#define RJ_DPU_F16C 1
+#endif
+
 #include "dpu_internal.h"
 #include "lut.h"
 
@@ -292,6 +297,16 @@ static int read_ew_operand(rj_sim_task *t, uint32_t W, uint32_t H, uint32_t C, i
         if (!sp)
             return t->err ? t->err->code : RJ_EFAULT;
         uint32_t c_end = (s + 1u) * c2 < C ? (s + 1u) * c2 : C;
+#if RJ_DPU_F16C
+        if (esize == 2 && c_end - s * c2 == 8u) {
+            /* Whole fp16 atoms: F16C widening is exact, as rj_f16_to_f32 per element. */
+            for (uint64_t p = 0; p < P; p++)
+                _mm256_storeu_ps(dst + p * C + s * c2,
+                                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(sp + p * 16u))));
+            t->sim->stats.bytes_read += surf_bytes;
+            continue;
+        }
+#endif
         for (uint64_t p = 0; p < P; p++)
             for (uint32_t c = s * c2; c < c_end; c++) {
                 const uint8_t *e = sp + p * 16u + (c - s * c2) * esize;
@@ -561,6 +576,27 @@ static int run_float(rj_sim_task *t, dpu_run *r, uint64_t n, const out_cvt *cvt)
 {
     const int lut = r->ew.active && r->ew.lut;
     const int check = lut && strict(t);
+    if (!r->bs.active && !r->bn.active && !lut && !cvt->affine) {
+        /* Only the EW operand op and/or ReLU (the K-accumulation partial add): the loop below
+         * reduced to its live steps, one flat pass each, the same operations per element. */
+        float *restrict v = r->vf;
+        if (r->ew.active && r->ew.op) {
+            const float *restrict b = r->ew.operand;
+            if (r->ew.op_mul)
+                for (uint64_t e = 0; e < n; e++)
+                    v[e] = v[e] * b[e];
+            else if (r->ew.alu_algo == 2)
+                for (uint64_t e = 0; e < n; e++)
+                    v[e] = v[e] + b[e];
+            else
+                for (uint64_t e = 0; e < n; e++)
+                    v[e] = alu_f(r->ew.alu_algo, v[e], b[e]);
+        }
+        if (r->ew.active && r->ew.relu)
+            for (uint64_t e = 0; e < n; e++)
+                v[e] = fmaxf(v[e], 0.0f);
+        return 0;
+    }
     for (uint64_t e = 0; e < n; e++) {
         float x = r->vf[e];
         if (r->bs.active) {
@@ -804,6 +840,17 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
             rc = rj_sim_lut_validate(t);
     }
     if (rc) {
+        run_free(&r);
+        return rc;
+    }
+
+    /* A float accumulator that no stage changes (every stage bypassed, identity OUT_CVT, as in a
+     * plain matmul) goes to the writer as it is: run_float would copy it and return every value
+     * unchanged. */
+    if (!int_path && !flying && !r.bs.active && !r.bn.active && !r.ew.active && !cvt.affine &&
+        acc->channels == C) {
+        rj_dpu_out o = {W, H, C, out_prec, esize, dst, surf_stride};
+        rc = rj_sim_dpu_write(t, &o, acc->f, NULL);
         run_free(&r);
         return rc;
     }

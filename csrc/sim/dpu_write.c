@@ -7,6 +7,11 @@
  * int32 and a 2-D cube). */
 #include <string.h>
 
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#define RJ_DPU_F16C 1
+#endif
+
 #include "dpu_internal.h"
 
 uint32_t rj_sim_dpu_out_esize(uint32_t prec)
@@ -33,6 +38,31 @@ int rj_sim_dpu_write(rj_sim_task *t, const rj_dpu_out *o, const float *vf, const
         if (!dst)
             return t->err ? t->err->code : RJ_EFAULT;
         uint32_t c_end = (s + 1u) * c2 < o->channels ? (s + 1u) * c2 : o->channels;
+        if (c_end - s * c2 == c2 && (o->prec == RJ_PREC_FP16 || o->prec == RJ_PREC_FP32)) {
+            /* Whole float atoms: one 16-byte store per position. */
+            const float *src = vf + (size_t)s * c2;
+            if (o->prec == RJ_PREC_FP32) {
+                for (uint64_t p = 0; p < positions; p++)
+                    memcpy(dst + p * 16u, src + p * o->channels, 16);
+            } else {
+#if RJ_DPU_F16C
+                /* The vector form of rj_f32_to_f16: the same F16C round-half-to-even. */
+                for (uint64_t p = 0; p < positions; p++) {
+                    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + p * o->channels),
+                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                    _mm_storeu_si128((__m128i *)(void *)(dst + p * 16u), h);
+                }
+#else
+                for (uint64_t p = 0; p < positions; p++) {
+                    uint16_t h[8];
+                    rj_f32_to_f16_n(src + p * o->channels, h, 8);
+                    memcpy(dst + p * 16u, h, 16);
+                }
+#endif
+            }
+            t->sim->stats.bytes_written += surf_bytes;
+            continue;
+        }
         for (uint64_t p = 0; p < positions; p++) {
             uint8_t *atom = dst + p * 16u;
             const uint64_t row = p * o->channels;

@@ -10,7 +10,7 @@
 static void test_mac_kernels(void)
 {
     int rc = rj_sim_mac_selftest();
-    CHECK(rc == 0, "rj_sim_mac_selftest returned %d (shape index + 1, 100 = not deterministic)", rc);
+    CHECK(rc == 0, "rj_sim_mac_selftest returned %d (shape index + 1; 100 + shape index = not deterministic)", rc);
 }
 
 static void *selftest_thread(void *arg)
