@@ -6,7 +6,10 @@ graph once and record each float value's (min, max). With abstract arguments
 
 * ``exp`` whose input is ``x - broadcast(reduce_max(x))`` (softmax): the input is <= 0; below
   the LUT's default floor (-16) exp is under 2^-23, beneath fp16's resolution next to the row
-  maximum's exp(0) = 1, so clamping there changes no softmax output by more than that.
+  maximum's exp(0) = 1, so clamping there changes no softmax output by more than that. This
+  table is [-16, 0] with example arguments too: an attention mask (or a later call's wider
+  scores) puts inputs far below anything the example showed, and they are clamped to the
+  table's start, which must therefore be where exp is already ~0.
 * saturating functions (tanh, sigmoid, GELU gates): the emitter's default domain, outside which
   the function equals its limit to fp16 precision.
 * anything else: the emitter's default domain.
@@ -28,6 +31,11 @@ from ..ir.reference import evaluate
 from .rules.base import Calibration, RuleContext
 
 MARGIN = 0.25          # of the calibrated width, on each side
+# The softmax exp table never reaches below this (module docstring): exp(-16) < 2^-23, and
+# every input under ln(2^-16) ~ -11.1 already quantises to the table's floor entry q = 1
+# (lut_tables: QUIRK 4), so a lower start only coarsens the table. A masked score
+# (fp16_range.MASK_MAGNITUDE below its row) is far under it: clamped to the floor entry.
+EXP_FLOOR = -16.0
 _MIN_WIDTH = 1e-3      # a constant input still gets a non-degenerate table
 
 
@@ -73,31 +81,38 @@ def calibrate(graph: Graph, inputs: Sequence[Any] | None,
     return Calibration(ranges, "example")
 
 
-def _is_max_subtracted(ctx: RuleContext, v: Value) -> bool:
-    """v = a - broadcast(reduce_max(a)) (possibly through a max with -inf, as jax emits)."""
-    p = ctx.producer(v)
+def is_max_subtracted(producer, const, v: Value) -> bool:
+    """v = a - broadcast(reduce_max(a)) (possibly through a max with -inf, as jax emits);
+    ``producer(v)`` gives a value's producing node, ``const(v)`` its compile-time value."""
+    p = producer(v)
     if p is None or p.op is not Op.SUB:
         return False
-    b = ctx.producer(p.inputs[1])
+    b = producer(p.inputs[1])
     while b is not None and b.op in (Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.MAX):
         if b.op is Op.MAX:
-            nxt = [u for u in b.inputs if ctx.const(u) is None]
+            nxt = [u for u in b.inputs if const(u) is None]
             if len(nxt) != 1:
                 return False
-            b = ctx.producer(nxt[0])
+            b = producer(nxt[0])
         else:
-            b = ctx.producer(b.inputs[0])
+            b = producer(b.inputs[0])
     return b is not None and b.op is Op.REDUCE_MAX
+
+
+def _is_max_subtracted(ctx: RuleContext, v: Value) -> bool:
+    return is_max_subtracted(ctx.producer, ctx.const, v)
 
 
 def lut_domain(ctx: RuleContext, kind: str, x: Value) -> tuple[float, float] | None:
     """The (lo, hi) the LUT for ``kind`` of ``x`` covers; None = the emitter's default."""
     r = ctx.calibration.get(x)
     if kind == "exp" and _is_max_subtracted(ctx, x):
-        if r is None:
-            return None            # the emitter's default (-16, 0): see module docstring
-        lo = r[0] - MARGIN * max(-r[0], _MIN_WIDTH)
-        return (min(lo, -_MIN_WIDTH), 0.0)
+        # always down to EXP_FLOOR, whatever the example showed: a later call's masked or
+        # far-below-max score is clamped to the table's start, and only a start where exp has
+        # reached the floor entry (~0 next to the row max's 1) makes that clamp harmless; a
+        # start at the example's smallest score (say -3) would give every masked key
+        # exp(-3) = 0.05 (module docstring)
+        return (EXP_FLOOR, 0.0)
     if r is None:
         return None
     lo, hi = r

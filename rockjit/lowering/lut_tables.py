@@ -93,7 +93,16 @@ def _quantise(y: np.ndarray, s_exp: int) -> np.ndarray:
     return np.clip(q, Q_MIN, Q_MAX).astype(np.int64)
 
 
+FP16_MAX = float(np.finfo(np.float16).max)   # 65504
+
+
 def _largest_fp16_at_most(v: float) -> float:
+    """The BN_MUL index scale is an fp16 operand: the largest fp16 <= ``v``. A ``v`` past
+    fp16's range (a very narrow domain: INDEX_SPAN / width > 65504, i.e. width < 0.25, e.g. a
+    calibrated near-constant input) saturates at 65504 on purpose: a smaller scale only widens
+    the covered domain (to INDEX_SPAN / 65504 = 0.25), which still contains the requested one."""
+    if v >= FP16_MAX:
+        return FP16_MAX
     h = np.float16(v)
     if float(h) > v:
         h = np.nextafter(h, np.float16(0))

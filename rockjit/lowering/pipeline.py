@@ -29,6 +29,7 @@ from ..ir.ops import Group, Op
 from ..ir.reference import evaluate
 from ..ir.types import DType
 from .calibrate import calibrate
+from .fp16_range import saturate_consts
 from .layouts import CubeLayout, WeightLayout
 from .opprogram import BufferSpec, HostStep, NpuStep, OpProgram, Slice
 from .partition import Decision, host_result, lower_node
@@ -117,7 +118,8 @@ class Lowerer:
         self.profile = profile
         self.calibration = calibration
         self.producers = graph.producers()
-        self.consts = fold_consts(graph, params)
+        # a mask's finfo(f32).min or -inf would be -inf in fp16: saturated (fp16_range.py)
+        self.consts = saturate_consts(fold_consts(graph, params))
         self.tensors: dict[int, list[Tensor]] = {}
         self.bufs: list[Buf] = []
         self.calls: list[PlacedCall] = []
@@ -126,6 +128,7 @@ class Lowerer:
         self.retiles = 0
         self.group = 0
         self._conv_cache: dict[tuple, Tensor] = {}
+        self.writes: dict[int, list[tuple[int, int]]] = {}   # buf id -> emitter write spans
         self.inputs: list[Boundary] = []
         ids = [v.id for n in graph.nodes for v in n.outputs] + [v.id for v in graph.inputs]
         self._next_id = max(ids, default=0) + (1 << 20)
@@ -316,6 +319,9 @@ class Lowerer:
                 if need > buf.size:
                     buf.size = need
                 binding[spec.name] = (t.buf, t.offset)
+                # the emitter writes its whole (padded) span: bytes past the cube get padding
+                # results, so they can never serve as a reader's zero tail (_tail_free)
+                self.writes.setdefault(t.buf, []).append((t.offset, need))
             elif spec.role == "scratch":
                 b = self.new_buf(spec.nbytes, name=f"{label}:{spec.name}", align=max(spec.align, 64))
                 if spec.zero:
@@ -397,10 +403,7 @@ class Lowerer:
         if isinstance(have, WeightForm) or isinstance(want, WeightForm):
             return "" if have == want else None
         if isinstance(have, CubeForm) and isinstance(want, CubeForm):
-            if have.shape != want.shape or have.roles != want.roles:
-                return None
-            if any(r == "b" and n > 1 and a != b for r, n, a, b in
-                   zip(have.roles, have.shape, have.strides, want.strides)):
+            if not F.same_axes(have, want):
                 return None
             r = F.layouts_agree(have.layout, want.layout)
             return r if r in ("", "tail") else None
@@ -420,9 +423,18 @@ class Lowerer:
             if agree is None:
                 continue
             if agree == "tail":
+                if not self._tail_free(t.buf, off + f.nbytes, off + want.nbytes):
+                    continue
                 self._zero_tail(t, off, f, want)
             return Tensor(v.id, want, t.buf, off, f.nbytes)
         return self._convert(use, want)
+
+    def _tail_free(self, buf: int, start: int, end: int) -> bool:
+        """No emitter writes bytes [start, end) of ``buf``: a reader may take them as the
+        zero channel groups past a cube (zero-filled once at load). A channel-slice view's
+        neighbour groups (the parent's other channels) and an element-wise op's padded span
+        are written, so such a tail needs a re-tile instead."""
+        return all(e <= start or s >= end for s, e in self.writes.get(buf, ()))
 
     def _zero_tail(self, t: Tensor, off: int, have: CubeForm, want: CubeForm) -> None:
         """The reader reads channel groups the writer never writes: they must be zero, so the
@@ -450,12 +462,12 @@ class Lowerer:
 
     @staticmethod
     def _natural(form: CubeForm) -> bool:
-        """Row-major order of the value == the cubes' (b..., h, w, c) order."""
-        nb = [i for i, r in enumerate(form.roles) if r == "b"]
-        rest = [r for r in form.roles if r != "b"]
-        if nb and max(nb) > min(i for i, r in enumerate(form.roles) if r != "b"):
-            return all(form.shape[i] == 1 for i in nb if i > min(
-                j for j, r in enumerate(form.roles) if r != "b"))
+        """Row-major order of the value == the cubes' (b..., h, w, c) order. Unit axes hold
+        one element whatever their role, so only the axes of extent > 1 decide."""
+        roles = [r for r, n in zip(form.roles, form.shape) if n != 1]
+        rest = [r for r in roles if r != "b"]
+        if rest and "b" in roles[roles.index(rest[0]):]:
+            return False
         order = {"h": 0, "w": 1, "c": 2}
         return [order[r] for r in rest] == sorted(order[r] for r in rest)
 

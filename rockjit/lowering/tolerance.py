@@ -84,7 +84,10 @@ def lut_bound(ref: np.ndarray, table_error: np.ndarray | float) -> np.ndarray:
 #                                   about the weights, true of trained and random ones; a
 #                                   same-signed sum, reduce_sum, keeps it systematic)
 #   add / sub                       S = S_x + S_y              V = V_x + V_y + D(z)
-#   max / min, reduce_max           S, V of the larger input bound (1-Lipschitz)
+#   max / min                       S, V of the larger input bound (1-Lipschitz)
+#   reduce_max                      S, V the largest over the elements that can be the max
+#                                   (value + own bound >= the row's largest value - bound):
+#                                   a masked score far below its row never is
 #   mul                             S = S_x|y| + |x|S_y        V = V_x y^2 + x^2 V_y + D(z)
 #   div (host 1/y, DPU multiply)    S = S_x/|y| + |x|S_y/y^2   V = V_x/y^2 + x^2 V_y/y^4 + 2D(z)
 #   x^k                             S, V through |k x^(k-1)|, + D(z)
@@ -95,7 +98,15 @@ def lut_bound(ref: np.ndarray, table_error: np.ndarray | float) -> np.ndarray:
 #                                   widened by 2 x calibrate.MARGIN, a wider table than the
 #                                   compiler's, hence a larger error)
 #   any other float function f      S = |f'|S_x                V = f'^2 V_x + D(f)
-#   data movement                   S and V move with the data
+#   data movement                   S and V move with the data: shape ops, take (a gather
+#                                   moves table rows), select_n (each element is one case's)
+#   iota, integer/bool math         exact (S = V = 0)
+#   compare                         exact when its operands are; a compare of values that
+#                                   carry error can flip, which no additive bound describes:
+#                                   refused (NotImplementedError)
+#   constants beyond fp16's range   saturated to +-2^15 first, as the lowering does
+#                                   (fp16_range.py: an additive mask's finfo.min or -inf)
+#   LUT input below/above the table clamped (lut.py); the clamp adds |f(clamp x) - f(x)|
 #
 # The bound is  S + Z_SIGMA * sqrt(V) + FLOOR  with Z_SIGMA = 6: a rounding sum beyond six
 # standard deviations has probability < 1e-8 per element (Chebyshev-free Gaussian tail; the
@@ -109,18 +120,25 @@ def _lut_kind(op_text: str) -> str | None:
     return {"exp": "exp", "tanh": "tanh", "logistic": "sigmoid", "rsqrt": "rsqrt"}.get(op_text)
 
 
-def _lut_error(kind: str, x: np.ndarray) -> np.ndarray:
-    from .calibrate import MARGIN
+def _lut_error(kind: str, x: np.ndarray, softmax: bool = False) -> np.ndarray:
+    from .calibrate import EXP_FLOOR, MARGIN
     from .emitters import lut
 
     lo, hi = float(np.min(x)), float(np.max(x))
     w = max(hi - lo, 1e-3)
     dom = (lo - 2 * MARGIN * w, hi + 2 * MARGIN * w)
-    if kind == "exp" and hi <= 0:
+    if kind == "exp" and softmax:
+        # a max-subtracted exp always gets the table [EXP_FLOOR, 0] (calibrate.lut_domain)
+        dom = (EXP_FLOOR, 0.0)
+    elif kind == "exp" and hi <= 0:
         dom = (dom[0], 0.0)
     if kind == "rsqrt":
         dom = (max(dom[0], lo / 2), dom[1])
-    return lut.activation_error(kind, x, dom)
+    # activation_error is against f(clamp(x)); inputs outside the table also carry the clamp
+    with np.errstate(all="ignore"):
+        clamp = np.abs(lut.activation_reference(kind, lut.clamp_to_domain(kind, x, dom))
+                       - lut.activation_reference(kind, x))
+    return lut.activation_error(kind, x, dom) + np.nan_to_num(clamp, nan=0.0, posinf=0.0)
 
 
 def _deriv(f, x: np.ndarray) -> np.ndarray:
@@ -141,6 +159,8 @@ def graph_bound(graph, params, inputs, trace: dict | None = None) -> list[np.nda
     from ..ir.ops import Group, Op
     from ..ir.passes.fuse import KNOWN, find_activations
     from ..ir.reference import evaluate
+    from .calibrate import is_max_subtracted
+    from .fp16_range import saturate_consts
     from .pipeline import fold_consts
 
     val: dict[int, np.ndarray] = {}
@@ -159,30 +179,40 @@ def graph_bound(graph, params, inputs, trace: dict | None = None) -> list[np.nda
         val[v.id] = f64(a)
         sy[v.id] = np.zeros_like(val[v.id])
         va[v.id] = _round_var(val[v.id]) if v.type.dtype.is_float else np.zeros_like(val[v.id])
-    folded = fold_consts(graph, params)
+    folded = saturate_consts(fold_consts(graph, params))
+    producers = graph.producers()
     fused = find_activations(graph, folded)
-    for n in graph.nodes:
+
+    def visit(n) -> None:
         o = n.out.id
         if o in folded and n.op is not Op.IOTA:
             val[o] = f64(folded[o])
             sy[o] = np.zeros_like(val[o])
-            fin = np.isfinite(val[o])          # a non-finite constant (softmax's -inf) is exact
-            va[o] = np.where(fin, _round_var(np.where(fin, val[o], 0)), 0.0) \
+            # a constant fp16 holds exactly (a mask's saturated -2^15, 0, a power of two, a
+            # small integer) carries no rounding; a non-finite one (softmax's -inf) is exact
+            with np.errstate(over="ignore", invalid="ignore"):
+                exact = ~np.isfinite(val[o]) | (val[o].astype(np.float16).astype(np.float64)
+                                                 == val[o])
+            va[o] = np.where(exact, 0.0, _round_var(np.where(exact, 0, val[o]))) \
                 if n.out.type.dtype.is_float else np.zeros_like(val[o])
-            continue
+            return
         ins = [val[v.id] for v in n.inputs]
         ss = [sy[v.id] for v in n.inputs]
         vs = [va[v.id] for v in n.inputs]
         z = ev(n, ins)
         val[o] = z
         dz = _round_var(z)
+        if not n.out.type.dtype.is_float and n.op.group is not Group.COMPARE:
+            # integer and bool math (positions, index arithmetic, mask logic) is exact
+            sy[o] = va[o] = np.zeros_like(z)
+            return
         if o in fused:
             act = fused[o]
             x = val[act.x.id]
             d = _deriv(KNOWN[act.kind], x)
             sy[o] = d * sy[act.x.id] + _lut_error(act.kind, x)
             va[o] = d ** 2 * va[act.x.id] + dz
-            continue
+            return
         if n.op in (Op.DOT_GENERAL, Op.CONV):
             a, b = ins
             # the operands' systematic (table) errors meet mixed-sign weights: each output
@@ -217,7 +247,29 @@ def graph_bound(graph, params, inputs, trace: dict | None = None) -> list[np.nda
             sy[o] = ev(n, [ss[0]])
             va[o] = ev(n, [vs[0]]) + kk * ev(n, [(2.0 ** -24 * ins[0]) ** 2])
         elif n.op is Op.REDUCE_MAX:
-            sy[o], va[o] = ev(n, [ss[0]]), ev(n, [vs[0]])
+            axes = tuple(n.attrs["axes"])
+            x = ins[0]
+            b = ss[0] + Z_SIGMA * np.sqrt(vs[0])
+            with np.errstate(invalid="ignore"):
+                cand = x + b >= np.max(x - b, axis=axes, keepdims=True)
+            sy[o] = np.max(np.where(cand, ss[0], 0.0), axis=axes).reshape(z.shape)
+            va[o] = np.max(np.where(cand, vs[0], 0.0), axis=axes).reshape(z.shape)
+        elif n.op is Op.TAKE:
+            # a gather moves rows of the operand: their errors move with them (the indices
+            # are integers, exact)
+            sy[o], va[o] = ev(n, [ss[0], ins[1]]), ev(n, [vs[0], ins[1]])
+        elif n.op is Op.SELECT_N:
+            # each element is one case's element, chosen by an exact predicate
+            sy[o] = ev(n, [ins[0]] + ss[1:])
+            va[o] = ev(n, [ins[0]] + vs[1:])
+        elif n.op.group is Group.COMPARE:
+            if any(np.any(e != 0) for e in ss + vs):
+                raise NotImplementedError(
+                    f"graph_bound: {n.op.text} at {n.loc} compares values that carry NPU "
+                    f"error; a flipped comparison is not bounded by an additive rule")
+            sy[o] = va[o] = np.zeros_like(z)
+        elif n.op is Op.IOTA:
+            sy[o] = va[o] = np.zeros_like(z)
         elif n.op.group is Group.UNARY and n.out.type.dtype.is_float:
             def fn(t, n=n):
                 return f64(evaluate(n.op, [np.asarray(t, n.inputs[0].type.dtype.to_numpy())],
@@ -229,14 +281,31 @@ def graph_bound(graph, params, inputs, trace: dict | None = None) -> list[np.nda
             # rsqrt of a per-row vector (<= rules.eltwise.SMALL_HOST_ELEMENTS: LayerNorm's
             # 1/sqrt(var + eps)) is computed on the host in f32 (the compiler's own rule)
             if kind is not None and (kind != "rsqrt" or ins[0].size > SMALL_HOST_ELEMENTS):
-                sy[o] = sy[o] + _lut_error(kind, ins[0])
+                sm = kind == "exp" and is_max_subtracted(
+                    lambda v: producers.get(v.id), lambda v: folded.get(v.id), n.inputs[0])
+                sy[o] = sy[o] + _lut_error(kind, ins[0], softmax=sm)
         elif n.out.type.dtype.is_float:
             raise NotImplementedError(f"graph_bound has no error rule for {n.op.text}")
         else:
             sy[o] = va[o] = np.zeros_like(z)
-    if trace is not None:
-        for n in graph.nodes:
-            if n.out.id in sy and sy[n.out.id].size:
-                trace[n.out.id] = (n.op.text, float(np.max(sy[n.out.id])),
-                                   float(np.sqrt(np.max(va[n.out.id]))))
+
+    # values are freed after their last reader (an attention's [H, T, T] float64 triple is
+    # hundreds of MB at T = 1500): peak memory is the live set, not the whole graph
+    last: dict[int, int] = {}
+    for i, n in enumerate(graph.nodes):
+        for v in n.inputs:
+            last[v.id] = i
+        if n.out.id in fused:
+            last[fused[n.out.id].x.id] = i
+    keep = {v.id for v in graph.outputs}
+    for i, n in enumerate(graph.nodes):
+        visit(n)
+        o = n.out.id
+        if trace is not None and o in sy and sy[o].size:
+            trace[o] = (n.op.text, float(np.max(sy[o])), float(np.sqrt(np.max(va[o]))))
+        dead = {v.id for v in n.inputs} | ({fused[o].x.id} if o in fused else set()) | {o}
+        for d in dead:
+            if last.get(d, -1) <= i and d not in keep:
+                for m in (val, sy, va):
+                    m.pop(d, None)
     return [np.asarray(sy[v.id] + Z_SIGMA * np.sqrt(va[v.id])) + FLOOR for v in graph.outputs]

@@ -14,43 +14,8 @@ import numpy as np
 import pytest
 
 import rockjit
+from graphs_testutil import assert_npu as _npu, check_bound as _check, run_sim as _run
 from rockjit.lowering import tolerance as T
-
-
-def _run(fn, params, *xs):
-    """Compile for the simulator, run, and return (result, JAX result, bound, stats, report)."""
-    if params is None:
-        f = rockjit.compile(fn, backend="sim")
-        got = f(*xs)
-        c = f.compiled(*xs)
-        ref = fn(*xs)
-    else:
-        f = rockjit.compile(fn, resident_argnums=0, backend="sim")
-        got = f(params, *xs)
-        c = f.compiled(params, *xs)
-        ref = fn(params, *xs)
-    ref = np.asarray(ref, np.float64)
-    bound = T.graph_bound(c.graph, c.params, list(xs))[0] + 2.0 ** -23 * np.abs(ref)
-    return np.asarray(got), ref, bound, c.stats(), c._runner.report()
-
-
-def _check(got, ref, bound, what):
-    T.check(got, ref, bound, what)
-    # the bound must be able to fail: a result with two rows swapped is rejected
-    bad = np.array(got, np.float64)
-    flat = bad.reshape(-1, bad.shape[-1])
-    if flat.shape[0] > 1:
-        flat[[0, 1]] = flat[[1, 0]]
-        with pytest.raises(AssertionError):
-            T.check(bad, ref, bound, what)
-
-
-def _npu(report: str, *ops: str) -> None:
-    """Each named op ran on the NPU (report lines: '%id = op  where  how ...')."""
-    for op in ops:
-        lines = [l for l in report.splitlines() if f"= {op}" in l]
-        assert lines, f"no {op} in the program:\n{report}"
-        assert all(" npu " in l for l in lines), f"{op} did not run on the NPU:\n{report}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,20 +21,26 @@ from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import numpy as np
+from scipy import special
 
 from ..graph import Graph, Node, Value
 from ..ops import Group, Op
 from ..reference import evaluate
+from ..types import TensorType
 
 MAX_REGION = 24           # ops in one composite; JAX's tanh-GELU is 8 (+ constants)
 PROBE = np.concatenate([np.linspace(-12.0, 12.0, 961), [-1e-3, 0.0, 1e-3]])
 # float32 evaluation of a chain of ~8 ops: a few ulps of f32 relative to |f| + a tiny floor;
 # the two GELU forms differ by up to ~5e-4, far above this
 RTOL, ATOL = 2e-5, 1e-6
+MIN_ROUNDS = 4            # probe evaluations per candidate region at least (_probe_rounds)
+MAX_PROBED = 1 << 14      # positions of a large x the probe visits (_positions)
 
 
 def _phi(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+    # scipy's vectorised erf: tolerance.graph_bound evaluates these references on whole
+    # activations (millions of elements), where a per-element Python erf took minutes
+    return 0.5 * (1.0 + special.erf(np.asarray(x, np.float64) / math.sqrt(2.0)))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -140,25 +146,68 @@ def find_activations(graph: Graph, consts: Mapping[int, np.ndarray]) -> dict[int
     return found
 
 
+def _probe_rounds(size: int) -> list[np.ndarray]:
+    """Probe arrays (flat, ``size`` long) whose union puts the whole PROBE range through
+    every element position. A region's constants may differ per element (a bias added before
+    the activation is one per channel), so one position seeing one probe point is not enough:
+    with a small x (a 1-row matrix, M = 1) the first ``size`` points alone are all in the flat
+    tail near -12, where gelu(x + b) and gelu(x) agree, and a bias would be silently dropped.
+    Fewer positions than points: consecutive windows cover every point, each position seeing
+    every size-th one. More: at least MIN_ROUNDS shifted copies, each position seeing points a
+    quarter of the range apart."""
+    n = PROBE.size
+    rounds = max(-(-n // size), MIN_ROUNDS)
+    step = size if size < n else n // rounds + 1
+    i = np.arange(size)
+    return [PROBE[(i + k * step) % n] for k in range(rounds)]
+
+
+def _positions(size: int) -> np.ndarray | None:
+    """Flat positions of x the probe visits: all of a small x; of a large one MAX_PROBED, the
+    first half dense (every channel of the leading rows) and the rest spread evenly (the
+    later rows and channels). A region is element-wise, so a consistent subset of every
+    operand's elements is a smaller instance of the same region."""
+    if size <= MAX_PROBED:
+        return None
+    half = MAX_PROBED // 2
+    return np.unique(np.concatenate([np.arange(half),
+                                     np.linspace(half, size - 1, MAX_PROBED - half).astype(np.int64)]))
+
+
 def _classify(order: list[Node], x: Value, root: Node,
               consts: Mapping[int, np.ndarray]) -> str | None:
-    """Evaluate the region on the probe points (tiled over x's shape) and name it."""
+    """Evaluate the region on the probe points (over x's positions) and name it."""
     shape = x.type.shape
     size = int(np.prod(shape, dtype=np.int64))
     if size == 0:
         return None
     dt = x.type.dtype.to_numpy()
-    probe = np.resize(PROBE, size).reshape(shape).astype(dt)
-    env: dict[int, np.ndarray] = {x.id: probe}
+    sel = _positions(size)
+    k = size if sel is None else int(sel.size)
+    sub: dict[int, np.ndarray] = {}
     try:
-        with np.errstate(all="ignore"):
-            for n in order:
-                args = [env[v.id] if v.id in env else np.asarray(consts[v.id]) for v in n.inputs]
-                env[n.out.id] = evaluate(n.op, args, n.attrs, n.out.type)
-    except Exception:
+        for n in order:
+            for v in n.inputs:
+                if v.id in consts and v.id not in sub:
+                    a = np.broadcast_to(np.asarray(consts[v.id]), shape).reshape(-1)
+                    sub[v.id] = a if sel is None else a[sel]
+    except ValueError:
         return None
-    got = np.asarray(env[root.out.id], np.float64).reshape(-1)
-    p64 = probe.astype(np.float64).reshape(-1)
+    gots, p64s = [], []
+    for flat in _probe_rounds(k):
+        probe = flat.astype(dt)
+        env: dict[int, np.ndarray] = {x.id: probe}
+        try:
+            with np.errstate(all="ignore"):
+                for n in order:
+                    args = [env[v.id] if v.id in env else sub[v.id] for v in n.inputs]
+                    env[n.out.id] = evaluate(n.op, args, n.attrs,
+                                             TensorType(n.out.type.dtype, (k,)))
+        except Exception:
+            return None
+        gots.append(np.asarray(env[root.out.id], np.float64))
+        p64s.append(probe.astype(np.float64))
+    got, p64 = np.concatenate(gots), np.concatenate(p64s)
     for kind, f in KNOWN.items():
         want = f(p64)
         if np.all(np.abs(got - want) <= RTOL * np.abs(want) + ATOL):

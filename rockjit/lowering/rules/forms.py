@@ -57,7 +57,9 @@ def cube_form(layout: CubeLayout, shape: tuple[int, ...],
 
 
 def _drop_units(f: CubeForm) -> CubeForm:
-    keep = [i for i, n in enumerate(f.shape) if n != 1 or f.roles[i] != "b"]
+    # a unit axis addresses one element whatever its role (a 1-row matrix's H of extent 1,
+    # M = 1): it moves no byte, so a reshape may drop it and re-add units as batch axes
+    keep = [i for i, n in enumerate(f.shape) if n != 1]
     return CubeForm(f.layout, tuple(f.roles[i] for i in keep), tuple(f.strides[i] for i in keep),
                     tuple(f.shape[i] for i in keep))
 
@@ -230,9 +232,27 @@ def slice_form(form: Form, start: tuple[int, ...], limit: tuple[int, ...],
             if s % lay.c2:
                 return None
             off += (s // lay.c2) * lay.surf_stride
+            # the view's cube holds only its own channel groups: the parent's groups past
+            # them are other data (GeGLU's second half), never this view's zero padding
+            lay = CubeLayout(lay.height, lay.width, l - s, lay.c2, lay.dtype, lay.line_stride,
+                             lay.surf_stride)
         else:
             return None
     return CubeForm(lay, form.roles, form.strides, shape), off
+
+
+def same_axes(have: CubeForm, want: CubeForm) -> bool:
+    """Both forms address the same elements at the same offsets: equal shapes, and equal roles
+    (and batch strides) on every axis of extent > 1. A unit axis adds no offset whatever its
+    role, so a 1-row result held as ('b', 'c') serves a reader asking for ('h', 'c')."""
+    if have.shape != want.shape:
+        return False
+    for r1, s1, r2, s2, n in zip(have.roles, have.strides, want.roles, want.strides, have.shape):
+        if n == 1:
+            continue
+        if r1 != r2 or (r1 == "b" and s1 != s2):
+            return False
+    return True
 
 
 def layouts_agree(have: CubeLayout, want: CubeLayout) -> str:

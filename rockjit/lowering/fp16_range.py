@@ -1,0 +1,51 @@
+"""Float constants that fp16 cannot hold: an additive attention mask's "minus infinity".
+
+Encoders build attention masks as ``where(allowed, 0, finfo(f32).min)`` (HF's eager path,
+models/layers.mask_bias) or with ``-inf``; JAX's softmax takes ``max(reduce_max(x), -inf)``.
+Held in fp16 (the NPU's float) both become -inf, and -inf poisons the softmax on the NPU:
+``-inf - max`` stays -inf, and the exp LUT's index of -inf meets the zero out-of-table slope
+as ``inf * 0 = NaN`` (lut.c's underflow extrapolation).
+
+So the lowering saturates every compile-time float value outside fp16's finite range (and
+every infinity) to ``+-MASK_MAGNITUDE`` before any op sees it. 2^15 is exact in fp16, is
+large enough that ``exp(-2^15 + logit - max)`` is 0 in every precision (and lands in the LUT's
+clamped underflow region), and leaves 65504 - 32768 = 32736 of headroom, so adding a logit
+and subtracting the row max (each far below 2^14 in any real model) stays finite in fp16.
+The substitution keeps the meaning of a mask (an added term that removes a key from a
+softmax); tolerance.graph_bound applies the same one so the bound describes this program.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+FP16_MAX = float(np.finfo(np.float16).max)     # 65504
+MASK_MAGNITUDE = 2.0 ** 15
+
+
+def needs_saturation(a: np.ndarray) -> bool:
+    """True when float ``a`` holds a value fp16 would turn into an infinity (or one already)."""
+    a = np.asarray(a)
+    if a.dtype.kind != "f" or a.size == 0:
+        return False
+    if float(a.min()) >= -FP16_MAX and float(a.max()) <= FP16_MAX:
+        return False          # the common case, without a temporary the size of a weight
+    with np.errstate(invalid="ignore"):
+        return bool(np.any(np.abs(a) > FP16_MAX))   # NaN compares False: left alone
+
+
+def saturate(a: np.ndarray) -> np.ndarray:
+    """``a`` with every value beyond fp16's finite range (infinities included) replaced by
+    +-MASK_MAGNITUDE (module docstring); NaN stays NaN, everything else is unchanged."""
+    a = np.asarray(a)
+    if not needs_saturation(a):
+        return a
+    out = np.array(a, copy=True)
+    with np.errstate(invalid="ignore"):
+        big = np.abs(out) > FP16_MAX
+    out[big] = np.sign(out[big]) * MASK_MAGNITUDE
+    return out
+
+
+def saturate_consts(consts: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """The compile-time values with fp16-unrepresentable floats saturated (a new dict)."""
+    return {k: saturate(v) for k, v in consts.items()}

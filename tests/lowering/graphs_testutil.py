@@ -1,0 +1,47 @@
+"""Shared helpers for the whole-graph simulator tests: compile with rockjit.compile(...,
+backend="sim"), run on the strict SimDevice, compare with JAX on CPU under
+tolerance.graph_bound (plus JAX's own float32 rounding of its result)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rockjit
+from rockjit.lowering import tolerance as T
+
+
+def run_sim(fn, params, *xs):
+    """Compile for the simulator, run, and return (result, JAX result, bound, stats, report)
+    for the first output."""
+    if params is None:
+        f = rockjit.compile(fn, backend="sim")
+        got = f(*xs)
+        c = f.compiled(*xs)
+        ref = fn(*xs)
+    else:
+        f = rockjit.compile(fn, resident_argnums=0, backend="sim")
+        got = f(params, *xs)
+        c = f.compiled(params, *xs)
+        ref = fn(params, *xs)
+    ref = np.asarray(ref, np.float64)
+    bound = T.graph_bound(c.graph, c.params, list(xs))[0] + 2.0 ** -23 * np.abs(ref)
+    return np.asarray(got), ref, bound, c.stats(), c._runner.report()
+
+
+def check_bound(got, ref, bound, what):
+    """Within the bound, and the bound can fail: a result with two rows swapped is rejected."""
+    T.check(got, ref, bound, what)
+    bad = np.array(got, np.float64)
+    flat = bad.reshape(-1, bad.shape[-1])
+    if flat.shape[0] > 1:
+        flat[[0, 1]] = flat[[1, 0]]
+        with pytest.raises(AssertionError):
+            T.check(bad, ref, bound, what)
+
+
+def assert_npu(report: str, *ops: str) -> None:
+    """Each named op ran on the NPU (report lines: '%id = op  where  how ...')."""
+    for op in ops:
+        lines = [l for l in report.splitlines() if f"= {op}" in l]
+        assert lines, f"no {op} in the program:\n{report}"
+        assert all(" npu " in l for l in lines), f"{op} did not run on the NPU:\n{report}"
