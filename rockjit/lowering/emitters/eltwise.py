@@ -50,6 +50,7 @@ from ..layouts import CubeLayout, feature_layout, weight_layout
 from ..opprogram import BufferSpec, NpuJob, NpuStep, OpProgram
 from ..profile import ChipProfile, get_profile
 from ..regcmd import Kick, LoweringError, Reloc, Task, TaskProgram, link
+from ..tiling import ceil_div, round_up
 
 # DMA burst length code 15 on every DPU / DPU_RDMA / CNA read and write: the value of every
 # conformance program (01-09) and of Mesa's emitter.
@@ -70,14 +71,6 @@ FLYING_MAX_POSITIONS = 4096
 # The EW operand transport's surface stride has a floor of 12 positions; below it the upper
 # surfaces mis-stride (notes: k-accumulation.md "MAX(out_w*out_h, 12)", "test with M>=12").
 EW_VIEW_CHANNELS = 32        # the flat-view conv: K = N = one fp16 weight K-group
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def _round_up(a: int, b: int) -> int:
-    return _ceil_div(a, b) * b
 
 
 def fp16_bits(x: float) -> int:
@@ -122,7 +115,7 @@ def chain_kicks(groups: Sequence[Sequence[TaskProgram]], profile: ChipProfile,
         for i in range(0, len(tasks), cap):
             k = link(tasks[i:i + cap], profile, regcmd, base_offset=off)
             kicks.append(k)
-            off += _round_up(k.nbytes, profile.regcmd_align_bytes)
+            off += round_up(k.nbytes, profile.regcmd_align_bytes)
     return kicks, off
 
 
@@ -380,9 +373,9 @@ def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
                             f"{out_channels} output channels")
     out_fmt = profile.output(DType.F16, DType.F16)
     w_bytes = kernels * k * p.esize
-    data_entries = _ceil_div(k * p.esize, profile.cbuf_entry_bytes)
-    data_banks = _ceil_div(rows * data_entries * profile.cbuf_entry_bytes, profile.cbuf_bank_bytes)
-    if data_banks + _ceil_div(w_bytes, profile.cbuf_bank_bytes) > profile.cbuf_banks:
+    data_entries = ceil_div(k * p.esize, profile.cbuf_entry_bytes)
+    data_banks = ceil_div(rows * data_entries * profile.cbuf_entry_bytes, profile.cbuf_bank_bytes)
+    if data_banks + ceil_div(w_bytes, profile.cbuf_bank_bytes) > profile.cbuf_banks:
         raise LoweringError(f"{name}: {rows} rows x {kernels} kernels do not fit the CBUF")
     t = Task(name, profile)
     t.write("DPU_S_POINTER", POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)
@@ -495,7 +488,7 @@ def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
 
 def flying_chunks(nbytes: int, profile: ChipProfile) -> list[tuple[int, int]]:
     """(byte offset, positions) of the flying tasks covering ``nbytes`` (whole atoms)."""
-    atoms = _ceil_div(nbytes, profile.atom_bytes)
+    atoms = ceil_div(nbytes, profile.atom_bytes)
     out, pos = [], 0
     while pos < atoms:
         n = min(FLYING_MAX_POSITIONS, atoms - pos)
@@ -513,12 +506,12 @@ def ew_chunks(nbytes: int, profile: ChipProfile) -> tuple[list[tuple[int, int]],
     per_row = atom * EW_VIEW_CHANNELS // profile.input(DType.F16).feature_c2   # 64 bytes
     align = profile.row_align
     r_max = profile.max_feature_rows // align * align
-    r_min = _round_up(max(profile.ew_min_positions, profile.min_feature_rows), align)
-    rows_total = _round_up(max(_ceil_div(nbytes, per_row), r_min), align)
+    r_min = round_up(max(profile.ew_min_positions, profile.min_feature_rows), align)
+    rows_total = round_up(max(ceil_div(nbytes, per_row), r_min), align)
     out, done = [], 0
-    n_tasks = _ceil_div(rows_total, r_max)
+    n_tasks = ceil_div(rows_total, r_max)
     # spread rows evenly so no task falls under the floor
-    base = _round_up(_ceil_div(rows_total, n_tasks), align)
+    base = round_up(ceil_div(rows_total, n_tasks), align)
     while done < rows_total:
         r = min(base, rows_total - done)
         if r < r_min:          # cannot happen with even spreading; kept as a guard
@@ -687,18 +680,18 @@ def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, o
             f"a per-row operand over {positions} rows: the broadcast conv needs at least "
             f"{profile.min_feature_rows} feature rows (matmul-as-conv.md, 'Feature height < 4 is "
             f"broken'); use the scalar form (lower_binary_scalar) for a single row")
-    kernels = _round_up(channels, p.n_align)
+    kernels = round_up(channels, p.n_align)
     r_max = profile.max_feature_rows // align * align
     # weights: ones in input channel 0 of each kernel, so out = s exactly (fp32 product by 1).
     # Kernel tiles keep the CBUF split legal.
     bank = profile.cbuf_bank_bytes
     n_tile = kernels
     while True:
-        data_banks = _ceil_div(r_max * profile.cbuf_entry_bytes, bank)
-        if data_banks + _ceil_div(n_tile * EW_VIEW_CHANNELS * p.esize, bank) <= profile.cbuf_banks \
+        data_banks = ceil_div(r_max * profile.cbuf_entry_bytes, bank)
+        if data_banks + ceil_div(n_tile * EW_VIEW_CHANNELS * p.esize, bank) <= profile.cbuf_banks \
                 and n_tile <= profile.cube_dim_limit:
             break
-        n_tile = _round_up(n_tile // 2, p.n_align)
+        n_tile = round_up(n_tile // 2, p.n_align)
     # row tiles: whole aligned tiles, then the aligned part of the rest, then one aligned tile
     # ending at the last row (overlapping; positions >= 4 was checked above)
     spans: list[tuple[int, int]] = []
@@ -734,7 +727,7 @@ def lower_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
     check_fp16_cube(layout, profile, f"element-wise {op} with a per-row vector")
     p = profile.input(DType.F16)
     positions = layout.height * layout.width
-    kernels = _round_up(layout.channels, p.n_align)
+    kernels = round_up(layout.channels, p.n_align)
     # the broadcast cube holds whole kernel groups of surfaces: same strides as x, maybe one
     # more surface than x at the end
     bcast_bytes = (kernels // p.feature_c2) * positions * profile.atom_bytes

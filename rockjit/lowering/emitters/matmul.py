@@ -39,10 +39,6 @@ from .conv import (ConvTaskGeom, CubeRef, Scratch, TiledTasks, assemble, build_t
 _SUPPORTED = {(DType.F16, DType.F16), (DType.F16, DType.F32), (DType.I8, DType.I32)}
 
 
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
 @dataclass(frozen=True)
 class MatmulTile:
     """One CBUF-resident matmul task: logical and padded sizes, CBUF split, layouts."""
@@ -96,9 +92,10 @@ class MatmulTile:
         return unpack_matrix(self.c_layout, raw)[:self.m, :self.n]
 
 
-def plan_matmul_tile(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
-                     profile: ChipProfile) -> MatmulTile:
-    """Pad a matmul to the hardware's atoms and check that it fits one task."""
+def _check_request(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
+                   profile: ChipProfile) -> None:
+    """Refuse what no matmul plan can serve: another register encoding, an unsupported dtype
+    pair, an empty dimension."""
     if profile.encoding != "rk3588":
         raise LoweringError(f"the matmul emitter writes the RK3588 register encoding; chip "
                             f"{profile.name!r} uses {profile.encoding!r}")
@@ -108,11 +105,17 @@ def plan_matmul_tile(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
                             f"supported: {ok}")
     if min(m, k, n) < 1:
         raise LoweringError(f"matmul dimensions must be >= 1, got M={m} K={k} N={n}")
+
+
+def plan_matmul_tile(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
+                     profile: ChipProfile) -> MatmulTile:
+    """Pad a matmul to the hardware's atoms and check that it fits one task."""
+    _check_request(m, k, n, in_dtype, out_dtype, profile)
     p = profile.input(in_dtype)
     out = profile.output(in_dtype, out_dtype)
-    m_pad = max(profile.min_feature_rows, _round_up(m, profile.row_align))
-    k_pad = _round_up(k, p.k_align)
-    n_pad = _round_up(n, p.n_align)
+    m_pad = max(profile.min_feature_rows, round_up(m, profile.row_align))
+    k_pad = round_up(k, p.k_align)
+    n_pad = round_up(n, p.n_align)
 
     if m_pad > profile.max_feature_rows:
         raise LoweringError(f"matmul M={m} (padded {m_pad}) exceeds the {profile.max_feature_rows} "
@@ -202,15 +205,7 @@ def plan_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType, profi
     ``out_channel_align`` pads N further so the output cube can be read directly as the next
     matmul's K (cross-op-chaining.md: fp16 N%16 vs K%32).
     """
-    if profile.encoding != "rk3588":
-        raise LoweringError(f"the matmul emitter writes the RK3588 register encoding; chip "
-                            f"{profile.name!r} uses {profile.encoding!r}")
-    if (in_dtype, out_dtype) not in _SUPPORTED:
-        ok = ", ".join(f"{i.value}->{o.value}" for i, o in sorted(_SUPPORTED, key=str))
-        raise LoweringError(f"matmul {in_dtype.value} -> {out_dtype.value} is not supported; "
-                            f"supported: {ok}")
-    if min(m, k, n) < 1:
-        raise LoweringError(f"matmul dimensions must be >= 1, got M={m} K={k} N={n}")
+    _check_request(m, k, n, in_dtype, out_dtype, profile)
     p = profile.input(in_dtype)
     m_pad = max(profile.min_feature_rows, round_up(m, profile.row_align))
     k_pad = round_up(k, p.k_align)
