@@ -60,8 +60,12 @@ def _interpreter_backend(graph: Graph, params: Mapping[str, np.ndarray]) -> Runn
 
 def _check_backend(name: str) -> None:
     if name not in BACKENDS:
-        # the NPU backends register themselves when the lowering is imported
-        from .lowering import backend as _npu  # noqa: F401
+        # the NPU backends register themselves when the lowering is imported; "KIND:CHIP"
+        # names an NPU backend for any registered chip profile
+        from .lowering import backend as _npu
+        kind, _, chip = name.partition(":")
+        if chip and kind in _npu.DEVICES:
+            _npu.register_npu_backends(chip)
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; registered backends: {sorted(BACKENDS)}")
 

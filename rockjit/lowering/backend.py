@@ -3,6 +3,10 @@
     f = rockjit.compile(fn, backend="sim")      # C simulator, strict hazard checks on
     f = rockjit.compile(fn, backend="null")     # counts work, computes nothing
     f = rockjit.compile(fn, backend="rocket")   # /dev/accel/accel0 (RJ_FAKE_ROCKET=1: the fake)
+    f = rockjit.compile(fn, backend="sim:rk3588")   # any registered chip profile by name
+
+The bare names compile for the RK3588; ``KIND:PROFILE`` compiles for another registered
+profile (its CBUF, atoms and core count), so a second chip needs no change here.
 
 Each factory lowers the graph once per bound parameter set (``pipeline.lower_graph`` +
 ``program.NpuProgram``); LUT domains are calibrated on the first call's inputs (the runner
@@ -23,10 +27,11 @@ class NpuRunner:
     then runs the program. ``stats()``/``report()`` describe the compiled program."""
 
     def __init__(self, graph: Graph, params: Mapping[str, np.ndarray],
-                 make_device: Callable[[], Any]) -> None:
+                 make_device: Callable[[int], Any], profile: str) -> None:
         self.graph = graph
         self.params = dict(params)
         self._make_device = make_device
+        self.profile = profile
         self.device = None
         self.program = None
 
@@ -34,9 +39,12 @@ class NpuRunner:
         from .pipeline import lower_graph
         from .program import NpuProgram
 
+        from .profile import get_profile
+
         if self.device is None:
-            self.device = self._make_device()
-        lowered = lower_graph(self.graph, self.params, example_inputs=example_inputs)
+            self.device = self._make_device(get_profile(self.profile).cores)
+        lowered = lower_graph(self.graph, self.params, example_inputs=example_inputs,
+                              profile=self.profile)
         self.program = NpuProgram(lowered, self.device)
         return self.program
 
@@ -54,34 +62,42 @@ class NpuRunner:
         return self.program.report() if self.program is not None else ""
 
 
-def _factory(make_device: Callable[[], Any]):
+def _factory(make_device: Callable[[int], Any], profile: str):
     def factory(graph: Graph, params: Mapping[str, np.ndarray]) -> NpuRunner:
-        return NpuRunner(graph, params, make_device)
+        return NpuRunner(graph, params, make_device, profile)
     return factory
 
 
-def _cores() -> int:
-    from .profile import get_profile
-    return get_profile("rk3588").cores
-
-
-def _sim():
+def _sim(cores: int):
     from ..runtime import SimDevice
-    return SimDevice(cores=_cores(), strict=True)
+    return SimDevice(cores=cores, strict=True)
 
 
-def _null():
+def _null(cores: int):
     from ..runtime import NullDevice
-    return NullDevice(cores=_cores())
+    return NullDevice(cores=cores)
 
 
-def _rocket():
+def _rocket(cores: int):
     import os
     from ..runtime import RocketDevice
-    return RocketDevice(fake=os.environ.get("RJ_FAKE_ROCKET") == "1", cores=_cores())
+    return RocketDevice(fake=os.environ.get("RJ_FAKE_ROCKET") == "1", cores=cores)
 
 
-for _name, _mk in (("sim", _sim), ("null", _null), ("rocket", _rocket)):
-    from ..api import BACKENDS as _B
-    if _name not in _B:
-        register_backend(_name)(_factory(_mk))
+DEVICES = {"sim": _sim, "null": _null, "rocket": _rocket}
+
+
+def register_npu_backends(profile: str) -> None:
+    """Register ``sim:PROFILE``, ``null:PROFILE`` and ``rocket:PROFILE`` for a chip profile
+    (``get_profile`` must know it); the bare names are the RK3588's."""
+    from ..api import BACKENDS
+    from .profile import get_profile
+
+    name = get_profile(profile).name
+    for kind, make in DEVICES.items():
+        for key in ((kind, f"{kind}:{name}") if name == "rk3588" else (f"{kind}:{name}",)):
+            if key not in BACKENDS:
+                register_backend(key)(_factory(make, name))
+
+
+register_npu_backends("rk3588")

@@ -32,7 +32,8 @@ from ..layouts import (CubeLayout, WeightLayout, matrix_feature_layout, matrix_o
 from ..profile import ChipProfile
 from ..opprogram import BufferSpec, OpProgram
 from ..regcmd import LoweringError, Reloc, TaskProgram
-from ..tiling import KACC_DPU, KACC_HOST, ConvPlan, ConvShape, plan_conv, round_up
+from ..tiling import (KACC_DPU, KACC_HOST, ConvPlan, ConvShape, field_limit, plan_conv,
+                      round_up)
 from .conv import (ConvTaskGeom, CubeRef, Scratch, TiledTasks, assemble, build_tiled,
                    emit_conv_task, host_partial_sum)
 
@@ -123,9 +124,10 @@ def plan_matmul_tile(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
     if n_pad > profile.cube_dim_limit:
         raise LoweringError(f"matmul N={n} (padded {n_pad}) exceeds the DPU cube channel limit "
                             f"{profile.cube_dim_limit}; tile N")
-    # CNA_DATA_SIZE1.DATAIN_CHANNEL_REAL holds K-1 in 14 bits
-    if k_pad > 1 << 14:
-        raise LoweringError(f"matmul K={k} (padded {k_pad}) exceeds the 16384 input channels "
+    # CNA_DATA_SIZE1.DATAIN_CHANNEL_REAL holds K-1
+    k_max = field_limit("CNA_DATA_SIZE1", "DATAIN_CHANNEL_REAL", profile.encoding) + 1
+    if k_pad > k_max:
+        raise LoweringError(f"matmul K={k} (padded {k_pad}) exceeds the {k_max} input channels "
                             f"one task's channel field holds; tile K")
 
     # CBUF split. A feature row (one M position, all K channels) occupies whole 64-byte
