@@ -183,6 +183,10 @@ class ViewResult:
 
     derive: Callable[[Form], "tuple[Form, int] | None"]  # input form -> (output form, byte
                                                          # offset) or None: not a view
+    # A view over several operands (a channel concat): operand i's channel offset in the
+    # result; ``derive`` widens operand 0's form to the result's, and each other operand must
+    # already be stored as the channel slice of that result at its offset.
+    parts: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -219,6 +223,9 @@ class RuleContext:
     # reciprocal between a host tail and an NPU per-row multiply)
     fresh: Callable[[Any], Value] | None = None
     graph_inputs: tuple[Value, ...] = ()
+    # the value is to be written into a channel slice of a larger cube (a channel concat's
+    # piece, placed by the pipeline): its padding channels would land in the next piece
+    sliced: Callable[[Value], bool] | None = None
 
     def const(self, v: Value) -> np.ndarray | None:
         return self.consts.get(v.id)

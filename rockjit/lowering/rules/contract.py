@@ -167,8 +167,12 @@ def lower_dot_general(ctx: RuleContext) -> RuleResult:
             # N padded to the K atom: the output cube is then the next matmul's A (K%32,
             # cross-op-chaining.md) and a dense run of whole EW chunks, so the element-wise
             # ops that follow keep it in place
+            # ... except for a concat piece, which is written into its channel slice of the
+            # concat's cube: padding it past the N atom would reach into the next piece
+            align = None if ctx.sliced is not None and ctx.sliced(out) else \
+                ctx.profile.input(DType.F16).k_align
             prog = lower(m, k, n, DType.F16, DType.F16, ctx.profile, batch=batch, b=w,
-                         out_channel_align=ctx.profile.input(DType.F16).k_align,
+                         out_channel_align=align,
                          name=f"mm{out.id}")
             emitter = "matmul.lower_matmul"
         else:

@@ -241,6 +241,34 @@ def slice_form(form: Form, start: tuple[int, ...], limit: tuple[int, ...],
     return CubeForm(lay, form.roles, form.strides, shape), off
 
 
+def channel_parent(piece: Form, shape: tuple[int, ...]) -> CubeForm | None:
+    """The cube of ``shape`` whose leading channels are ``piece``'s: the same rows, width,
+    strides and channel atom, more channel groups (a channel concat whose first operand is
+    ``piece``). The other operands' cubes are then channel slices of it (``slice_form``) at
+    offsets of whole channel groups, one surface stride each. None when ``piece`` is not a
+    cube with its channels on the last axis, or when a batch axis steps by whole cubes (an
+    emitter's item stride: the parent's items would be further apart than the piece's)."""
+    shape = tuple(int(n) for n in shape)
+    if not isinstance(piece, CubeForm) or not piece.roles or piece.roles[-1] != "c":
+        return None
+    if len(shape) != len(piece.shape) or shape[:-1] != piece.shape[:-1]:
+        return None
+    lay = piece.layout
+    rows = lay.height * lay.line_stride
+    # a batch folded into H stays inside one surface; one that steps past it would land in
+    # the next piece's channel groups
+    reach = sum((n - 1) * st for r, st, n in zip(piece.roles, piece.strides, piece.shape)
+                if r == "b" and n > 1)
+    if reach + rows > lay.surf_stride:
+        return None
+    try:
+        parent = CubeLayout(lay.height, lay.width, shape[-1], lay.c2, lay.dtype, lay.line_stride,
+                            lay.surf_stride)
+    except Exception:
+        return None
+    return CubeForm(parent, piece.roles, piece.strides, shape)
+
+
 def same_axes(have: CubeForm, want: CubeForm) -> bool:
     """Both forms address the same elements at the same offsets: equal shapes, and equal roles
     (and batch strides) on every axis of extent > 1. A unit axis adds no offset whatever its

@@ -3,6 +3,7 @@ no byte when the operand's storage allows it (rules/forms.py says when). When it
 the partitioner takes the host rule (a strided copy)."""
 from __future__ import annotations
 
+from ...ir.graph import Value
 from ...ir.ops import Op
 from ...ir.types import DType
 from .base import CubeForm, NoNpuForm, RowForm, RuleContext, RuleResult, ViewResult
@@ -64,5 +65,57 @@ def _convert(ctx: RuleContext) -> RuleResult:
     return RuleResult(view=ViewResult(derive))
 
 
+def _concat_offsets(node) -> list[int] | None:
+    """Channel offset of every operand of a concat along the last axis; None for any other
+    axis (the cube holds only its channels in separate surfaces)."""
+    rank = len(node.out.type.shape)
+    if rank == 0 or int(node.attrs["dimension"]) % rank != rank - 1:
+        return None
+    offs, at = [], 0
+    for v in node.inputs:
+        offs.append(at)
+        at += v.type.shape[-1]
+    return offs
+
+
+def _concatenate(ctx: RuleContext) -> RuleResult:
+    """A channel concat is a view when its operands already sit side by side in one cube:
+    operand 0's cube widened to every channel (forms.channel_parent), each other operand a
+    channel slice of it at a whole number of groups. The pipeline places the producers' output
+    cubes that way (concat_slots); whether they landed there is checked on the stored tensors,
+    and if not the host copies the pieces."""
+    node = ctx.node
+    offs = _concat_offsets(node)
+    if offs is None:
+        raise NoNpuForm("a concat off the channel axis moves whole cubes (host copy)")
+    shape = node.out.type.shape
+
+    def derive(f):
+        g = F.channel_parent(f, shape)
+        return None if g is None else (g, 0)
+    return RuleResult(view=ViewResult(derive, parts=tuple(offs)),
+                      note="the pieces are not side by side in one cube (an offset that is not "
+                           "a whole channel group, or a piece made on the host or given as input)")
+
+
+def concat_slots(node, atom: int) -> list[tuple[Value, int]] | None:
+    """(operand, channel offset) for a channel concat whose producers may write straight into
+    the result's cube: every offset a whole number of ``atom``-channel groups, every operand
+    distinct and of the same leading shape, and a float result (the fp16 cube)."""
+    offs = _concat_offsets(node)
+    if offs is None or not node.out.type.dtype.is_float or len(node.inputs) < 2:
+        return None
+    if any(o % atom for o in offs) or len({v.id for v in node.inputs}) != len(node.inputs):
+        return None
+    lead = node.out.type.shape[:-1]
+    if any(v.type.shape[:-1] != lead for v in node.inputs):
+        return None
+    return list(zip(node.inputs, offs))
+
+
 RULES = {Op.RESHAPE: _reshape, Op.TRANSPOSE: _transpose, Op.SLICE: _slice,
-         Op.BROADCAST_IN_DIM: _broadcast, Op.CONVERT: _convert}
+         Op.BROADCAST_IN_DIM: _broadcast, Op.CONVERT: _convert, Op.CONCATENATE: _concatenate}
+
+# Ops whose operands are best produced straight into a slice of the op's result (placement
+# hints the pipeline reads before lowering: node, channel atom -> [(operand, channel offset)]).
+SLICE_PLACEMENTS = {Op.CONCATENATE: concat_slots}
