@@ -16,6 +16,7 @@ class Group(enum.Enum):
     COMPARE = "compare"        # element-wise, two operands -> bool
     SELECT = "select"
     REDUCE = "reduce"
+    WINDOW = "window"          # sliding-window reductions (pooling), like lax.reduce_window
     SHAPE = "shape"            # data movement without arithmetic
     CONVERT = "convert"
     CONTRACT = "contract"      # dot_general, conv
@@ -60,6 +61,13 @@ class Op(enum.Enum):
 
     REDUCE_SUM = ("reduce_sum", Group.REDUCE, ("axes",))
     REDUCE_MAX = ("reduce_max", Group.REDUCE, ("axes",))
+
+    # One window per axis (dilation 1); padding is ((lo, hi), ...) per axis. Padded positions
+    # count as -inf for the max and 0 for the sum, as in lax.reduce_window_{max,sum}.
+    REDUCE_WINDOW_MAX = ("reduce_window_max", Group.WINDOW,
+                         ("window_dimensions", "window_strides", "padding"))
+    REDUCE_WINDOW_SUM = ("reduce_window_sum", Group.WINDOW,
+                         ("window_dimensions", "window_strides", "padding"))
 
     BROADCAST_IN_DIM = ("broadcast_in_dim", Group.SHAPE, ("broadcast_dimensions",))
     RESHAPE = ("reshape", Group.SHAPE, ())

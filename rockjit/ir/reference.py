@@ -135,6 +135,41 @@ def _reduce_max(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorTy
     return _cast(np.max(x.astype(w), axis=tuple(attrs["axes"]), initial=init), t)
 
 
+def _windows(x: np.ndarray, attrs: Mapping[str, Any], fill: Any) -> np.ndarray:
+    """Every window of the padded operand as the trailing axes: [*out, *window]."""
+    pad = [(int(lo), int(hi)) for lo, hi in attrs["padding"]]
+    xp = np.pad(x, pad, constant_values=fill) if pad else x
+    win = tuple(int(w) for w in attrs["window_dimensions"])
+    v = np.lib.stride_tricks.sliding_window_view(xp, win)
+    return v[tuple(slice(None, None, int(s)) for s in attrs["window_strides"])]
+
+
+def _reduce_window_max(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
+                       ) -> np.ndarray:
+    (x,) = ins
+    if x.dtype == np.bool_:
+        fill: Any = False
+    elif x.dtype.kind in "iu":
+        fill = np.iinfo(x.dtype).min
+    else:
+        fill = -np.inf
+    w = _wide(x.dtype)
+    if 0 in t.shape:
+        return np.zeros(t.shape, t.dtype.to_numpy())
+    v = _windows(x.astype(w), attrs, fill)
+    return _cast(v.max(axis=tuple(range(x.ndim, 2 * x.ndim))), t)
+
+
+def _reduce_window_sum(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
+                       ) -> np.ndarray:
+    (x,) = ins
+    acc = _acc_dtype(x.dtype) if x.dtype.kind in "iu" else _wide(x.dtype)
+    if 0 in t.shape:
+        return np.zeros(t.shape, t.dtype.to_numpy())
+    v = _windows(x.astype(acc), attrs, 0)
+    return _cast(v.sum(axis=tuple(range(x.ndim, 2 * x.ndim)), dtype=acc), t)
+
+
 # ---------------------------------------------------------------- shape ops
 
 def _broadcast_in_dim(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
@@ -319,6 +354,8 @@ REFERENCE: dict[Op, RefFn] = {
     Op.SELECT_N: _select_n,
     Op.REDUCE_SUM: _reduce_sum,
     Op.REDUCE_MAX: _reduce_max,
+    Op.REDUCE_WINDOW_MAX: _reduce_window_max,
+    Op.REDUCE_WINDOW_SUM: _reduce_window_sum,
     Op.BROADCAST_IN_DIM: _broadcast_in_dim,
     Op.RESHAPE: _reshape,
     Op.TRANSPOSE: _transpose,

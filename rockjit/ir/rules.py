@@ -194,6 +194,31 @@ def _reduce(op: Op) -> Rule:
     return rule
 
 
+def _reduce_window(op: Op) -> Rule:
+    def rule(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
+             ) -> TensorType:
+        _arity(ins, 1)
+        (t,) = ins
+        window = _ints_attr(attrs, "window_dimensions", t.rank)
+        strides = _ints_attr(attrs, "window_strides", t.rank)
+        padding = attrs["padding"]
+        if (not isinstance(padding, (tuple, list)) or len(padding) != t.rank
+                or not all(isinstance(p, (tuple, list)) and len(p) == 2
+                           and all(_is_int(x) for x in p) for p in padding)):
+            _fail(f"attribute padding must be {t.rank} (lo, hi) integer pairs, got {padding!r}")
+        if any(w < 1 for w in window) or any(s < 1 for s in strides):
+            _fail(f"window_dimensions {list(window)} and window_strides {list(strides)} must "
+                  f"be >= 1")
+        if any(int(x) < 0 for p in padding for x in p):
+            _fail(f"padding {padding!r} must be >= 0")
+        if op is Op.REDUCE_WINDOW_SUM and t.dtype is DType.BOOL:
+            _fail(f"needs a numeric operand, got {t}")
+        shape = tuple(conv_output_size(d, w, s, (int(p[0]), int(p[1])), 1, 1)
+                      for d, w, s, p in zip(t.shape, window, strides, padding))
+        return TensorType(t.dtype, shape)
+    return rule
+
+
 # ---------------------------------------------------------------- shape ops
 
 def _broadcast_in_dim(ins: Sequence[TensorType], attrs: Mapping[str, Any],
@@ -434,6 +459,8 @@ for _op in Op:
         SHAPE_RULES[_op] = _compare
     elif _op.group is Group.REDUCE:
         SHAPE_RULES[_op] = _reduce(_op)
+    elif _op.group is Group.WINDOW:
+        SHAPE_RULES[_op] = _reduce_window(_op)
 _missing = [op.text for op in Op if op not in SHAPE_RULES]
 assert not _missing, f"ops without a shape rule: {_missing}"
 

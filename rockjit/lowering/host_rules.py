@@ -56,7 +56,8 @@ BINARY_CODES: dict[Op, int] = {
     Op.ADD: 1, Op.SUB: 2, Op.MUL: 3, Op.DIV: 4, Op.MAX: 5, Op.MIN: 6, Op.POW: 7,
 }
 COMPARE_CODES: dict[Op, int] = {Op.EQ: 1, Op.NE: 2, Op.LT: 3, Op.LE: 4, Op.GT: 5, Op.GE: 6}
-REDUCE_CODES: dict[Op, int] = {Op.REDUCE_SUM: 1, Op.REDUCE_MAX: 2}
+REDUCE_CODES: dict[Op, int] = {Op.REDUCE_SUM: 1, Op.REDUCE_MAX: 2,
+                               Op.REDUCE_WINDOW_SUM: 1, Op.REDUCE_WINDOW_MAX: 2}
 
 _VIEW = np.dtype([("dtype", "<u4"), ("reserved", "<u4"), ("offset", "<i8"),
                   ("stride", "<i8", (MAX_RANK,))])
@@ -344,6 +345,33 @@ def _reduce(node: Node) -> OpProgram:
     return p.program()
 
 
+def _reduce_window(node: Node) -> OpProgram:
+    """A window reduction as one ``reduce`` over the overlapping view [*out, *window] of the
+    operand (element (o, k) reads x[o * stride + k]); the window axes are reduced. Padded
+    windows would read outside the buffer, so they have no host form here."""
+    from .rules.base import NoNpuForm
+
+    x, out = node.inputs[0].type, node.out.type
+    pad = [tuple(int(p) for p in pr) for pr in node.attrs["padding"]]
+    if any(p != (0, 0) for p in pad):
+        raise NoNpuForm(f"a padded window ({pad}): the host reduce reads unpadded views only; "
+                        f"pad the input with lax.pad first or keep the window in the PPU's "
+                        f"limits (kernel/stride 1..16, padding 0..7 on H, W of N,C,H,W)")
+    if 2 * x.rank > MAX_RANK:
+        raise NoNpuForm(f"a rank-{x.rank} window (the host reduce iterates over at most "
+                        f"{MAX_RANK} axes = {MAX_RANK // 2} window axes)")
+    p = _NodeProgram(node)
+    xs = row_major_strides(x.shape)
+    win = [int(w) for w in node.attrs["window_dimensions"]]
+    st = [int(s) for s in node.attrs["window_strides"]]
+    in_strides = [a * b for a, b in zip(xs, st)] + list(xs)
+    o_strides = list(row_major_strides(out.shape)) + [0] * x.rank
+    mask = sum(1 << (x.rank + d) for d in range(x.rank))
+    p.step("reduce", tuple(out.shape) + tuple(win), HostView("out", out.dtype, 0, o_strides),
+           [HostView("in0", x.dtype, 0, in_strides)], code=REDUCE_CODES[node.op], axis_mask=mask)
+    return p.program()
+
+
 def _take(node: Node) -> OpProgram:
     """Iterate over the output [x.shape[:axis], idx.shape, x.shape[axis+1:]]: the table's
     strides are 0 over the index dims and its gathered-axis stride is a parameter."""
@@ -373,6 +401,8 @@ HOST_RULES: dict[Op, HostRule] = {
     Op.SELECT_N: _select_n,
     Op.REDUCE_SUM: _reduce,
     Op.REDUCE_MAX: _reduce,
+    Op.REDUCE_WINDOW_SUM: _reduce_window,
+    Op.REDUCE_WINDOW_MAX: _reduce_window,
     Op.BROADCAST_IN_DIM: _broadcast_in_dim,
     Op.RESHAPE: _copy_rule,
     Op.TRANSPOSE: _transpose,

@@ -55,6 +55,20 @@ def check(got: np.ndarray, ref: np.ndarray, bound: np.ndarray | float, what: str
             f"{np.broadcast_to(bound, err.shape)[i]:.3g}")
 
 
+def _pool_recip_error(node) -> float:
+    """|r - 1| for the PPU average's scale r = fp16(65536/kw) fp16(65536/kh) 2^-32 kh kw
+    (emitters.pool.recip_words; notes: encodings/ppu-pooling.md)."""
+    from .emitters.pool import recip_words
+
+    win = [int(w) for w in node.attrs["window_dimensions"]]
+    kh, kw = (win[-2], win[-1]) if len(win) >= 2 else (1, win[-1] if win else 1)
+    if kh * kw < 2:
+        return 0.0
+    rw, rh = recip_words(kh, kw)
+    f = np.array([rw, rh], np.uint16).view(np.float16).astype(np.float64)
+    return abs(float(f[0] * f[1]) * 2.0 ** -32 * kh * kw - 1.0)
+
+
 def lut_bound(ref: np.ndarray, table_error: np.ndarray | float) -> np.ndarray:
     """A LUT activation: the table's stated absolute error (``table_error``, from the emitter
     that builds the table, including any intermediate fp16 rounding of a 2-pass form) plus
@@ -254,6 +268,16 @@ def graph_bound(graph, params, inputs, trace: dict | None = None) -> list[np.nda
                 cand = x + b >= np.max(x - b, axis=axes, keepdims=True)
             sy[o] = np.max(np.where(cand, ss[0], 0.0), axis=axes).reshape(z.shape)
             va[o] = np.max(np.where(cand, vs[0], 0.0), axis=axes).reshape(z.shape)
+        elif n.op is Op.REDUCE_WINDOW_MAX:
+            # the PPU's max picks one of its fp16 inputs: exact on them; the result carries
+            # the error of the element it picked, at most the worst in its window
+            sy[o], va[o] = ev(n, [ss[0]]), ev(n, [vs[0]])
+        elif n.op is Op.REDUCE_WINDOW_SUM:
+            # rules.pool: a PPU average (window sum x fp16 reciprocals, rounded to fp16 once)
+            # times the window size (one more fp16 rounding). The reciprocals' quantisation
+            # scales every output by the same factor: a systematic relative error.
+            sy[o] = ev(n, [ss[0]]) + _pool_recip_error(n) * np.abs(z)
+            va[o] = ev(n, [vs[0]]) + 2 * dz
         elif n.op is Op.TAKE:
             # a gather moves rows of the operand: their errors move with them (the indices
             # are integers, exact)

@@ -135,6 +135,20 @@ def _reduce(op: Op) -> Callable[[Ctx], None]:
     return gen
 
 
+def _reduce_window(op: Op) -> Callable[[Ctx], None]:
+    allowed = NUMERIC if op is Op.REDUCE_WINDOW_SUM else ALL_DTYPES
+
+    def gen(c: Ctx) -> None:
+        x = c.pick(lambda t: t.dtype in allowed, types(allowed))
+        r = x.type.rank
+        c.add(op, [x], None, {
+            "window_dimensions": [c.draw(st.integers(1, 3)) for _ in range(r)],
+            "window_strides": [c.draw(st.integers(1, 2)) for _ in range(r)],
+            "padding": [(c.draw(st.integers(0, 2)), c.draw(st.integers(0, 2)))
+                        for _ in range(r)]})
+    return gen
+
+
 def _broadcast(c: Ctx) -> None:
     x = c.pick(lambda t: True, types(ALL_DTYPES))
     out_rank = x.type.rank + c.draw(st.integers(0, 2))
@@ -249,6 +263,8 @@ for _op in Op:
         GEN[_op] = _binary(_op)
     elif _op.group.value == "reduce":
         GEN[_op] = _reduce(_op)
+    elif _op.group.value == "window":
+        GEN[_op] = _reduce_window(_op)
 assert set(GEN) == set(Op)
 
 

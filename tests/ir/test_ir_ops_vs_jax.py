@@ -111,6 +111,39 @@ for dt, shape, axes in [(F32, (3, 4), (1,)), (F32, (3, 4), (0, 1)), (F32, (3, 4)
 TABLE.append(Rec(Op.REDUCE_MAX, (In((3, 4), BOOL),), {"axes": (1,)}))
 TABLE.append(Rec(Op.REDUCE_MAX, (In((3, 4), F32, special=True),), {"axes": (1,)}))
 
+
+def _window(op: Op, x: In, window: tuple[int, ...], strides: tuple[int, ...],
+            padding: tuple[tuple[int, int], ...]) -> Rec:
+    return Rec(op, (x,), {"window_dimensions": window, "window_strides": strides,
+                          "padding": padding})
+
+
+for _wop in (Op.REDUCE_WINDOW_MAX, Op.REDUCE_WINDOW_SUM):
+    TABLE += [
+        _window(_wop, In((1, 2, 8, 8), F32), (1, 1, 3, 3), (1, 1, 2, 2), ((0, 0),) * 4),
+        _window(_wop, In((2, 3, 7, 6), F32), (1, 1, 2, 2), (1, 1, 2, 2),
+                ((0, 0), (0, 0), (1, 0), (0, 1))),
+        _window(_wop, In((1, 4, 9, 9), F16, -2, 2), (1, 1, 3, 3), (1, 1, 1, 1),
+                ((0, 0), (0, 0), (1, 1), (1, 1))),
+        _window(_wop, In((2, 10), BF16, -2, 2), (2, 3), (1, 2), ((0, 1), (2, 0))),
+        _window(_wop, In((5, 6), I32, -9, 9), (2, 2), (1, 3), ((1, 0), (0, 2))),
+        _window(_wop, In((1, 1, 2), F32), (1, 1, 3), (1, 1, 1), ((0, 0),) * 3),  # empty
+    ]
+TABLE.append(_window(Op.REDUCE_WINDOW_MAX, In((1, 1, 6, 6), F32, special=True), (1, 1, 2, 2),
+                     (1, 1, 2, 2), ((0, 0),) * 4))
+
+
+def _lax_window(xs: list[np.ndarray], a: dict, kind: str) -> Any:
+    x = xs[0]
+    if kind == "sum":
+        init, comp = np.zeros((), x.dtype), lax.add
+    elif x.dtype.kind in "iu":
+        init, comp = np.array(np.iinfo(x.dtype).min, x.dtype), lax.max
+    else:
+        init, comp = np.array(-np.inf, x.dtype), lax.max
+    return lax.reduce_window(x, init, comp, a["window_dimensions"], a["window_strides"],
+                             [tuple(p) for p in a["padding"]])
+
 TABLE += [
     Rec(Op.BROADCAST_IN_DIM, (In((3,), F32),), {"broadcast_dimensions": (1,)}, T(F32, 2, 3)),
     Rec(Op.BROADCAST_IN_DIM, (In((1, 3), F16),), {"broadcast_dimensions": (0, 1)}, T(F16, 4, 3)),
@@ -250,6 +283,8 @@ LAX: dict[Op, LaxFn] = {
     Op.SELECT_N: lambda xs, a, t: lax.select_n(*xs),
     Op.REDUCE_SUM: lambda xs, a, t: lax.reduce_sum(xs[0], a["axes"]),
     Op.REDUCE_MAX: lambda xs, a, t: lax.reduce_max(xs[0], a["axes"]),
+    Op.REDUCE_WINDOW_MAX: lambda xs, a, t: _lax_window(xs, a, "max"),
+    Op.REDUCE_WINDOW_SUM: lambda xs, a, t: _lax_window(xs, a, "sum"),
     Op.BROADCAST_IN_DIM: lambda xs, a, t: lax.broadcast_in_dim(xs[0], t.shape,
                                                                a["broadcast_dimensions"]),
     Op.RESHAPE: lambda xs, a, t: lax.reshape(xs[0], t.shape),
@@ -314,7 +349,7 @@ GRAPH_OF: dict[Op, Callable[[Rec, list[np.ndarray]], tuple[Any, list[np.ndarray]
 # the narrow type while the reference uses f32, so allow a few ulps per term there.
 _TOL = {DType.F32: (2e-6, 2e-6), DType.F16: (1e-3, 1e-3), DType.BF16: (8e-3, 8e-3)}
 _SUM_TOL = {DType.F32: (1e-5, 1e-5), DType.F16: (4e-3, 2e-2), DType.BF16: (3e-2, 6e-2)}
-_SUM_OPS = {Op.REDUCE_SUM, Op.DOT_GENERAL, Op.CONV}
+_SUM_OPS = {Op.REDUCE_SUM, Op.REDUCE_WINDOW_SUM, Op.DOT_GENERAL, Op.CONV}
 
 
 @pytest.mark.parametrize("rec", TABLE, ids=[r.id() for r in TABLE])

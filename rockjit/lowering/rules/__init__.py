@@ -10,10 +10,10 @@ from __future__ import annotations
 from ...ir.ops import Op
 from .base import (Calibration, CubeForm, NoNpuForm, OpCall, RowForm, Rule, RuleContext,
                    RuleResult, Tensor, Use, ViewResult)
-from . import contract, conv, eltwise, reduce, shape
+from . import contract, conv, eltwise, pool, reduce, shape
 
 LOWER_RULES: dict[Op, Rule] = {}
-for _m in (contract, conv, eltwise, reduce, shape):
+for _m in (contract, conv, eltwise, pool, reduce, shape):
     for _op, _rule in _m.RULES.items():
         assert _op not in LOWER_RULES, f"two lowering rules for {_op}"
         LOWER_RULES[_op] = _rule
