@@ -399,11 +399,13 @@ class Lowerer:
 
     # ---------------------------------------------------------------- placing calls
     def _place(self, node: Node, res: RuleResult) -> None:
-        self.group += 1
-        group = self.group
+        # Only a rule's independent calls (``parallel``) share a group, whose steps the
+        # scheduler merges; dependent calls each get their own, so they run in order.
         out_tensors: dict[int, Tensor] = {}
-        for call in res.calls:
-            self._place_call(call, group, f"%{node.out.id} = {node.op.text}", out_tensors)
+        for i, call in enumerate(res.calls):
+            if i == 0 or not res.parallel:
+                self.group += 1
+            self._place_call(call, self.group, f"%{node.out.id} = {node.op.text}", out_tensors)
 
     def _spec_form(self, spec: BufferSpec, use: Use, forced: Form | None) -> Form:
         if forced is not None:
