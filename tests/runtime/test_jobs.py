@@ -146,7 +146,7 @@ def test_three_fds_run_three_jobs_in_parallel(fake):
     took3 = step_time(3)
     assert fake.stats()["max_running"] == 3
     assert took1 >= 0.6, took1
-    assert 0.2 <= took3 < 0.45, took3
+    assert 0.2 <= took3 < 0.5, took3  # serial would be >= 0.6; margin for a loaded CI machine
 
 
 def test_device_refusal_reaches_the_caller_with_task_and_register(make_device, fake):
