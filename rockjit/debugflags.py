@@ -71,3 +71,9 @@ UPDATE_GOLDEN = flag(
     "text files from the current emitters instead of comparing. A deliberate act: commit the diff "
     "with the reason for the change.",
     "0")
+
+FAKE_ROCKET = flag(
+    "RJ_FAKE_ROCKET",
+    "1: backend='rocket' serves /dev/accel/accel0 from the ioctl-level fake backed by the "
+    "simulator (the C runtime reads the same flag; csrc/runtime/envflags.c).",
+    "0")

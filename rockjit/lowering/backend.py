@@ -79,9 +79,9 @@ def _null(cores: int):
 
 
 def _rocket(cores: int):
-    import os
+    from .. import debugflags
     from ..runtime import RocketDevice
-    return RocketDevice(fake=os.environ.get("RJ_FAKE_ROCKET") == "1", cores=cores)
+    return RocketDevice(fake=debugflags.enabled(debugflags.FAKE_ROCKET.name), cores=cores)
 
 
 DEVICES = {"sim": _sim, "null": _null, "rocket": _rocket}
