@@ -297,6 +297,24 @@ typedef struct nd {
     int64_t off[MAXV];
 } nd;
 
+/* Advance the multi-index `idx` over dims top..0 of `it` (the last dim of the range moves
+ * fastest) and move each of the first nv offsets by its view's stride. Returns 0 once every
+ * index has been visited (idx and off are then back at their start). */
+static int nd_next(const nd *it, int top, int nv, int64_t *idx, int64_t *off)
+{
+    for (int d = top; d >= 0; d--) {
+        idx[d]++;
+        for (int v = 0; v < nv; v++)
+            off[v] += it->st[v][d];
+        if (idx[d] < it->shape[d])
+            return 1;
+        for (int v = 0; v < nv; v++)
+            off[v] -= it->st[v][d] * it->shape[d];
+        idx[d] = 0;
+    }
+    return 0;
+}
+
 /* Build an iteration over `rank` dims of `shape` for nv views (strides st[v][d]): size-1 dims
  * are dropped and neighbours that are contiguous in every view are merged. */
 static void nd_build(nd *it, int rank, const int64_t *shape, int nv,
@@ -364,18 +382,7 @@ static int nd_walk(run_ctx *c, const nd *it, row_fn fn)
         int rc = fn(c, off, it->shape[inner], st);
         if (rc)
             return rc;
-        int d = inner - 1;
-        for (; d >= 0; d--) {
-            idx[d]++;
-            for (int v = 0; v < it->nv; v++)
-                off[v] += it->st[v][d];
-            if (idx[d] < it->shape[d])
-                break;
-            for (int v = 0; v < it->nv; v++)
-                off[v] -= it->st[v][d] * it->shape[d];
-            idx[d] = 0;
-        }
-        if (d < 0)
+        if (!nd_next(it, inner - 1, it->nv, idx, off))
             return RJ_OK;
     }
 }
@@ -637,28 +644,17 @@ static void copy_transposed(run_ctx *c, const nd *it)
     uint32_t es = c->es[0];
     int64_t n1 = it->shape[r - 2], n0 = it->shape[r - 1];
     int64_t o1 = it->st[0][r - 2], o0 = it->st[0][r - 1], i1 = it->st[1][r - 2], i0 = it->st[1][r - 1];
-    int64_t idx[RJ_HOST_MAX_RANK] = {0}, off0 = it->off[0], off1 = it->off[1];
+    int64_t idx[RJ_HOST_MAX_RANK] = {0}, off[2] = {it->off[0], it->off[1]};
     for (;;) {
         for (int64_t a = 0; a < n1; a += TILE)
             for (int64_t b = 0; b < n0; b += TILE) {
                 int64_t ae = a + TILE < n1 ? a + TILE : n1, be = b + TILE < n0 ? b + TILE : n0;
                 for (int64_t y = a; y < ae; y++)
                     for (int64_t x = b; x < be; x++)
-                        move_elem(AT(c->base[0], off0 + y * o1 + x * o0, es),
-                                  AT(c->base[1], off1 + y * i1 + x * i0, es), es);
+                        move_elem(AT(c->base[0], off[0] + y * o1 + x * o0, es),
+                                  AT(c->base[1], off[1] + y * i1 + x * i0, es), es);
             }
-        int d = r - 3;
-        for (; d >= 0; d--) {
-            idx[d]++;
-            off0 += it->st[0][d];
-            off1 += it->st[1][d];
-            if (idx[d] < it->shape[d])
-                break;
-            off0 -= it->st[0][d] * it->shape[d];
-            off1 -= it->st[1][d] * it->shape[d];
-            idx[d] = 0;
-        }
-        if (d < 0)
+        if (!nd_next(it, r - 3, 2, idx, off))
             return;
     }
 }
@@ -831,16 +827,7 @@ static int reduce_row_inner(run_ctx *c, const int64_t *off, int64_t n, const int
             int64_t o = off[1] + j * st[1] + in->off[0];
             for (;;) {
                 red_fold(c, o, in->shape[inner], in->st[0][inner], &acc);
-                int d = inner - 1;
-                for (; d >= 0; d--) {
-                    idx[d]++;
-                    o += in->st[0][d];
-                    if (idx[d] < in->shape[d])
-                        break;
-                    o -= in->st[0][d] * in->shape[d];
-                    idx[d] = 0;
-                }
-                if (d < 0)
+                if (!nd_next(in, inner - 1, 1, idx, &o))
                     break;
             }
         }
@@ -895,16 +882,7 @@ static int reduce_row_outer(run_ctx *c, const int64_t *off, int64_t n, const int
                         for (int64_t i = 0; i < m; i++)
                             iacc[i] = a[i] > iacc[i] ? a[i] : iacc[i];
                 }
-                int d = in->rank - 1;
-                for (; d >= 0; d--) {
-                    idx[d]++;
-                    o += in->st[0][d];
-                    if (idx[d] < in->shape[d])
-                        break;
-                    o -= in->st[0][d] * in->shape[d];
-                    idx[d] = 0;
-                }
-                if (d < 0)
+                if (!nd_next(in, in->rank - 1, 1, idx, &o))
                     break;
             }
         }
