@@ -14,73 +14,14 @@ from rockjit.lowering import registers as R
 from rockjit.lowering.opprogram import HostStep, NpuStep, OpProgram
 from rockjit.lowering.profile import get_profile
 
-from lowering_testutil import blob, case_dir, meta, task_words
+from lowering_testutil import (PAGE, SIM_MISSING, Memory, SimRunError, blob, case_dir,  # noqa: F401
+                               meta, task_words)
 
-try:
-    from rockjit._rjc import ffi, lib
-    SIM_MISSING = ""
-except ImportError:  # pragma: no cover - the C core is part of the install
-    ffi = lib = None
-    SIM_MISSING = "the C simulator (rockjit._rjc) is not built; run pip install -e ."
 
 needs_sim = pytest.mark.skipif(bool(SIM_MISSING), reason=SIM_MISSING or "simulator available")
 
 P = get_profile("rk3588")
-PAGE = 4096
 SENTINEL = 0xAA
-
-
-class SimRunError(AssertionError):
-    pass
-
-
-class Memory:
-    """Device buffers at IOVAs from a bump allocator with an unmapped page between them."""
-
-    def __init__(self) -> None:
-        self.bufs: dict[str, tuple[int, np.ndarray]] = {}
-        self._next = 0x01000000
-
-    def add(self, name: str, size: int, data=None, fill: int = 0, iova: int | None = None) -> int:
-        size = -(-max(size, 1) // PAGE) * PAGE
-        buf = np.full(size, fill, np.uint8)
-        if data is not None:
-            raw = np.frombuffer(bytes(data), np.uint8) if not isinstance(data, np.ndarray) \
-                else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-            buf[:raw.size] = raw
-        if iova is not None:
-            self._next = iova
-        addr = self._next
-        self.bufs[name] = (addr, buf)
-        self._next += size + PAGE
-        return addr
-
-    def addresses(self) -> dict[str, int]:
-        return {k: v[0] for k, v in self.bufs.items()}
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.bufs[name][1]
-
-    def run(self, tasks: list[tuple[int, int]], strict: bool = True) -> None:
-        regions = ffi.new("rj_region[]", len(self.bufs))
-        keep = []
-        for r, (iova, buf) in zip(regions, self.bufs.values()):
-            ptr = ffi.from_buffer("uint8_t[]", buf)
-            keep.append(ptr)
-            r.iova, r.size, r.host = iova, buf.size, ptr
-        jt = ffi.new("rj_task[]", len(tasks))
-        for d, (iova, n) in zip(jt, tasks):
-            d.regcmd_iova, d.regcmd_count = iova, n
-        err = ffi.new("rj_err *")
-        simp = ffi.new("rj_sim **")
-        flags = lib.RJ_SIM_STRICT if strict else 0
-        assert lib.rj_sim_create(simp, flags, err) == 0, ffi.string(err.msg).decode()
-        try:
-            rc = lib.rj_sim_run_job(simp[0], regions, len(self.bufs), jt, len(tasks), err)
-            if rc != 0:
-                raise SimRunError(f"simulator refused/failed ({rc}): {ffi.string(err.msg).decode()}")
-        finally:
-            lib.rj_sim_destroy(simp[0])
 
 
 HostImpl = Mapping[str, object]

@@ -9,65 +9,11 @@ from rockjit.lowering.emitters.matmul import MatmulTile, emit_matmul, plan_matmu
 from rockjit.lowering.profile import get_profile
 from rockjit.lowering.regcmd import Reloc, TaskProgram, link
 
-from lowering_testutil import case_dir
+from lowering_testutil import SIM_MISSING, Memory, case_dir
 
-try:
-    from rockjit._rjc import ffi, lib
-    _MISSING = ""
-except ImportError:
-    ffi = lib = None
-    _MISSING = "simulator not built yet"
-
-pytestmark = pytest.mark.skipif(bool(_MISSING), reason=_MISSING or "simulator available")
+pytestmark = pytest.mark.skipif(bool(SIM_MISSING), reason=SIM_MISSING or "simulator available")
 
 P = get_profile("rk3588")
-PAGE = 4096
-
-
-class Memory:
-    """Device buffers at IOVAs from a bump allocator with a guard page between buffers."""
-
-    def __init__(self) -> None:
-        self.bufs: dict[str, tuple[int, np.ndarray]] = {}
-        self._next = 0x01000000
-
-    def add(self, name: str, size: int, data: np.ndarray | bytes | None = None,
-            fill: int = 0) -> int:
-        size = -(-max(size, 1) // PAGE) * PAGE
-        buf = np.full(size, fill, np.uint8)
-        if data is not None:
-            raw = np.frombuffer(bytes(data), np.uint8) if not isinstance(data, np.ndarray) \
-                else data.reshape(-1).view(np.uint8)
-            buf[:raw.size] = raw
-        iova = self._next
-        self.bufs[name] = (iova, buf)
-        self._next += size + PAGE
-        return iova
-
-    def addresses(self) -> dict[str, int]:
-        return {k: v[0] for k, v in self.bufs.items()}
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.bufs[name][1]
-
-    def run(self, tasks: list[tuple[int, int]]) -> None:
-        regions = ffi.new("rj_region[]", len(self.bufs))
-        keep = []
-        for r, (iova, buf) in zip(regions, self.bufs.values()):
-            ptr = ffi.from_buffer("uint8_t[]", buf)
-            keep.append(ptr)
-            r.iova, r.size, r.host = iova, buf.size, ptr
-        jt = ffi.new("rj_task[]", len(tasks))
-        for d, (iova, n) in zip(jt, tasks):
-            d.regcmd_iova, d.regcmd_count = iova, n
-        err = ffi.new("rj_err *")
-        simp = ffi.new("rj_sim **")
-        assert lib.rj_sim_create(simp, lib.RJ_SIM_STRICT, err) == 0, ffi.string(err.msg).decode()
-        try:
-            rc = lib.rj_sim_run_job(simp[0], regions, len(self.bufs), jt, len(tasks), err)
-            assert rc == 0, ffi.string(err.msg).decode()
-        finally:
-            lib.rj_sim_destroy(simp[0])
 
 
 def _run_single(tile: MatmulTile, a: np.ndarray, b: np.ndarray) -> np.ndarray:
