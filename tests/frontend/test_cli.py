@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,6 +88,13 @@ def test_console_script_has_subcommands() -> None:
     assert script is not None, "no `rockjit` on PATH: install the package with pip install -e ."
     r = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "{trace}" in r.stdout  # the subcommand list
+    assert re.search(r"^\s+trace\s", r.stdout, re.M), r.stdout  # the verb list
     r = subprocess.run([script], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "required: command" in r.stderr
+    assert r.returncode == 2 and "required: VERB" in r.stderr
+
+
+def test_python_dash_m_rockjit_is_the_cli() -> None:
+    r = subprocess.run([sys.executable, "-m", "rockjit", "trace", "--help"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "usage: rockjit trace" in r.stdout
