@@ -17,8 +17,10 @@ arena (a mirror at the same offsets: a job's relocations differ only in the BO),
 const buffers its jobs read, uploaded once) and regcmd (its jobs' kicks). Context 0 holds the
 canonical arena: before a step, a host copy brings into each other context exactly the strided
 runs its jobs' DMA reads (regcmd.Access, declared by the emitters); after it, the runs they
-write come back. Op-private scratch (K partials, broadcast cubes) never moves. Every copy is
-a counted host step (``host_copy_steps``, ``host_bytes_copied``).
+write come back. Op-private scratch (DPU K partials, broadcast cubes) never moves; scratch
+that one of the op's host steps writes or reads (an im2col patch cube, host-packed B tiles,
+host-summed K partials) moves like any arena tensor. Every copy is a counted host step
+(``host_copy_steps``, ``host_bytes_copied``).
 
 Stats: ``device_bytes_read/written`` sum every task's declared DMA streams (what the task's
 registers make the hardware move, not whole buffers per job); ``macs`` counts the model's
@@ -249,9 +251,19 @@ class NpuProgram:
         packed = unpacked = dev_read = dev_written = copied = copy_steps = 0
         desc_bufs: list[tuple[int, np.ndarray]] = []
 
+        # scratch a call's host steps touch is shared between context 0 (where every host step
+        # runs) and the call's jobs: the im2col writes the patch cube its matmul jobs read, a
+        # host pack_weight writes the B tiles, a host K sum reads the partials jobs wrote
+        host_touched = {ci: {sl.buffer for st in pc.call.program.steps
+                             if isinstance(st, HostStep) for sl in st.operands.values()}
+                        for ci, pc in enumerate(calls)}
+
         def private(ci: int, name: str) -> bool:
+            """Only the job itself touches it, so it never moves between contexts."""
             sp = self._spec(ci, name)
-            return sp is not None and sp.role in ("scratch", "regcmd", "const")
+            if sp is None or sp.role not in ("scratch", "regcmd", "const"):
+                return False
+            return not (sp.role == "scratch" and name in host_touched[ci])
 
         def ranges(jr, which: str) -> list[tuple[int, int, int, int]]:
             """The arena bytes a job's DMA reads or writes, as (start, pieces, pitch, chunk)
