@@ -448,6 +448,8 @@ class Lowerer:
             if buf.kind == "arena" and need > buf.size:
                 # the emitter reads a padded span past the tensor: give its buffer the room
                 buf.size = need
+            if spec.nbytes > t.written:
+                self._finite_tail(buf, t.offset + t.written, t.offset + spec.nbytes)
             binding[spec.name] = (t.buf, t.offset)
         for spec in prog.buffers:
             if spec.role == "output":
@@ -578,6 +580,33 @@ class Lowerer:
         neighbour groups (the parent's other channels) and an element-wise op's padded span
         are written, so such a tail needs a re-tile instead."""
         return all(e <= start or s >= end for s, e in self.writes.get(buf, ()))
+
+    def _finite_tail(self, buf: Buf, start: int, end: int) -> None:
+        """An emitter reads bytes [start, end) past what the tensor's producer writes (the
+        element-wise flat view's padded span). They are not ignored: the flat view's identity
+        conv sums a flat row's 32 channels, which are atoms one chunk-surface apart, so a tail
+        atom meets real atoms in the MAC and 0 * Inf or NaN (stale bytes: an f32 tensor's bits
+        read as fp16) makes the real outputs NaN. The tail must hold finite values: an arena
+        buffer is zero-filled once and never shared (no other tensor's bytes land there); a
+        constant is padded with zeros. A tail an emitter writes (an element-wise producer's
+        own padded span) holds its padding results, finite when its inputs' tails are."""
+        if self._written(buf.id, start, end):
+            return
+        if buf.kind == "arena":
+            buf.size = max(buf.size, end)
+            buf.pinned = buf.zero = True
+        elif buf.data is not None and buf.data.size < end:
+            buf.data = np.concatenate([buf.data, np.zeros(end - buf.data.size, np.uint8)])
+            buf.size = max(buf.size, end)
+
+    def _written(self, buf: int, start: int, end: int) -> bool:
+        """Emitter write spans of ``buf`` cover [start, end)."""
+        for s, e in sorted(self.writes.get(buf, ())):
+            if s <= start < e:
+                start = e
+            if start >= end:
+                return True
+        return start >= end
 
     def _zero_tail(self, t: Tensor, off: int, have: CubeForm, want: CubeForm) -> None:
         """The reader reads channel groups the writer never writes: they must be zero, so the
