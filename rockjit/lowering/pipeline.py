@@ -825,7 +825,10 @@ class Lowerer:
         steps = []
         specs = [BufferSpec("src", "input", sub.nbytes, dtype="f16", shape=sub.shape, bind=0),
                  BufferSpec("dst", "output", want.nbytes, layout=want.layout, bind=0)]
-        for k, (ix, boff) in enumerate(want.batch_items()):
+        items = self._pack_items(v, want, h, w)
+        if len(items) == 1 and len(want.batch_items()) > 1:
+            h *= len(want.batch_items())    # the batch folded into the cube's rows: one pack
+        for k, (ix, boff) in enumerate(items):
             steps.append(HostStep("pack_cube", {"src": Slice("src", k * item_bytes, item_bytes),
                                                 "dst": Slice("dst", boff, want.layout.nbytes)},
                                   {"height": h, "width": w, "channels": c, "c2": want.layout.c2,
@@ -853,6 +856,28 @@ class Lowerer:
                 self.tensors[v.id].append(Tensor(v.id, full, out.id, 0, want.nbytes))
         self._conv_cache[key] = tmp
         return tmp
+
+    @staticmethod
+    def _pack_items(v: Value, want: CubeForm, h: int, w: int) -> list[tuple[tuple, int]]:
+        """The cubes one pack step each writes. The packer zero-fills its whole layout extent
+        (every channel group's plane) before copying, so items must not share a plane: a
+        batch folded into the cube's rows (items h lines apart in one taller layout, as a
+        batched matmul or element-wise op sees B x T rows) is packed as one cube of all the
+        rows; any other interleaving is refused rather than packed over its neighbours."""
+        items = want.batch_items()
+        lay = want.layout
+        if len(items) == 1:
+            return items
+        offs = sorted(off for _, off in items)
+        if all(b >= a + lay.nbytes for a, b in zip(offs, offs[1:])):
+            return items                          # separate cubes
+        rows = h * lay.line_stride
+        if w == lay.width and len(items) * h <= lay.height and \
+                [off for _, off in items] == [k * rows for k in range(len(items))]:
+            return [((), 0)]
+        raise ConversionError(f"%{v.id}: its cubes interleave in one layout ({want.roles}, "
+                              f"strides {want.strides}) in a way one pack per cube would "
+                              f"overwrite; pack it row-major first")
 
     def _host_transpose(self, v: Value, rows: Tensor, use: Use) -> Tensor:
         """The value with its axes after ``use.index`` permuted, row-major, by the host-op
