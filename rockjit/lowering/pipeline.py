@@ -931,6 +931,13 @@ class Lowerer:
                           {"kernels": n, "channels": k, "kh": 1, "kw": 1,
                            "n_group": lay.n_group, "k_group": lay.k_group, "esize": es})
                  for i in range(items)]
+        # the packer zero-fills its kernels rounded up to n_group; a layout with more kernels
+        # (a matmul's N tile padded further: attention scores over 196 keys use 224) keeps
+        # the rest, which the matmul multiplies into its padding channels. Stale NaN there
+        # reaches real outputs through a later ones-vector row sum (0 * NaN): zero-fill once.
+        if lay.kernels > -(-n // lay.n_group) * lay.n_group or \
+                lay.channels > -(-k // lay.k_group) * lay.k_group:
+            out.pinned = out.zero = True
         self.group += 1
         self.retiles += 1
         call = OpCall(OpProgram(tuple(specs), tuple(steps)), (use,), (use,), f"pack_weight %{v.id}",

@@ -189,3 +189,20 @@ def test_modernbert_small_padded_batch3_rows_of_different_lengths() -> None:
     for b in range(3):
         check_bound(got[b], ref[b], bound[b], f"ModernBERT padded row {b}")
     assert_npu(rep, "exp")
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_attention_over_196_keys_on_a_poisoned_arena(batch: int) -> None:
+    """SigLIP-224's attention (196 keys): K is packed at run time into a weight layout of 224
+    kernels (the matmul's padded N) while the packer writes 208; the 16 kernels past them fed
+    the scores' padding channels, which the softmax's ones-vector row sum multiplies by 0."""
+    rng = np.random.default_rng(320 + batch)
+    q, k, v = (rng.standard_normal((batch, 2, 196, 16)).astype(np.float32) for _ in range(3))
+    p = {"s": np.float32(1.0)}
+
+    def fn(p, q, k, v):
+        return L.dot_product_attention(q * p["s"], k, v, 0.25)
+
+    (got,), (ref,), (bound,) = run_poisoned(fn, p, q, k, v)
+    assert np.isfinite(got).all()
+    check_bound(got, ref, bound, f"attention over 196 keys, batch {batch}, poisoned arena")
