@@ -448,6 +448,8 @@ class Lowerer:
             if buf.kind == "arena" and need > buf.size:
                 # the emitter reads a padded span past the tensor: give its buffer the room
                 buf.size = need
+            if spec.nbytes > t.written:
+                self._finite_tail(buf, t.offset + t.written, t.offset + spec.nbytes)
             binding[spec.name] = (t.buf, t.offset)
         for spec in prog.buffers:
             if spec.role == "output":
@@ -578,6 +580,33 @@ class Lowerer:
         neighbour groups (the parent's other channels) and an element-wise op's padded span
         are written, so such a tail needs a re-tile instead."""
         return all(e <= start or s >= end for s, e in self.writes.get(buf, ()))
+
+    def _finite_tail(self, buf: Buf, start: int, end: int) -> None:
+        """An emitter reads bytes [start, end) past what the tensor's producer writes (the
+        element-wise flat view's padded span). They are not ignored: the flat view's identity
+        conv sums a flat row's 32 channels, which are atoms one chunk-surface apart, so a tail
+        atom meets real atoms in the MAC and 0 * Inf or NaN (stale bytes: an f32 tensor's bits
+        read as fp16) makes the real outputs NaN. The tail must hold finite values: an arena
+        buffer is zero-filled once and never shared (no other tensor's bytes land there); a
+        constant is padded with zeros. A tail an emitter writes (an element-wise producer's
+        own padded span) holds its padding results, finite when its inputs' tails are."""
+        if self._written(buf.id, start, end):
+            return
+        if buf.kind == "arena":
+            buf.size = max(buf.size, end)
+            buf.pinned = buf.zero = True
+        elif buf.data is not None and buf.data.size < end:
+            buf.data = np.concatenate([buf.data, np.zeros(end - buf.data.size, np.uint8)])
+            buf.size = max(buf.size, end)
+
+    def _written(self, buf: int, start: int, end: int) -> bool:
+        """Emitter write spans of ``buf`` cover [start, end)."""
+        for s, e in sorted(self.writes.get(buf, ())):
+            if s <= start < e:
+                start = e
+            if start >= end:
+                return True
+        return start >= end
 
     def _zero_tail(self, t: Tensor, off: int, have: CubeForm, want: CubeForm) -> None:
         """The reader reads channel groups the writer never writes: they must be zero, so the
@@ -796,7 +825,10 @@ class Lowerer:
         steps = []
         specs = [BufferSpec("src", "input", sub.nbytes, dtype="f16", shape=sub.shape, bind=0),
                  BufferSpec("dst", "output", want.nbytes, layout=want.layout, bind=0)]
-        for k, (ix, boff) in enumerate(want.batch_items()):
+        items = self._pack_items(v, want, h, w)
+        if len(items) == 1 and len(want.batch_items()) > 1:
+            h *= len(want.batch_items())    # the batch folded into the cube's rows: one pack
+        for k, (ix, boff) in enumerate(items):
             steps.append(HostStep("pack_cube", {"src": Slice("src", k * item_bytes, item_bytes),
                                                 "dst": Slice("dst", boff, want.layout.nbytes)},
                                   {"height": h, "width": w, "channels": c, "c2": want.layout.c2,
@@ -824,6 +856,28 @@ class Lowerer:
                 self.tensors[v.id].append(Tensor(v.id, full, out.id, 0, want.nbytes))
         self._conv_cache[key] = tmp
         return tmp
+
+    @staticmethod
+    def _pack_items(v: Value, want: CubeForm, h: int, w: int) -> list[tuple[tuple, int]]:
+        """The cubes one pack step each writes. The packer zero-fills its whole layout extent
+        (every channel group's plane) before copying, so items must not share a plane: a
+        batch folded into the cube's rows (items h lines apart in one taller layout, as a
+        batched matmul or element-wise op sees B x T rows) is packed as one cube of all the
+        rows; any other interleaving is refused rather than packed over its neighbours."""
+        items = want.batch_items()
+        lay = want.layout
+        if len(items) == 1:
+            return items
+        offs = sorted(off for _, off in items)
+        if all(b >= a + lay.nbytes for a, b in zip(offs, offs[1:])):
+            return items                          # separate cubes
+        rows = h * lay.line_stride
+        if w == lay.width and len(items) * h <= lay.height and \
+                [off for _, off in items] == [k * rows for k in range(len(items))]:
+            return [((), 0)]
+        raise ConversionError(f"%{v.id}: its cubes interleave in one layout ({want.roles}, "
+                              f"strides {want.strides}) in a way one pack per cube would "
+                              f"overwrite; pack it row-major first")
 
     def _host_transpose(self, v: Value, rows: Tensor, use: Use) -> Tensor:
         """The value with its axes after ``use.index`` permuted, row-major, by the host-op
@@ -877,6 +931,13 @@ class Lowerer:
                           {"kernels": n, "channels": k, "kh": 1, "kw": 1,
                            "n_group": lay.n_group, "k_group": lay.k_group, "esize": es})
                  for i in range(items)]
+        # the packer zero-fills its kernels rounded up to n_group; a layout with more kernels
+        # (a matmul's N tile padded further: attention scores over 196 keys use 224) keeps
+        # the rest, which the matmul multiplies into its padding channels. Stale NaN there
+        # reaches real outputs through a later ones-vector row sum (0 * NaN): zero-fill once.
+        if lay.kernels > -(-n // lay.n_group) * lay.n_group or \
+                lay.channels > -(-k // lay.k_group) * lay.k_group:
+            out.pinned = out.zero = True
         self.group += 1
         self.retiles += 1
         call = OpCall(OpProgram(tuple(specs), tuple(steps)), (use,), (use,), f"pack_weight %{v.id}",

@@ -251,19 +251,30 @@ class NpuProgram:
         packed = unpacked = dev_read = dev_written = copied = copy_steps = 0
         desc_bufs: list[tuple[int, np.ndarray]] = []
 
-        # scratch a call's host steps touch is shared between context 0 (where every host step
-        # runs) and the call's jobs: the im2col writes the patch cube its matmul jobs read, a
-        # host pack_weight writes the B tiles, a host K sum reads the partials jobs wrote
-        host_touched = {ci: {sl.buffer for st in pc.call.program.steps
-                             if isinstance(st, HostStep) for sl in st.operands.values()}
-                        for ci, pc in enumerate(calls)}
+        # A call's scratch is private to one context only when everything that touches it runs
+        # there. Host steps run in context 0, so scratch a host step fills (the im2col cube of
+        # a patchify, the packed B of a run-time matmul) or reads (K partials) and a job on
+        # another core also touches is moved like any other tensor.
+        touched: dict[tuple[int, str], set[int]] = {}
+        for st in self.steps:
+            if st.kind == "npu":
+                for jr in st.jobs:
+                    for kick in jr.job.kicks:
+                        for a in kick.reads + kick.writes:
+                            touched.setdefault((jr.call, a.buffer), set()).add(jr.core)
+            else:
+                ci, hs = st.host
+                for sl in hs.operands.values():
+                    touched.setdefault((ci, sl.buffer), set()).add(0)
 
         def private(ci: int, name: str) -> bool:
             """Only the job itself touches it, so it never moves between contexts."""
             sp = self._spec(ci, name)
-            if sp is None or sp.role not in ("scratch", "regcmd", "const"):
+            if sp is None:
                 return False
-            return not (sp.role == "scratch" and name in host_touched[ci])
+            if sp.role == "scratch":
+                return len(touched.get((ci, name), ())) <= 1
+            return sp.role in ("regcmd", "const")
 
         def ranges(jr, which: str) -> list[tuple[int, int, int, int]]:
             """The arena bytes a job's DMA reads or writes, as (start, pieces, pitch, chunk)

@@ -743,7 +743,10 @@ def lower_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
     bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
             BufferSpec("s", "input", s_lay.nbytes, layout=s_lay, bind=1),
             BufferSpec("out", "output", span, layout=layout, bind=0),
-            BufferSpec("bcast", "scratch", max(bcast_bytes, span)),
+            # the EW pass reads bcast over x's padded span; past bcast_bytes no task writes
+            # it, and the flat view's identity conv would mix stale non-finite bytes there
+            # into real outputs (0 * NaN): zero-filled once
+            BufferSpec("bcast", "scratch", max(bcast_bytes, span), zero=span > bcast_bytes),
             BufferSpec("ones", "const", ones_packed.size, data=ones_packed),
             weights_buffer(op, profile)]
     return npu_program(bufs, [tasks, ew], profile, ("x", "s", "ones", "weights"), ("out",),

@@ -1,0 +1,208 @@
+"""Batches above 1 on the strict simulator, each against JAX on CPU under tolerance.graph_bound
+(issue 13): the smallest graphs that were wrong at batch > 1, and batched variants of the
+encoder paths.
+
+Three bugs, none visible at batch 1:
+
+* multicore scratch (program.py): the patchify conv's im2col cube is op scratch filled by a
+  host step (context 0); the matmul job of image 1 runs on core 1 and read that core's mirror,
+  which nothing had copied: every image but the first came out 0.
+* element-wise padded spans (pipeline.py, eltwise.py): the flat view reads past the bytes its
+  producer writes, and its identity conv sums each flat row's 32 channels, so a stale NaN in
+  that tail (or in the row broadcast's unwritten scratch tail) turned real outputs to NaN.
+  Whether the stale bytes were NaN depended on the arena plan, which the batch changed; the
+  poisoned-arena runs below fill every byte nothing declares zero with fp16 NaN.
+* a batch folded into one cube's rows (pipeline.py): packed one item at a time, each item's
+  zero fill of the layout wiped the earlier items' lines (ModernBERT b3 T=128: cosine 0.53).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import rockjit
+from graphs_testutil import assert_npu, check_bound, run_sim
+from models import layers as L
+from rockjit.lowering import tolerance as T
+
+
+def run_poisoned(fn, params, *xs):
+    """Compile and run ``fn`` on the simulator, then run it again after filling every arena
+    byte of every core's context with 0xFF (fp16 NaN), except the buffers the plan declares
+    zero-filled. Returns (second result, JAX result, bound). Bytes a program reads before it
+    writes them, that no plan guarantees, show up as NaN."""
+    f = rockjit.compile(fn, resident_argnums=0, backend="sim")
+    f(params, *xs)
+    c = f.compiled(params, *xs)
+    prog = c._runner.program
+    poison = np.full(prog.arena_bytes, 0xFF, np.uint8)
+    for arena, _, _ in prog.context_bos.values():
+        prog.program.write(arena, poison)
+        for b in prog.lowered.bufs:
+            if b.kind == "arena" and b.zero:
+                prog.program.write(arena, np.zeros(b.size, np.uint8), prog.plan.offsets[b.id])
+    got = f(params, *xs)
+    assert c._runner.program is prog          # the same program ran on the poisoned arena
+    ref = fn(params, *xs)
+    bounds = T.graph_bound(c.graph, c.params, list(xs))
+    if not isinstance(ref, (tuple, list)):
+        got, ref = [got], [ref]
+    refs = [np.asarray(r, np.float64) for r in ref]
+    return ([np.asarray(g, np.float64) for g in got], refs,
+            [b + 2.0 ** -23 * np.abs(r) for b, r in zip(bounds, refs)])
+
+
+# ---------------------------------------------------------------------------------------------
+# patchify conv: one matmul job per image, dealt over the cores
+# ---------------------------------------------------------------------------------------------
+
+def _patchify(p, x):
+    return lax.conv_general_dilated(x, p["w"], (16, 16), "VALID",
+                                    dimension_numbers=("NCHW", "OIHW", "NCHW"))
+
+
+@pytest.mark.parametrize("batch", [2, 3, 4])
+def test_patchify_conv_batched_over_the_cores(batch: int) -> None:
+    rng = np.random.default_rng(100 + batch)
+    p = {"w": (rng.standard_normal((64, 3, 16, 16)) / 28).astype(np.float32)}
+    x = rng.standard_normal((batch, 3, 32, 32)).astype(np.float32)
+    got, ref, bound, st, rep = run_sim(_patchify, p, x)
+    conv = [l for l in rep.splitlines() if "= conv" in l]
+    assert len(conv) == 1 and "im2col + matmul" in conv[0], rep
+    assert st["cores_used"] >= 2 and st["jobs_core1"] >= 1, st
+    for b in range(batch):
+        check_bound(got[b], ref[b], bound[b], f"patchify, image {b} of {batch}")
+
+
+# ---------------------------------------------------------------------------------------------
+# a batch folded into one cube's rows
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("batch,seq", [(2, 128), (3, 64), (3, 128), (4, 128)])
+def test_channel_scale_of_a_batch_folded_into_rows(batch: int, seq: int) -> None:
+    """x * g (a per-channel weight) on [B, T, C] from the host: the B x T rows are one cube."""
+    rng = np.random.default_rng(200 + batch)
+    p = {"g": (1 + 0.1 * rng.standard_normal(64)).astype(np.float32)}
+    x = rng.standard_normal((batch, seq, 64)).astype(np.float32)
+    got, ref, bound, st, rep = run_sim(lambda p, x: x * p["g"], p, x)
+    assert_npu(rep, "mul")
+    for b in range(batch):
+        check_bound(got[b], ref[b], bound[b], f"x * g, batch element {b} of {batch}")
+
+
+def test_layer_norm_of_a_batch_folded_into_rows() -> None:
+    rng = np.random.default_rng(210)
+    p = {"g": (1 + 0.05 * rng.standard_normal(64)).astype(np.float32)}
+    x = rng.standard_normal((3, 128, 64)).astype(np.float32)
+    got, ref, bound, st, rep = run_sim(lambda p, x: L.layer_norm(x, p["g"], None, 1e-5), p, x)
+    for b in range(3):
+        check_bound(got[b], ref[b], bound[b], f"LayerNorm, batch element {b} of 3")
+
+
+# ---------------------------------------------------------------------------------------------
+# element-wise padded spans on a poisoned arena
+# ---------------------------------------------------------------------------------------------
+
+D_, H_ = 64, 4
+
+
+def _head_params(rng: np.random.Generator) -> dict:
+    p = {k: (rng.standard_normal((D_, D_)) / 8).astype(np.float32) for k in ("wq", "wk", "wv", "wo")}
+    p.update({"b" + k: (rng.standard_normal(D_) * 0.1).astype(np.float32) for k in "qkvo"})
+    p["probe"] = rng.standard_normal((1, 1, D_)).astype(np.float32)
+    p["g"] = (1 + 0.05 * rng.standard_normal(D_)).astype(np.float32)
+    p["b"] = (0.1 * rng.standard_normal(D_)).astype(np.float32)
+    return p
+
+
+def _pool_then_norm(p, x):
+    """SigLIP's head up to its LayerNorm: one probe query attends over the tokens, then
+    LayerNorm: matmuls of fewer than 4 rows whose cubes are shorter than the element-wise
+    flat view's span, and a per-row scale whose broadcast cube is shorter too."""
+    probe = jnp.broadcast_to(p["probe"], (x.shape[0], 1, D_))
+    h = L.multi_head_attention(probe, x, p["wq"], p["bq"], p["wk"], p["bk"], p["wv"], p["bv"],
+                               p["wo"], p["bo"], H_)
+    return L.layer_norm(h, p["g"], p["b"], 1e-6)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 4])
+def test_short_cubes_on_a_poisoned_arena(batch: int) -> None:
+    rng = np.random.default_rng(300 + batch)
+    p = _head_params(rng)
+    x = rng.standard_normal((batch, 4, D_)).astype(np.float32)
+    (got,), (ref,), (bound,) = run_poisoned(_pool_then_norm, p, x)
+    assert np.isfinite(got).all()
+    check_bound(got, ref, bound, f"attention pooling + LayerNorm, batch {batch}, poisoned arena")
+
+
+@pytest.mark.parametrize("batch", [2, 3])
+def test_patchify_then_pooling_head_on_a_poisoned_arena(batch: int) -> None:
+    """The graph that gave SigLIP's pooled output NaN at batch 2: patch embedding, then the
+    pooling head, on an arena whose unplanned bytes are NaN."""
+    rng = np.random.default_rng(310 + batch)
+    p = _head_params(rng)
+    p["w"] = (rng.standard_normal((D_, 3, 16, 16)) / 28).astype(np.float32)
+    p["pos"] = rng.standard_normal((4, D_)).astype(np.float32)
+
+    def fn(p, x):
+        e = _patchify(p, x)
+        e = jnp.transpose(e.reshape(x.shape[0], D_, 4), (0, 2, 1)) + p["pos"]
+        return _pool_then_norm(p, e)[:, 0]
+
+    x = rng.standard_normal((batch, 3, 32, 32)).astype(np.float32)
+    (got,), (ref,), (bound,) = run_poisoned(fn, p, x)
+    assert np.isfinite(got).all()
+    check_bound(got, ref, bound, f"patchify + pooling head, batch {batch}, poisoned arena")
+
+
+# ---------------------------------------------------------------------------------------------
+# batched encoder paths
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_modernbert_small_padded_batch3_rows_of_different_lengths() -> None:
+    """ModernBERT at a small config, three rows of 64 / 40 / 13 tokens under one pad mask
+    (global and local layers): every position within the graph's bound, each row on its own."""
+    from models import modernbert
+
+    cfg = modernbert.ModernBertConfig(vocab_size=101, hidden_size=64, intermediate_size=96,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      local_attention=16)
+    rng = np.random.default_rng(400)
+    params = {}
+    for k, shape in modernbert.expected_shapes(cfg).items():
+        if k.endswith("norm.weight"):
+            params[k] = (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
+        else:
+            fan_in = shape[1] if len(shape) > 1 else shape[0]
+            params[k] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+    ids = rng.integers(0, cfg.vocab_size, (3, 64)).astype(np.int32)
+    mask = np.zeros((3, 64), np.int32)
+    for b, n in enumerate((64, 40, 13)):
+        mask[b, :n] = 1
+    fn = lambda p, i, m: modernbert.forward(p, i, m, config=cfg)  # noqa: E731
+    got, ref, bound, st, rep = run_sim(fn, params, ids, mask)
+    assert np.isfinite(got).all()
+    for b in range(3):
+        check_bound(got[b], ref[b], bound[b], f"ModernBERT padded row {b}")
+    assert_npu(rep, "exp")
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_attention_over_196_keys_on_a_poisoned_arena(batch: int) -> None:
+    """SigLIP-224's attention (196 keys): K is packed at run time into a weight layout of 224
+    kernels (the matmul's padded N) while the packer writes 208; the 16 kernels past them fed
+    the scores' padding channels, which the softmax's ones-vector row sum multiplies by 0."""
+    rng = np.random.default_rng(320 + batch)
+    q, k, v = (rng.standard_normal((batch, 2, 196, 16)).astype(np.float32) for _ in range(3))
+    p = {"s": np.float32(1.0)}
+
+    def fn(p, q, k, v):
+        return L.dot_product_attention(q * p["s"], k, v, 0.25)
+
+    (got,), (ref,), (bound,) = run_poisoned(fn, p, q, k, v)
+    assert np.isfinite(got).all()
+    check_bound(got, ref, bound, f"attention over 196 keys, batch {batch}, poisoned arena")
