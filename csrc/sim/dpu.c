@@ -540,25 +540,76 @@ static void run_free(dpu_run *r)
     free(r->vi);
 }
 
-/* QUIRK 1/2 checks for one LUT lookup (strict mode). */
-static int lut_hazards(rj_sim_task *t, const out_cvt *cvt, uint64_t e, float x_in, const rj_lut_hit *hit)
+/* What a lookup's quirks do to its output in faithful mode (lut_hazards). */
+enum { LUT_QUIRK_NONE = 0, LUT_QUIRK2_SPIKE = 1, LUT_QUIRK4_DECODE = 2 };
+
+/* QUIRK 2's band in faithful mode: the ELU/SELU probe of the notes (dpu-lut-activation.md,
+ * "Affected kinds": 97 of 4001 inputs spiked on [-0.02, 0.02] at step 1e-5, i.e. |x| <~ 4.85e-4)
+ * ran at BN_MUL = 1024 (rocket-userspace: the symmetric shifted table over [-8, 8], scale
+ * 16384/16), which is |x * BN_MUL| < ~0.5 index units: the pre-bias product rounding to index 0.
+ * Expressing the band in index units is an inference from that one measurement. */
+#define QUIRK2_BAND_INDEX 0.5f
+/* The spike's size: "a discrete garbage spike (+128)" (LeakyReLU scan) and "~64-128" (probe);
+ * +128 is reproduced (the one value the notes give exactly). */
+#define QUIRK2_SPIKE 128.0f
+/* QUIRK 4's decode: "it emits a constant ~4.0, not 0" (dpu-lut-activation.md "QUIRK 4"). */
+#define QUIRK4_VALUE 4.0f
+
+/* QUIRK 1/2/4 for one LUT lookup. Strict mode refuses; faithful mode (RJ_SIM_FAITHFUL) reproduces
+ * the quirks that have a documented effect (2 and 4) and returns which one in *quirk. `x_in` is
+ * the value entering the BN stage, `pre_bias` the BN-MUL product before the BN ALU, `biased` says
+ * the BN ALU moves the index (a nonzero bias). */
+static int lut_hazards(rj_sim_task *t, const out_cvt *cvt, uint64_t e, float x_in, float pre_bias,
+                       int biased, const rj_lut_hit *hit, int *quirk)
 {
+    const int faithful = (t->sim->flags & RJ_SIM_FAITHFUL) != 0;
+    *quirk = LUT_QUIRK_NONE;
     /* QUIRK 2: with a signed output decode (OUT_CVT_OFFSET < 0) an input within ~0.0015 of 0
-     * makes the LE/LO mux emit a discrete spike (notes: dpu-lut-activation.md, "QUIRK 2 -- the
-     * x~0 LE/LO boundary spike", "Which kinds spike: signed-output only"). */
-    if (cvt->affine && cvt->offset < 0 && fabsf(x_in) <= 0.0015f)
-        return rj_sim_hazard(t, "DPU_LUT_CFG", "QUIRK 2 (x~0 mux spike)",
-                             "element %llu enters the LUT with x = %g, within ~0.0015 of 0, and the output "
-                             "decode is signed (DPU_OUT_CVT_OFFSET = %d); the hardware emits a garbage "
-                             "spike there. Use a non-negative offset framing or repair the band on the "
-                             "host (notes: encodings/dpu-lut-activation.md)",
-                             (unsigned long long)e, (double)x_in, cvt->offset);
+     * emits a discrete spike; unsigned decodes are clean even where x straddles 0 (notes:
+     * dpu-lut-activation.md, "QUIRK 2", "Affected kinds", both the natural LE/LO split and the
+     * symmetric shifted table of ELU/SELU). It follows x = 0, not a table index ("re-mapping x=0
+     * to a different index moves the spike"), so it is tested on the value before the bias.
+     * Conflicting evidence, noted: rocket-userspace's shifted tanh (BN_ALU 8192) records 0 spikes;
+     * the notes' later probe table is followed. */
+    if (cvt->affine && cvt->offset < 0) {
+        if (faithful) {
+            if (fabsf(pre_bias) < QUIRK2_BAND_INDEX)
+                *quirk = LUT_QUIRK2_SPIKE;
+        } else if (strict(t) && fabsf(x_in) <= 0.0015f) {
+            return rj_sim_hazard(t, "DPU_LUT_CFG", "QUIRK 2 (x~0 mux spike)",
+                                 "element %llu enters the LUT with x = %g, within ~0.0015 of 0, and the output "
+                                 "decode is signed (DPU_OUT_CVT_OFFSET = %d); the hardware emits a garbage "
+                                 "spike there. Use a non-negative offset framing or repair the band on the "
+                                 "host; a foreign program that tolerates it runs with RJ_SIM_FAITHFUL=1 "
+                                 "(notes: encodings/dpu-lut-activation.md)",
+                                 (unsigned long long)e, (double)x_in, cvt->offset);
+        }
+    }
+    /* QUIRK 4: a table entry of exactly 0 decodes as ~4.0. The hardware evidence is the shifted
+     * single-table arrangement (BN-ALU-biased index): EXP over [-16, 0] reads ~4 wherever its
+     * entries quantise to q = 0 (notes: dpu-lut-activation.md "QUIRK 4"; seed 000 "EXP").
+     * Unbiased hybrid tables with read zero entries run correctly on silicon (HardSigmoid's
+     * and the GELU gate's LE tails, LeakyReLU's LE[0]: notes "The geometry constants", "GELU",
+     * "Mitigation"), so only a read of a q = 0 entry through a biased index is the quirk. */
+    if (biased && hit->zero_read) {
+        if (faithful)
+            *quirk = LUT_QUIRK4_DECODE;
+        else if (strict(t))
+            return rj_sim_hazard(t, "DPU_LUT_ACCESS_DATA", "QUIRK 4 (q=0 LUT entry)",
+                                 "element %llu reads %s entry %d or %d, which is exactly 0, through a "
+                                 "BN-ALU-biased index (the shifted single-table arrangement); the hardware "
+                                 "decodes it as ~4.0. Floor every entry to q >= 1; a foreign program runs "
+                                 "with RJ_SIM_FAITHFUL=1 (notes: encodings/dpu-lut-activation.md)",
+                                 (unsigned long long)e, hit->table == RJ_LUT_LE ? "LE" : "LO",
+                                 (int)hit->seg, (int)hit->seg + 1);
+    }
     /* QUIRK 1: an exactly-flat in-table run mis-toggles the mux (notes: dpu-lut-activation.md,
      * "in flat / asymptotic regions ... a config-independent garbage spike"). The notes give no
      * threshold; a run of >= 64 identical entries (1/8 of a table) at a value other than the
      * Q0.15 rails 1 and 32767 (where quantised smooth tails such as tanh's saturate) counts as
-     * flat here -- a heuristic, not a documented bound. */
-    if (hit->region == 0) {
+     * flat here -- a heuristic, not a documented bound. Its output is not documented, so it is
+     * refused in strict mode even when faithful. */
+    if (strict(t) && hit->region == 0) {
         int16_t v;
         uint32_t run = rj_sim_lut_flat_run(t->sim, hit->table, hit->seg, &v);
         if (run >= 64 && v != 1 && v != 32767)
@@ -575,7 +626,10 @@ static int lut_hazards(rj_sim_task *t, const out_cvt *cvt, uint64_t e, float x_i
 static int run_float(rj_sim_task *t, dpu_run *r, uint64_t n, const out_cvt *cvt)
 {
     const int lut = r->ew.active && r->ew.lut;
-    const int check = lut && strict(t);
+    const int check = lut && (strict(t) || (t->sim->flags & RJ_SIM_FAITHFUL));
+    /* The BN ALU moves the table index (the shifted arrangement) unless it adds exactly 0
+     * (conformance 05's -0.0 word). */
+    const int biased = r->bn.active && r->bn.alu && (r->bn.alu_algo != 2 || r->bn.alu_f != 0.0f);
     if (!r->bs.active && !r->bn.active && !lut && !cvt->affine) {
         /* Only the EW operand op and/or ReLU (the K-accumulation partial add): the loop below
          * reduced to its live steps, one flat pass each, the same operations per element. */
@@ -608,21 +662,19 @@ static int run_float(rj_sim_task *t, dpu_run *r, uint64_t n, const out_cvt *cvt)
                 x = fmaxf(x, 0.0f);
         }
         const float x_in = x; /* the value the activation sees before its index scaling */
-        float mux = x;
-        int have_mux = 0;
+        float pre_bias = x;
         if (r->bn.active) {
             /* MUL then ALU (notes: dpu-lut-activation.md, "BN-ALU bias works in the index
-             * domain"); the LUT mux keeps the pre-ALU value ("the mux selects on sign(x)"). */
+             * domain"). */
             if (r->bn.mul)
                 x *= r->bn.mul_f;
-            if (r->bn.alu) {
-                mux = x;
-                have_mux = 1;
+            pre_bias = x;
+            if (r->bn.alu)
                 x = alu_f(r->bn.alu_algo, x, r->bn.alu_f);
-            }
             if (r->bn.relu)
                 x = fmaxf(x, 0.0f);
         }
+        int quirk = LUT_QUIRK_NONE;
         if (r->ew.active) {
             if (r->ew.op) {
                 const float b = r->ew.operand[e];
@@ -633,12 +685,10 @@ static int run_float(rj_sim_task *t, dpu_run *r, uint64_t n, const out_cvt *cvt)
             if (r->ew.relu)
                 x = fmaxf(x, 0.0f);
             if (lut) {
-                if (!have_mux)
-                    mux = x;
                 rj_lut_hit hit;
-                x = rj_sim_lut_eval(t->sim, x, mux, &hit);
+                x = rj_sim_lut_eval(t->sim, x, &hit);
                 if (check) {
-                    int rc = lut_hazards(t, cvt, e, x_in, &hit);
+                    int rc = lut_hazards(t, cvt, e, x_in, pre_bias, biased, &hit, &quirk);
                     if (rc)
                         return rc;
                 }
@@ -646,6 +696,11 @@ static int run_float(rj_sim_task *t, dpu_run *r, uint64_t n, const out_cvt *cvt)
         }
         if (cvt->affine)
             x = (float)(((double)x + (double)cvt->offset) * ldexp(1.0, -(int)cvt->minus_exp) * (double)cvt->scale);
+        /* faithful mode: what silicon emits for the quirk this lookup met (lut_hazards) */
+        if (quirk == LUT_QUIRK4_DECODE)
+            x = QUIRK4_VALUE;
+        else if (quirk == LUT_QUIRK2_SPIKE)
+            x += QUIRK2_SPIKE;
         r->vf[e] = x;
     }
     return 0;

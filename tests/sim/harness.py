@@ -16,7 +16,11 @@ import numpy as np
 from rockjit._rjc import ffi, lib
 
 REPO = Path(__file__).resolve().parents[2]
-CONFORMANCE = REPO.parent / "shared" / "conformance"
+# next to the checkout (/work/main -> /work/shared); a git worktree one level deeper
+# (/work/wt/NAME) finds the same set one more level up
+CONFORMANCE = next((p for p in (REPO.parent / "shared" / "conformance",
+                                REPO.parent.parent / "shared" / "conformance") if p.is_dir()),
+                   REPO.parent / "shared" / "conformance")
 
 CASE_NAMES = (
     "01_matmul_fp16",
