@@ -605,14 +605,18 @@ static int lut_hazards(rj_sim_task *t, const out_cvt *cvt, uint64_t e, float x_i
     }
     /* QUIRK 1: an exactly-flat in-table run mis-toggles the mux (notes: dpu-lut-activation.md,
      * "in flat / asymptotic regions ... a config-independent garbage spike"). The notes give no
-     * threshold; a run of >= 64 identical entries (1/8 of a table) at a value other than the
-     * Q0.15 rails 1 and 32767 (where quantised smooth tails such as tanh's saturate) counts as
-     * flat here -- a heuristic, not a documented bound. Its output is not documented, so it is
-     * refused in strict mode even when faithful. */
-    if (strict(t) && hit->region == 0) {
+     * threshold; a run of >= 64 identical entries (1/8 of a table) counts as flat here -- a
+     * heuristic, not a documented bound -- except runs at the Q0.15 rails 1 and 32767 (where
+     * quantised smooth tails such as tanh's saturate) and runs of 0 shorter than the whole
+     * table: HardSigmoid's unfloored table (about 270 LE entries of 0 for x <= -3, 32767 for
+     * x >= 3) runs on silicon to max_abs 0.00049 (notes "The geometry constants"), while
+     * LeakyReLU with alpha = 0, a whole LE table of 0, trips the quirk (notes "Mitigation").
+     * A lookup whose outcome QUIRK 4 documents (faithful mode) is not checked again. Its output
+     * is not documented, so it is refused in strict mode even when faithful. */
+    if (strict(t) && hit->region == 0 && *quirk != LUT_QUIRK4_DECODE) {
         int16_t v;
         uint32_t run = rj_sim_lut_flat_run(t->sim, hit->table, hit->seg, &v);
-        if (run >= 64 && v != 1 && v != 32767)
+        if (run >= 64 && v != 1 && v != 32767 && !(v == 0 && run < RJ_LUT_ENTRIES))
             return rj_sim_hazard(t, "DPU_LUT_ACCESS_DATA", "QUIRK 1 (flat LUT run)",
                                  "element %llu lands in a run of %u identical %s entries (value %d); a flat "
                                  "in-table run mis-toggles the LE/LO mux on hardware. Use the 2-pass "

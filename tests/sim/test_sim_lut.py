@@ -252,3 +252,18 @@ def test_lut_without_an_upload_is_refused():
     """Running the LUT on a fresh simulator whose tables were never uploaded is a program error."""
     r = run_case("05", mutate=lambda j, t, w: np.concatenate([w[:2], w[1030:]]))
     assert r.rc == -1 and "no LE table was ever uploaded" in r.msg, r.msg
+
+
+def test_hardsigmoid_unfloored_table_runs():
+    """rocket-userspace's HardSigmoid (build_lut_unit: q clamped to [0, 32767], no floor) on the
+    case-05 geometry: ~270 LE entries of exactly 0 (x <= -3), read, and a run of 32767 (x >= 3).
+    It runs on silicon to max_abs 0.00049 (notes: dpu-lut-activation.md), so neither QUIRK 4
+    (unbiased index) nor QUIRK 1 (a partial zero run) refuses it (issue 12)."""
+    hsig = lambda v: np.clip(v / 6 + 0.5, 0, 1)  # noqa: E731
+    le, lo = tables_from(hsig, 0.0, 1.0, qmin=0)
+    assert (le == 0).sum() > 200
+    r = run_case("05", mutate=lambda j, t, w: with_tables(w, le, lo))
+    assert r.rc == 0, r.msg
+    x = x_in()
+    inside = np.abs(x) * SCALE <= 16384
+    assert np.max(np.abs(y_out(r) - hsig(x))[inside]) <= 2e-3
