@@ -4,8 +4,13 @@ The DPU LUT (notes: encodings/dpu-lut-activation.md) holds two 513-entry tables,
 unsigned Q0.15 values; the BN stage turns x into a table index (index = x * BN_MUL + BN_ALU,
 MUL then ALU, BN_MUL an fp16 operand, BN_ALU an fp32 bias in the index domain), the table is
 linearly interpolated between entries, and the affine OUT_CVT decodes the entry
-(out = (q + OFFSET) * 2^-MINUS_EXP * SCALE). The LE/LO mux picks a table by the sign of
-x * BN_MUL (the value before the BN ALU).
+(out = (q + OFFSET) * 2^-MINUS_EXP * SCALE). Both tables look the *index* up (after the BN ALU
+bias) and DPU_LUT_CFG's NVDLA priorities choose: the table that hits; both underflowing ->
+UFLOW_PRIORITY, both overflowing -> OFLOW_PRIORITY, otherwise HYBRID_PRIORITY (NVDLA cmod
+lookup_lut; csrc/sim/lut.c). Silicon shows it: the shifted single-table programs (the function
+in LO, LE flat and never read, a BN-ALU bias) compute exp over [-16, 0] correctly (seed 000,
+notes "EXP"), which a choice by sign(x) could not. (This module once assumed the notes' "the mux
+selects on sign(x)"; the tables it builds are correct under either reading, see ``shifted``.)
 
 Two geometries, both with a non-negative OUT_CVT offset so no table needs the signed decode
 that spikes near x = 0 (QUIRK 2, "Which kinds spike: signed-output only"):
@@ -17,10 +22,13 @@ that spikes near x = 0 (QUIRK 2, "Which kinds spike: signed-output only"):
   out = q * 2^-15.
 * ``shifted`` -- for any positive function on [lo, hi] (exp, rsqrt, reciprocal): the whole
   domain maps onto the index range [0, 16384] (index = (x - lo) * scale, BN_ALU = -lo * scale,
-  notes "BN-ALU bias works in the index domain"), 512 segments. Because the mux still looks
-  at sign(x) (which the bias cannot move), LE and LO are loaded with the *same* table over the
-  same index range, so whichever the mux picks gives the same value (inference: the notes
-  state the mux rule and that exp over [-16, 0] works standalone, not which table they load).
+  notes "BN-ALU bias works in the index domain"), 512 segments. LE and LO are loaded with the
+  *same* table over the same index range [0, 16384]: inside it both tables hit and
+  HYBRID_PRIORITY = 1 reads LO; below it both underflow and UFLOW_PRIORITY = 0 reads LE[0] (the
+  same value, slope 0); above it both overflow and OFLOW_PRIORITY = 1 reads LO[512]. The
+  arrangement gives the same result whichever table is read, so it was correct under the old
+  sign(x) reading too; rocket-userspace's form (LE over [-16384, 0] flat at LO[0]) would work
+  as well and uploads the same 1026 words.
   q = round(f * 32768 / 2^S) with 2^S >= max f, decoded with MINUS_EXP = 15 - S (or, for
   S > 15, SCALE = 2^(S - 15)).
 
@@ -115,22 +123,33 @@ def _decode_factor(cvt: OutCvt) -> float:
     return 2.0 ** -cvt.minus_exp * cvt.scale
 
 
+def _lookup(idx: np.ndarray, tab, start: int, end: int, slope) -> tuple[np.ndarray, np.ndarray]:
+    """One table's value and region (-1 under, 0 hit, +1 over) for index ``idx``."""
+    e = np.asarray(tab, np.float64)
+    nseg = e.size - 1
+    pos = np.clip((idx - start) / (1 << INDEX_SELECT), 0, nseg)
+    seg = np.minimum(np.floor(pos).astype(np.int64), nseg - 1)
+    v = e[seg] + (e[seg + 1] - e[seg]) * (pos - seg)
+    us, os_, ush, osh = slope
+    v = np.where(idx <= start, e[0] + (idx - start) * us / 2.0 ** ush, v)
+    v = np.where(idx >= end, e[-1] + (idx - end) * os_ / 2.0 ** osh, v)
+    return v, np.where(idx <= start, -1, np.where(idx >= end, 1, 0))
+
+
 def _evaluate(t: LutTable, x: np.ndarray) -> np.ndarray:
-    """The simulator's lookup (csrc/sim/lut.c): fp32 BN stage, mux on sign(x*scale), linear
-    interpolation on the quantised entries, end entries held outside."""
+    """The simulator's lookup (csrc/sim/lut.c): fp32 BN stage, both tables looked up at the
+    biased index, NVDLA's priorities choose, linear interpolation on the quantised entries."""
     scale = np.float32(float(np.float16(np.array(t.bn.mul, np.uint16).view(np.float16))))
     bias = np.array(t.bn.alu[1], np.uint32).view(np.float32) if t.bn.alu else np.float32(0)
-    xs = x.astype(np.float32) * scale
-    idx = (xs + bias).astype(np.float64)
-    use_le = xs < 0
-    out = np.empty_like(idx)
-    for tab, start, end, mask in ((t.lut.le, t.lut.le_start, t.lut.le_end, use_le),
-                                  (t.lut.lo, t.lut.lo_start, t.lut.lo_end, ~use_le)):
-        e = np.asarray(tab, np.float64)
-        pos = np.clip((idx[mask] - start) / (1 << INDEX_SELECT), 0, SEGMENTS)
-        seg = np.minimum(np.floor(pos).astype(np.int64), SEGMENTS - 1)
-        fr = pos - seg
-        out[mask] = e[seg] + (e[seg + 1] - e[seg]) * fr
+    idx = (x.astype(np.float32) * scale + bias).astype(np.float64)
+    vle, rle = _lookup(idx, t.lut.le, t.lut.le_start, t.lut.le_end, t.lut.le_slope)
+    vlo, rlo = _lookup(idx, t.lut.lo, t.lut.lo_start, t.lut.lo_end, t.lut.lo_slope)
+    cfg = t.lut.cfg
+    use_lo = np.where((rle < 0) & (rlo < 0), cfg.get("LUT_UFLOW_PRIORITY", 0),
+                      np.where((rle > 0) & (rlo > 0), cfg.get("LUT_OFLOW_PRIORITY", 0),
+                               np.where((rle == 0) != (rlo == 0), rlo == 0,
+                                        cfg.get("LUT_HYBRID_PRIORITY", 0)))).astype(bool)
+    out = np.where(use_lo, vlo, vle)
     return (out + t.out_cvt.offset) * _decode_factor(t.out_cvt)
 
 
