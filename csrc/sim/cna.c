@@ -77,6 +77,8 @@ struct rj_cbuf_state {
     /* the last accumulator cube (kept for rj_sim_last_acc) and scratch */
     rj_sim_acc acc;
     size_t acc_cap, acc_cap_i;
+    int64_t *wsum_buf;        /* CPEND window sums (acc.wsum points here when in use) */
+    size_t wsum_cap;
     int32_t *col_i;           /* im2col scratch (int8 path; the float path packs directly) */
     size_t col_cap_i;
 
@@ -102,6 +104,7 @@ void rj_sim_cbuf_free(struct rj_cbuf_state *cb)
     free(cb->wt_i);
     free(cb->acc.f);
     free(cb->acc.i);
+    free(cb->wsum_buf);
     free(cb->col_i);
     free(cb->apack);
     free(cb);
@@ -883,6 +886,37 @@ static void gemm_i64_saturating(size_t M, size_t N, size_t Kd, const int32_t *A,
         }
 }
 
+/* CPEND's S: the window sum of the input the CNA feeds, pad taps at the pad value, over every
+ * programmed input channel (direct) or per channel (depthwise). "The border pad counts in that
+ * sum, at the input zero point"; "S sums the window over every programmed input channel"; "the
+ * CNA pads the channel padding with the input zero point too" (notes: depthwise-conv.md). */
+static int window_sums(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb)
+{
+    const size_t M = (size_t)g->OH * g->OW, per = g->depthwise ? g->N : 1u;
+    if (grow((void **)&cb->wsum_buf, &cb->wsum_cap, M * per, sizeof(int64_t)))
+        return oom(t, "CPEND window sums");
+    memset(cb->wsum_buf, 0, M * per * sizeof(int64_t));
+    const int64_t pi = pad_value_i(g);
+    const uint32_t nc = g->depthwise ? g->N : g->C;
+    for (uint32_t oy = 0; oy < g->OH; oy++)
+        for (uint32_t ox = 0; ox < g->OW; ox++) {
+            int64_t *s = cb->wsum_buf + ((size_t)oy * g->OW + ox) * per;
+            for (uint32_t ky = 0; ky < g->KH; ky++) {
+                int64_t iy = src_coord(oy, g->sy, ky, g->dy, g->pad_t, g->H);
+                for (uint32_t kx = 0; kx < g->KW; kx++) {
+                    int64_t ix = src_coord(ox, g->sx, kx, g->dx, g->pad_l, g->W);
+                    const int32_t *x = (iy >= 0 && ix >= 0)
+                        ? cb->feat_i + ((size_t)iy * g->W + (size_t)ix) * g->C : NULL;
+                    for (uint32_t c = 0; c < nc; c++)
+                        s[g->depthwise ? c : 0] += x ? x[c] : pi;
+                }
+            }
+        }
+    cb->acc.wsum = cb->wsum_buf;
+    cb->acc.wsum_per_channel = g->depthwise;
+    return 0;
+}
+
 int rj_sim_conv_run(rj_sim_task *t)
 {
     rj_sim *sim = t->sim;
@@ -914,7 +948,15 @@ int rj_sim_conv_run(rj_sim_task *t)
     acc->height = g.OH;
     acc->channels = g.N;
     acc->is_int = (int)g.is_int;
+    acc->wsum = NULL;
+    acc->wsum_per_channel = 0;
     size_t taps = (size_t)g.KH * g.KW;
+    /* CPEND (DPU_BS_OW_CFG.OD_BYPASS = 0) on the integer path needs the input's window sums. */
+    if (g.is_int && !RJ_GET(rj_sim_reg(sim, RJ_REG_DPU_BS_OW_CFG), DPU_BS_OW_CFG, OD_BYPASS)) {
+        rc = window_sums(t, &g, cb);
+        if (rc)
+            return rc;
+    }
 
     if (g.depthwise) {
         uint64_t t1 = now_ns();

@@ -45,6 +45,21 @@ static int64_t floor_shift(int64_t x, uint32_t s)
     return x >= 0 ? (x >> s) : -(((-x) - 1) >> s) - 1;
 }
 
+/* x / 2^s rounded to nearest; ties to even, or away from zero when `away` (the OUT_CVT tie rule,
+ * notes: encodings/out-cvt-converter.md "The CVT_ROUND tie rule", HW sweep on RK3588). */
+static int64_t round_shift(int64_t x, uint32_t s, int away)
+{
+    if (s == 0)
+        return x;
+    const int neg = x < 0;
+    const uint64_t m = neg ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+    uint64_t q = m >> s;
+    const uint64_t rem = m & ((1ull << s) - 1u), half = 1ull << (s - 1u);
+    if (rem > half || (rem == half && (away || (q & 1u))))
+        q++;
+    return neg ? -(int64_t)q : (int64_t)q;
+}
+
 static int64_t sat(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 /* ---- BS / BN stage configuration -------------------------------------------------------- */
@@ -473,6 +488,8 @@ typedef struct out_cvt {
     int affine;          /* CVT_TYPE = 1 */
     int32_t offset;
     uint32_t scale, shift, minus_exp, fp16_en;
+    int32_t scale_i;     /* integer path: SCALE as a signed 16-bit multiplier */
+    int round_away;      /* integer path: CVT_ROUND = 1, ties away from zero (0: ties to even) */
 } out_cvt;
 
 static int parse_out_cvt(rj_sim_task *t, int int_path, uint32_t out_prec, out_cvt *o)
@@ -487,21 +504,27 @@ static int parse_out_cvt(rj_sim_task *t, int int_path, uint32_t out_prec, out_cv
     o->shift = RJ_GET(sh, DPU_OUT_CVT_SHIFT, OUT_CVT_SHIFT);
     o->minus_exp = RJ_GET(sh, DPU_OUT_CVT_SHIFT, MINUS_EXP);
     o->affine = RJ_GET(sh, DPU_OUT_CVT_SHIFT, CVT_TYPE);
-    if (RJ_GET(sh, DPU_OUT_CVT_SHIFT, CVT_ROUND))
-        return UNSUPP(t, "DPU_OUT_CVT_SHIFT = 0x%x: CVT_ROUND is not modelled", sh);
+    o->round_away = (int)RJ_GET(sh, DPU_OUT_CVT_SHIFT, CVT_ROUND);
+    o->scale_i = (int16_t)(o->scale & 0xffffu);
     if (int_path) {
-        /* Integer path: out = (acc * SCALE) >> SHIFT, SCALE a uint16 multiplier, the shift
-         * arithmetic; minus_exp and cvt_type are no-ops there (notes: out-cvt-converter.md). */
-        if (o->offset != 0)
-            return UNSUPP(t, "DPU_OUT_CVT_OFFSET = %d on the integer path is not modelled: whether it is "
-                          "added or subtracted before the multiply is not settled by the notes "
-                          "(encodings/out-cvt-converter.md)", o->offset);
-        if (o->fp16_en)
-            return UNSUPP(t, "DPU_OUT_CVT_SCALE = 0x%x: FP32TOFP16_EN on the integer path (an fp16 output of "
-                          "the int32 accumulator) is documented as correct only for small single-tile "
-                          "shapes and is not modelled (notes: encodings/out-cvt-converter.md)", sc);
+        /* Integer path (notes: out-cvt-converter.md "Integer convert", HW sweeps
+         * requant_edge_probe / requant_round_probe): out = sat(round((acc * SCALE) >> SHIFT) +
+         * OFFSET), SCALE a signed 16-bit multiplier, the shift rounding to nearest with ties to
+         * even (CVT_ROUND = 0) or away from zero (CVT_ROUND = 1), OFFSET (signed 32) added after
+         * the rounding, saturation last; minus_exp and cvt_type are no-ops here. FP32TOFP16_EN
+         * with an fp16 output narrows that integer to fp16 (out-cvt-converter.md, the fp16 row of
+         * "Output datatype and cube on the int8 datapath"). */
+        if (o->fp16_en != (out_prec == RJ_PREC_FP16))
+            return UNSUPP(t, "DPU_OUT_CVT_SCALE.FP32TOFP16_EN = %u with DPU_DATA_FORMAT.OUT_PRECISION = %u on "
+                          "the integer path: an fp16 output needs FP32TOFP16_EN=1, other outputs 0",
+                          o->fp16_en, out_prec);
+        if (o->shift > 62)
+            return UNSUPP(t, "DPU_OUT_CVT_SHIFT = 0x%x: OUT_CVT_SHIFT = %u past 62 is not modelled", sh, o->shift);
         return 0;
     }
+    if (o->round_away)
+        return UNSUPP(t, "DPU_OUT_CVT_SHIFT = 0x%x: CVT_ROUND on the float path is not modelled (its tie "
+                      "rule is documented for the integer shift only)", sh);
     /* Float path: FP32TOFP16_EN narrows to fp16 exactly when the output precision is fp16. */
     if ((out_prec == RJ_PREC_FP16) != (o->fp16_en != 0))
         return UNSUPP(t, "DPU_OUT_CVT_SCALE.FP32TOFP16_EN = %u with DPU_DATA_FORMAT.OUT_PRECISION = %u: an "
@@ -710,12 +733,20 @@ static int run_float(rj_sim_task *t, dpu_run *r, uint64_t n, const out_cvt *cvt)
     return 0;
 }
 
-static int run_int(rj_sim_task *t, dpu_run *r, uint32_t C, uint64_t n, const out_cvt *cvt, uint32_t out_prec)
+static int run_int(rj_sim_task *t, dpu_run *r, uint32_t C, uint64_t n, const out_cvt *cvt, uint32_t out_prec,
+                   const rj_sim_acc *acc, int32_t ow_op)
 {
-    (void)t;
     for (uint64_t e = 0; e < n; e++) {
         const uint32_t c = (uint32_t)(e % C);
         int64_t x = r->vi[e];
+        /* CPEND (DPU_BS_OW_CFG.OD_BYPASS = 0): + OW_OP (signed 16) x the window sum of the CNA's
+         * input, before the BS stage (notes: depthwise-conv.md "DPU_BS_OW_OP is the CPEND
+         * operand": Sum xp*w + OW_OP*S + A explains every element; TRM names it CPEND). */
+        if (acc && acc->wsum) {
+            const uint64_t p = e / C;
+            if (c < acc->channels)
+                x += (int64_t)ow_op * acc->wsum[acc->wsum_per_channel ? p * acc->channels + c : p];
+        }
         const sdp_stage *st[2] = {&r->bs, &r->bn};
         for (int k = 0; k < 2; k++) {
             const sdp_stage *s = st[k];
@@ -729,14 +760,24 @@ static int run_int(rj_sim_task *t, dpu_run *r, uint32_t C, uint64_t n, const out
             if (s->relu && x < 0)
                 x = 0;
         }
-        /* OUT_CVT integer form (notes: out-cvt-converter.md): (acc * SCALE) >> SHIFT. */
-        x = floor_shift(x * (int64_t)cvt->scale, cvt->shift);
+        /* OUT_CVT integer form (parse_out_cvt): round((x * SCALE) >> SHIFT) + OFFSET. */
+        x = round_shift(x * (int64_t)cvt->scale_i, cvt->shift, cvt->round_away) + (int64_t)cvt->offset;
         switch (out_prec) {
-        /* Saturation to the output type: documented for int4's int16 output (notes:
-         * tile-layouts.md, "int4's int16 output saturates"); for int8/int32 an inference. */
+        /* Saturation to the output type: documented for int8 (out-cvt-converter.md, "saturation
+         * comes after the offset") and int4's int16 output (tile-layouts.md); for int32 an
+         * inference. */
         case RJ_PREC_INT32: x = sat(x, INT32_MIN, INT32_MAX); break;
         case RJ_PREC_INT16: x = sat(x, INT16_MIN, INT16_MAX); break;
         case RJ_PREC_INT8: x = sat(x, INT8_MIN, INT8_MAX); break;
+        case RJ_PREC_FP16:
+            /* fp16 of the integer accumulator: "range-limited |acc| <= 2048" (out-cvt-converter.md);
+             * beyond it silicon's value is not documented. */
+            if (strict(t) && (x > 2048 || x < -2048))
+                return rj_sim_hazard(t, "DPU_DATA_FORMAT", "fp16 output of an integer accumulator",
+                                     "element %llu is %lld after OUT_CVT; the integer path's fp16 writer is "
+                                     "documented only for |value| <= 2048 (notes: "
+                                     "encodings/out-cvt-converter.md)", (unsigned long long)e, (long long)x);
+            break;
         default: break;
         }
         r->vi[e] = x;
@@ -798,6 +839,7 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
     const uint32_t proc = RJ_GET(fmt, DPU_DATA_FORMAT, PROC_PRECISION);
     const uint32_t out_prec = RJ_GET(fmt, DPU_DATA_FORMAT, OUT_PRECISION);
     const int int_path = flying ? 0 : acc->is_int;
+    int32_t ow_op = 0; /* CPEND operand, when OD_BYPASS = 0 on the integer path */
     /* Precision values (notes: precision-field.md): float accumulators come from fp16 (2), bf16
      * (3) or tf32 (DPU 5) processing, int32 accumulators from int8 (0) or int4 (6). */
     if (int_path) {
@@ -813,15 +855,31 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
             return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: PROC_PRECISION = %u does not match the integer "
                           "accumulator the CORE produced (int8 = 0, int4 = 6)", fmt, proc);
         if (out_prec != RJ_PREC_INT32 && out_prec != RJ_PREC_INT16 && out_prec != RJ_PREC_INT8 &&
-            out_prec != RJ_PREC_FP32)
+            out_prec != RJ_PREC_FP32 && out_prec != RJ_PREC_FP16)
             return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: OUT_PRECISION = %u on the integer path is not modelled "
-                          "(int32 = 4, int16 = 1, int8 = 0, fp32 = 5 are)", fmt, out_prec);
-        /* Integer-path outputs stride as size_e = 7 whatever their width; another value leaves
-         * surfaces unwritten (notes: encodings/size-e-quirk.md; out-cvt-converter.md table: fp32
-         * cast of the int32 accumulator also uses 7). Not documented for int8 outputs. */
-        if (out_prec != RJ_PREC_INT8) {
-            uint32_t e0 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_0), e1 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_1),
-                     e2 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_2);
+                          "(int32 = 4, int16 = 1, int8 = 0, fp32 = 5, fp16 = 2 are)", fmt, out_prec);
+        uint32_t e0 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_0), e1 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_1),
+                 e2 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_2);
+        if (out_prec == RJ_PREC_FP16) {
+            /* fp16 of the int32 accumulator: writer geometry size_e = 3, C2 = 8, correct "for small
+             * single-tile shapes only (wrong or strided values at 64x128x64)" (notes:
+             * out-cvt-converter.md). Strict mode takes one output surface (C <= 8) as the small
+             * shape -- an inference: the notes give no boundary. */
+            if (strict(t) && (e0 != 3 || e1 != 3 || e2 != 3))
+                return rj_sim_hazard(t, "DPU_BS_OW_CFG", "size_e integer-output quirk",
+                                     "SIZE_E = %u/%u/%u for the fp16 output of an integer accumulator; its "
+                                     "documented writer geometry is size_e = 3 (notes: "
+                                     "encodings/out-cvt-converter.md)", e0, e1, e2);
+            if (strict(t) && C > 8u)
+                return rj_sim_hazard(t, "DPU_DATA_CUBE_CHANNEL", "fp16 output of an integer accumulator",
+                                     "%u channels: the integer path's fp16 writer is correct only for small "
+                                     "single-tile shapes (wrong or strided values at 64x128x64); keep one "
+                                     "output surface (<= 8 channels) or write int32/fp32 (notes: "
+                                     "encodings/out-cvt-converter.md)", C);
+        } else if (out_prec != RJ_PREC_INT8) {
+            /* Integer-path outputs stride as size_e = 7 whatever their width; another value leaves
+             * surfaces unwritten (notes: encodings/size-e-quirk.md; out-cvt-converter.md table: fp32
+             * cast of the int32 accumulator also uses 7). Not documented for int8 outputs. */
             if (strict(t) && (e0 != 7 || e1 != 7 || e2 != 7))
                 return rj_sim_hazard(t, "DPU_BS_OW_CFG", "size_e integer-output quirk",
                                      "SIZE_E = %u/%u/%u for an integer-path output (OUT_PRECISION %u); the "
@@ -829,9 +887,32 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
                                      "unwritten otherwise. Set SIZE_E_0..2 = 7 (notes: "
                                      "encodings/size-e-quirk.md)", e0, e1, e2, out_prec);
         }
-        if (!RJ_GET(owcfg, DPU_BS_OW_CFG, OD_BYPASS))
-            return UNSUPP(t, "DPU_BS_OW_CFG = 0x%x: OD_BYPASS = 0 (the weight-offset correction of Mesa's "
-                          "quantised path, DPU_BS_OW_OP) is not modelled on the integer path", owcfg);
+        if (!RJ_GET(owcfg, DPU_BS_OW_CFG, OD_BYPASS)) {
+            /* CPEND is documented on the int8-output writers (direct and depthwise, Mesa's requant
+             * programs); on the int32-raw writer "clearing OD_BYPASS to reach CPEND makes every
+             * value wrong" (notes: depthwise-conv.md). OW_SRC = 1 reads a per-channel operand
+             * through BRDMA (out-cvt-converter.md), not modelled. */
+            if (RJ_GET(owcfg, DPU_BS_OW_CFG, OW_SRC))
+                return UNSUPP(t, "DPU_BS_OW_CFG = 0x%x: OW_SRC = 1 (the per-channel CPEND operand read by "
+                              "BRDMA) is not modelled; use DPU_BS_OW_OP", owcfg);
+            uint32_t op;
+            RJ_SIM_REQUIRE(t, DPU_BS_OW_OP, &op);
+            /* OW_OP is read as signed 16-bit ("a read of the low byte alone, or as unsigned, does
+             * not match", depthwise-conv.md). */
+            ow_op = (int16_t)(RJ_GET(op, DPU_BS_OW_OP, OW_OP) & 0xffffu);
+            if (!acc->wsum)
+                return rj_sim_fail(t, RJ_EINVAL, "DPU: CPEND needs the CNA's window sums, which the CORE "
+                                   "did not hand over");
+            if (out_prec != RJ_PREC_INT8) {
+                if (strict(t))
+                    return rj_sim_hazard(t, "DPU_BS_OW_CFG", "CPEND on the int32-raw writer",
+                                         "OD_BYPASS = 0 with OUT_PRECISION %u: on the raw integer writer "
+                                         "CPEND makes every value wrong on hardware; set OD_BYPASS = 1, or "
+                                         "write int8 (notes: depthwise-conv.md)", out_prec);
+                return UNSUPP(t, "DPU_BS_OW_CFG = 0x%x: OD_BYPASS = 0 with a non-int8 integer output: what "
+                              "the hardware writes is not documented (notes: depthwise-conv.md)", owcfg);
+            }
+        }
     } else {
         if (proc != RJ_PREC_FP16 && proc != RJ_PREC_BF16 && proc != RJ_PREC_FP32)
             return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: PROC_PRECISION = %u does not match a float source "
@@ -937,12 +1018,13 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
                     r.vf[p * C + c] = acc->f[p * acc->channels + c];
     }
     if (!rc)
-        rc = int_path ? run_int(t, &r, C, n, &cvt, out_prec) : run_float(t, &r, n, &cvt);
+        rc = int_path ? run_int(t, &r, C, n, &cvt, out_prec, acc, ow_op) : run_float(t, &r, n, &cvt);
     if (!rc) {
         float *vf = r.vf;
-        if (int_path && out_prec == RJ_PREC_FP32) {
+        if (int_path && (out_prec == RJ_PREC_FP32 || out_prec == RJ_PREC_FP16)) {
             /* fp32 output of the int32 accumulator: a plain cast (notes: out-cvt-converter.md,
-             * "bit-exact cast of the int32 acc"). */
+             * "bit-exact cast of the int32 acc"); fp16: the writer rounds to nearest even (exact
+             * inside the documented |value| <= 2048). */
             vf = malloc((size_t)n * sizeof(float));
             if (!vf)
                 rc = rj_sim_fail(t, RJ_ENOMEM, "DPU: out of memory");
