@@ -193,12 +193,14 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
                       "CORE_MISC_CFG.PROC_PRECISION=%u (%s) differ; the MAC path is same-dtype only "
                       "(notes: encodings/tile-layouts.md)", J, T, pin, prec_name(pin), pproc, prec_name(pproc),
                       pcore, prec_name(pcore));
-    if (pin != PREC_INT8 && pin != PREC_FP16 && pin != PREC_BF16)
-        return UNSUPP("job %u task %u: CNA_CONV_CON1 precision %u (%s) is not modelled (int8=0, fp16=2, bf16=3 "
-                      "are)", J, T, pin, prec_name(pin));
+    if (pin != PREC_INT8 && pin != PREC_FP16 && pin != PREC_BF16 && pin != PREC_TF32)
+        return UNSUPP("job %u task %u: CNA_CONV_CON1 precision %u (%s) is not modelled (int8=0, fp16=2, bf16=3, "
+                      "tf32=7 are)", J, T, pin, prec_name(pin));
     g->prec = pin;
     g->is_int = pin == PREC_INT8;
-    g->ebytes = g->is_int ? 1u : 2u;
+    /* tf32 (7, CNA/CORE only): raw fp32 in a 4-byte element, feature C2 = 4 (notes:
+     * encodings/precision-field.md "tf32 (precision value 7)", HW sweep). */
+    g->ebytes = g->is_int ? 1u : (pin == PREC_TF32 ? 4u : 2u);
     g->c2 = 16u / g->ebytes;
 
     uint32_t mode = RJ_GET(con1, CNA_CONV_CON1, CONV_MODE);
@@ -210,6 +212,10 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
         return UNSUPP("job %u task %u: CNA_CONV_CON1.CONV_MODE=%u but CORE_MISC_CFG.DW_EN=%u; depthwise needs "
                       "both (notes: depthwise-conv.md)", J, T, mode, dw_en);
     g->depthwise = mode == 3;
+    if (g->depthwise && pin == PREC_TF32)
+        return UNSUPP("job %u task %u: a tf32 depthwise conv is not modelled: its weight group is not "
+                      "documented (notes: encodings/precision-field.md documents the tf32 matmul/direct tile)",
+                      J, T);
     if (RJ_GET(con1, CNA_CONV_CON1, DECONV) || RJ_GET(con3, CNA_CONV_CON3, DECONV_X_STRIDE) ||
         RJ_GET(con3, CNA_CONV_CON3, DECONV_Y_STRIDE))
         return UNSUPP("job %u task %u: CNA deconvolution fields are set; there is no hardware deconv mode "
@@ -326,8 +332,11 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
         uint32_t ngc = (g->C + g->gc - 1u) / g->gc;
         g->wextent = (uint64_t)ngc * g->gc * g->KH * g->KW * g->ebytes;
     } else {
+        /* kernel group: 16 for 2- and 4-byte elements, 32 for int8; channel group 32, halved to
+         * 16 for tf32's 4-byte element: the (N/16, K/16, 16, 16) tile (precision-field.md). */
         g->gk = g->is_int ? 32u : 16u;
-        g->gc = g->C < 32u ? g->C : 32u;
+        const uint32_t kgrp = g->prec == PREC_TF32 ? 16u : 32u;
+        g->gc = g->C < kgrp ? g->C : kgrp;
         uint32_t ngc = (g->C + g->gc - 1u) / g->gc;
         g->wextent = (uint64_t)g->kernels * ngc * g->gc * g->KH * g->KW * g->ebytes;
     }
@@ -357,10 +366,11 @@ static int check_hazards(rj_sim_task *t, const conv_geom *g)
 
     /* Alignment of the atoms (notes: matmul-as-conv.md "Alignment requirements"):
      * K (channels) % 32 for fp16/bf16/int8; N (kernels) % 16 fp16/bf16, % 32 int8. */
-    if (g->C % 32u)
+    const uint32_t kalign = g->prec == PREC_TF32 ? 16u : 32u; /* tf32: K%16 (precision-field.md) */
+    if (g->C % kalign)
         return rj_sim_hazard(t, "CNA_DATA_SIZE1", "unaligned K",
-                             "DATAIN_CHANNEL=%u is not a multiple of 32 (the %s weight K-group); pad the "
-                             "channels with zeros.", g->C, prec_name(g->prec));
+                             "DATAIN_CHANNEL=%u is not a multiple of %u (the %s weight K-group); pad the "
+                             "channels with zeros.", g->C, kalign, prec_name(g->prec));
     if (!g->depthwise && g->kernels % g->gk)
         return rj_sim_hazard(t, "CNA_WEIGHT_SIZE2", "unaligned N",
                              "WEIGHT_KERNELS=%u is not a multiple of %u (the %s weight N-group); the NPU "
@@ -454,6 +464,28 @@ static inline void transpose8(__m256 r[8])
 }
 #endif
 
+/* fp32 -> tf32 (1-8-10) kept in an fp32: "the MAC rounds to a 10-bit mantissa, multiplies, and
+ * accumulates in fp32" (notes: encodings/precision-field.md); round to nearest even is an
+ * inference (the notes match a tf32-rounded reference to ~1.5e-7 without naming the tie rule). */
+static float tf32_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) {
+        u += 0xfffu + ((u >> 13) & 1u);
+        u &= ~0x1fffu;
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float tf32_at(const uint8_t *p)
+{
+    float f;
+    memcpy(&f, p, 4);
+    return tf32_round(f);
+}
+
 /* Read the feature cube [C/C2][H][W][C2] into [H][W][C]. */
 static int fetch_feature(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb)
 {
@@ -476,6 +508,9 @@ static int fetch_feature(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_stat
                 if (g->is_int) {
                     for (uint32_t c = 0; c < cn; c++)
                         cb->feat_i[o + c] = (int8_t)atom[c];
+                } else if (g->prec == PREC_TF32) {
+                    for (uint32_t c = 0; c < cn; c++)
+                        cb->feat_f[o + c] = tf32_at(atom + 4u * c);
                 } else {
 #if RJ_CNA_SIMD
                     if (cn == 8) {
@@ -541,6 +576,22 @@ static void unpack_panel(void *ctx, size_t item)
     uint32_t kgs = g->kernels - kg * g->gk < g->gk ? g->kernels - kg * g->gk : g->gk; /* kernels in memory */
     const size_t blk_bytes = (size_t)kgs * g->gc * 2u; /* one (channel group, tap) block */
     (void)blk_bytes; /* read by the prefetch only */
+    if (g->prec == PREC_TF32) {
+        /* 4-byte elements, scalar: the same panel order as below */
+        for (uint32_t cg = 0; cg < u->ngc; cg++) {
+            uint32_t cn = g->C - cg * g->gc < g->gc ? g->C - cg * g->gc : g->gc;
+            for (uint32_t ky = 0; ky < g->KH; ky++)
+                for (uint32_t kx = 0; kx < g->KW; kx++) {
+                    const uint8_t *blk = u->base + 4u * wt_index_direct(g, u->ngc, kg * g->gk, ky, kx, cg * g->gc);
+                    float *dst = pan + (((size_t)ky * g->KW + kx) * g->C + (size_t)cg * g->gc) * RJ_MAC_NR;
+                    for (uint32_t c = 0; c < cn; c++)
+                        for (uint32_t k = 0; k < RJ_MAC_NR; k++)
+                            dst[(size_t)c * RJ_MAC_NR + k] =
+                                k < nvalid ? tf32_at(blk + 4u * ((size_t)k * g->gc + c)) : 0.0f;
+                }
+        }
+        return;
+    }
     for (uint32_t cg = 0; cg < u->ngc; cg++) {
         uint32_t cn = g->C - cg * g->gc < g->gc ? g->C - cg * g->gc : g->gc;
         for (uint32_t ky = 0; ky < g->KH; ky++)

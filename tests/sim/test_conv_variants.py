@@ -12,7 +12,7 @@ import pytest
 
 from harness import CONFORMANCE, Simulator, open_case
 from programs import (ConvGeometry, conv_ref, dwconv_ref, pack_feature, pack_weights_direct, pack_weights_dw,
-                      retarget, set_fields, unpack_output)
+                      retarget, set_fields, set_raw, unpack_output)
 
 pytestmark = pytest.mark.skipif(not CONFORMANCE.is_dir(),
                                 reason=f"conformance set not present at {CONFORMANCE}")
@@ -226,3 +226,46 @@ def test_int8_depthwise_conv():
     words = set_fields(words, "CORE_MISC_CFG", DW_EN=1)
     sim, out = run_program(words, g, pack_feature(x, np.int8), pack_weights_dw(w, np.int8))
     check(sim, out, g, ref.astype(np.int64), np.int32)
+
+
+def tf32(x: np.ndarray) -> np.ndarray:
+    """fp32 -> tf32 (10-bit mantissa), round to nearest even, in numpy."""
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0xFFF + ((u >> 13) & 1)) & ~np.uint64(0x1FFF)
+    return u.astype(np.uint32).view(np.float32)
+
+
+def test_tf32_matmul():
+    """tf32 (CNA/CORE precision 7, DPU fp32 = 5): raw fp32 operands, the MAC rounds each to a
+    10-bit mantissa and accumulates in fp32; feature C2 = 4, weight tile (N/16, K/16, 16, 16),
+    fp32 output C2 = 4 with size_e 3 (notes: encodings/precision-field.md "tf32", HW sweep).
+    Operands span more than fp16's range. Regression: precision 7 used to be refused (issue 12)."""
+    M, K, N = 8, 64, 32
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((M, K)) * 3e5).astype(np.float32)
+    b = rng.standard_normal((N, K)).astype(np.float32)
+    feat = np.ascontiguousarray(a.reshape(M, K // 4, 4).transpose(1, 0, 2)).tobytes()    # [K/4][M][4]
+    wt = np.ascontiguousarray(b.reshape(N // 16, 16, K // 16, 16).transpose(0, 2, 1, 3)).tobytes()
+    w = template("01_matmul_fp16")
+    w = set_fields(w, "CNA_CONV_CON1", IN_PRECISION=7, PROC_PRECISION=7)
+    w = set_fields(w, "CORE_MISC_CFG", PROC_PRECISION=7)
+    w = set_fields(w, "DPU_DATA_FORMAT", IN_PRECISION=5, PROC_PRECISION=5, OUT_PRECISION=5)
+    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=1, FP32TOFP16_EN=0)
+    w = set_fields(w, "DPU_BS_OW_CFG", SIZE_E_0=3, SIZE_E_1=3, SIZE_E_2=3)
+    w = set_fields(w, "DPU_RDMA_RDMA_FEATURE_MODE_CFG", IN_PRECISION=5, PROC_PRECISION=5)
+    w = set_raw(w, "CNA_WEIGHT_SIZE0", K * 4 * N)
+    w = set_raw(w, "CNA_WEIGHT_SIZE1", K * 4)
+    w = set_fields(w, "CNA_CBUF_CON1", DATA_ENTRIES=K // 16)
+    w = set_raw(w, "CNA_FEATURE_DATA_ADDR", FEATURE)
+    w = set_raw(w, "CNA_DCOMP_ADDR0", WEIGHT)
+    w = set_raw(w, "DPU_DST_BASE_ADDR", OUTPUT)
+    mem = {"regcmd": (REGCMD, bytearray(8 * len(w) + 64)), "feature": (FEATURE, bytearray(feat) + bytearray(64)),
+           "weight": (WEIGHT, bytearray(wt)), "output": (OUTPUT, bytearray(N // 4 * M * 16))}
+    mem["regcmd"][1][:8 * len(w)] = w.tobytes()
+    Simulator().run_job(mem, [(REGCMD, len(w))])
+    got = np.frombuffer(bytes(mem["output"][1]), np.float32).reshape(N // 4, M, 4).transpose(1, 0, 2).reshape(M, N)
+    want = tf32(a).astype(np.float64) @ tf32(b).astype(np.float64).T
+    full = a.astype(np.float64) @ b.astype(np.float64).T
+    scale = np.abs(tf32(a)).astype(np.float64) @ np.abs(tf32(b)).astype(np.float64).T
+    assert np.max(np.abs(got - want) / scale) < 1e-6      # fp32 accumulation of exact products
+    assert np.max(np.abs(want - full) / scale) > 1e-5     # the tf32 rounding is visible
