@@ -116,3 +116,19 @@ def test_generator_framing_is_conformance_05():
     mine = np.array(gen.lut_words(c), dtype="<u8")
     assert mine.size == w.size
     assert list(np.flatnonzero(mine != w)) == [1055, 1056]   # DPU_LUT_LE_SLOPE_SCALE / SHIFT
+
+
+def test_rj_sim_faithful_environment_flag(monkeypatch):
+    """RJ_SIM_FAITHFUL=1 in the environment makes every simulator created afterwards faithful
+    (csrc/runtime/envflags.c); it is registered on both sides (rockjit/debugflags.py)."""
+    from rockjit import debugflags
+    from rockjit.runtime import env_flags
+    assert "RJ_SIM_FAITHFUL" in env_flags()
+    assert "RJ_SIM_FAITHFUL" in {f.name for f in debugflags.registered()}
+    case = Case(EXTRA / "13_lut_exp_quirk4_faithful")
+    monkeypatch.setenv("RJ_SIM_FAITHFUL", "1")
+    got, want = case.run(Simulator(strict=True))
+    assert np.abs(got - want).max() <= 1e-3
+    monkeypatch.setenv("RJ_SIM_FAITHFUL", "0")
+    with pytest.raises(SimError):
+        case.run(Simulator(strict=True))
