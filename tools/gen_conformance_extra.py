@@ -251,6 +251,141 @@ def cases() -> list[LutCase]:
     return out
 
 
+# ---- an int8 requantizing conv (Mesa/Teflon's program, facts from depthwise-conv.md) ----------
+
+CONF_DIR = next((p for p in (REPO.parent / "shared" / "conformance",
+                             REPO.parent.parent / "shared" / "conformance") if p.is_dir()), None)
+C_REGCMD, C_FEATURE, C_WEIGHT, C_BIAS, C_OUTPUT = 0x01000000, 0x01100000, 0x01400000, 0x01A00000, 0x01800000
+
+CONV_REF = '''#!/usr/bin/env python3
+"""{name}: TFLite's int8 conv arithmetic in numpy (float64/int64), independent of any simulator:
+acc = sum over the valid taps of (x - in_zp)(w - w_zp) + bias; out = sat8(round_half_even(acc * SCALE
+/ 2^SHIFT) + out_zp). Reads the packed blobs (layouts in case.md), writes expected_output.bin."""
+import os
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+C, H, W, N, KH, KW, PAD = {C}, {H}, {W}, {N}, {KH}, {KW}, {PAD}
+IN_ZP, W_ZP, OUT_ZP, SCALE, SHIFT = {in_zp}, {w_zp}, {out_zp}, {scale}, {shift}
+
+
+def blob(name, dtype):
+    return np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype=dtype)
+
+
+def main():
+    # feature [C/16][H][W][16] int8; weights [N/32][C/32][KH][KW][32 kernels][32 channels] int8
+    x = blob("feature", np.int8)[:C * H * W].reshape(C // 16, H, W, 16).transpose(0, 3, 1, 2)
+    x = x.reshape(C, H, W).astype(np.int64)
+    w = blob("weight", np.int8)[:N * C * KH * KW].reshape(N // 32, C // 32, KH, KW, 32, 32)
+    w = w.transpose(0, 4, 1, 5, 2, 3).reshape(N, C, KH, KW).astype(np.int64)
+    bias = np.fromfile(os.path.join(HERE, "bias_tflite.bin"), dtype="<i4").astype(np.int64)
+    oh, ow = H + 2 * PAD - KH + 1, W + 2 * PAD - KW + 1
+    xp = np.zeros((C, H + 2 * PAD, W + 2 * PAD), np.int64)   # (x - in_zp) is 0 in the padding
+    xp[:, PAD:PAD + H, PAD:PAD + W] = x - IN_ZP
+    acc = np.zeros((N, oh, ow), np.int64)
+    for ky in range(KH):
+        for kx in range(KW):
+            acc += np.einsum("chw,nc->nhw", xp[:, ky:ky + oh, kx:kx + ow], w[:, :, ky, kx] - W_ZP)
+    acc += bias[:, None, None]
+    out = np.clip(np.round(acc * SCALE / 2.0 ** SHIFT).astype(np.int64) + OUT_ZP, -128, 127)
+    # output cube [N/16][OH][OW][16] int8
+    out.reshape(N // 16, 16, oh, ow).transpose(0, 2, 3, 1).astype(np.int8).tofile(
+        os.path.join(HERE, "expected_output.bin"))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def write_conv_case(root: Path) -> None:
+    """14: int8 3x3 pad-1 conv with an asymmetric weight zero point, Mesa's requant program."""
+    sys.path.insert(0, str(REPO / "tests" / "sim"))
+    from programs import (ConvGeometry, pack_feature, pack_weights_direct, retarget, set_fields,  # noqa: E402
+                          set_raw)
+    name = "14_int8_requant_cpend_conv"
+    g = ConvGeometry(C=32, H=6, W=5, N=32, KH=3, KW=3, pad=(1, 1), int8=True)
+    in_zp, w_zp, out_zp, scale, shift = 37, 25, -20, 17675, 22
+    rng = np.random.default_rng(14)
+    x = rng.integers(-128, 128, size=(g.C, g.H, g.W)).astype(np.int64)
+    wt = rng.integers(w_zp - 100, 128, size=(g.N, g.C, g.KH, g.KW)).astype(np.int64)
+    bias = rng.integers(-5000, 5000, size=g.N).astype(np.int64)
+    a = bias - in_zp * (wt - w_zp).sum(axis=(1, 2, 3))          # Mesa's bias fold
+    oh, ow = g.out_hw
+    (_iova, tmpl), = _conf_jobs("03_matmul_int8")
+    w = retarget(tmpl, g, C_FEATURE, C_WEIGHT, C_OUTPUT, in_zp & 0xFF)
+    w = set_raw(w, "CNA_PAD_CON1", (in_zp & 0xFF) * 0x01010101)
+    w = set_fields(w, "CORE_MISC_CFG", QD_EN=1)
+    w = set_fields(w, "DPU_DATA_FORMAT", OUT_PRECISION=0)
+    w = set_fields(w, "DPU_BS_OW_CFG", OD_BYPASS=0, SIZE_E_0=1, SIZE_E_1=1, SIZE_E_2=1)
+    w = set_raw(w, "DPU_BS_OW_OP", (-w_zp) & 0xFFFF)
+    w = set_fields(w, "DPU_SURFACE_ADD", SURF_ADD=oh * ow * 2)
+    w = set_raw(w, "DPU_BS_CFG", (2 << 16) | (1 << 8) | (1 << 6) | (1 << 4))
+    w = set_fields(w, "DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=1)
+    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
+    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=scale)
+    w = set_fields(w, "DPU_OUT_CVT_SHIFT", OUT_CVT_SHIFT=shift)
+    w = set_raw(w, "DPU_OUT_CVT_OFFSET", out_zp & 0xFFFFFFFF)
+    d = root / name
+    (d / "program" / "blobs").mkdir(parents=True, exist_ok=True)
+    words = np.asarray(w, dtype="<u8")
+    (d / "program" / "j0_t000.regcmd").write_bytes(words.tobytes())
+    feat = pack_feature(x.astype(np.int8), np.int8)
+    wts = pack_weights_direct(wt.astype(np.int8), np.int8)
+    out_bytes = g.N // 16 * oh * ow * 16
+    (d / "program" / "blobs" / "feature.bin").write_bytes(feat + bytes(64))
+    (d / "program" / "blobs" / "weight.bin").write_bytes(wts)
+    (d / "program" / "blobs" / "bias.bin").write_bytes(a.astype("<i4").tobytes())
+    (d / "program" / "blobs" / "output.initial.bin").write_bytes(bytes(out_bytes))
+    (d / "bias_tflite.bin").write_bytes(bias.astype("<i4").tobytes())
+    meta = {
+        "format": "rk3588-regcmd-conformance-case/1", "case": name,
+        "summary": "int8 3x3 conv, pad 1, asymmetric weight zero point, on-chip requant to int8",
+        "generator": {"script": "tools/gen_conformance_extra.py",
+                      "facts": "conformance 03 program (rocket-userspace) retargeted; Mesa's requant "
+                               "fields per notes depthwise-conv.md, out-cvt-converter.md"},
+        "simulator_flags": [],
+        "buffers": [
+            {"name": "regcmd", "iova": C_REGCMD, "size": 8 * len(words) + 64, "role": "regcmd", "file": None},
+            {"name": "feature", "iova": C_FEATURE, "size": len(feat) + 64, "role": "input",
+             "file": "blobs/feature.bin"},
+            {"name": "weight", "iova": C_WEIGHT, "size": len(wts), "role": "weight", "file": "blobs/weight.bin"},
+            {"name": "bias", "iova": C_BIAS, "size": 4 * g.N, "role": "weight", "file": "blobs/bias.bin"},
+            {"name": "output", "iova": C_OUTPUT, "size": out_bytes, "role": "output",
+             "file": "blobs/output.initial.bin"},
+        ],
+        "jobs": [{"index": 0, "tasks": [{"file": "j0_t000.regcmd", "regcmd_iova": C_REGCMD,
+                                         "words": len(words), "enable_mask": "0x1d"}],
+                  "in_buffers": ["feature", "weight", "bias", "regcmd"], "out_buffers": ["output"]}],
+        "expected_output": {"file": "../expected_output.bin", "buffer": "output", "offset": 0,
+                            "size": out_bytes, "dtype": "int8", "tolerance": {"kind": "exact"}},
+    }
+    (d / "program" / "buffers.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (d / "reference.py").write_text(CONV_REF.format(name=name, C=g.C, H=g.H, W=g.W, N=g.N, KH=g.KH,
+                                                    KW=g.KW, PAD=1, in_zp=in_zp, w_zp=w_zp,
+                                                    out_zp=out_zp, scale=scale, shift=shift))
+    (d / "case.md").write_text(
+        f"# {name}\n\nint8 conv 32x6x5 -> 32x6x5, 3x3, stride 1, pad 1; input zero point {in_zp}, "
+        f"weight zero point {w_zp}, output zero point {out_zp}, SCALE/SHIFT {scale}/{shift} (a Teflon "
+        "capture's pair). The program is Mesa's requantizing int8-output writer (notes depthwise-conv.md "
+        "\"The int8 domain\", \"DPU_BS_OW_OP is the CPEND operand\"): CNA pad = input zero point in every "
+        "byte lane, CORE QD_EN 1, DPU int8 out, size_e 1, SURF_ADD OH*OW*2, OD_BYPASS 0 with OW_OP = -w_zp, "
+        "a per-channel int32 bias through BRDMA folded as bias - in_zp*sum(w - w_zp), OUT_CVT offset = "
+        "output zero point.\n\nLayouts: feature [C/16][H][W][16] int8; weights [N/32][C/32][KH][KW][32][32] "
+        "int8; output [N/16][OH][OW][16] int8 (notes encodings/tile-layouts.md).\n\nExpected: TFLite's "
+        "arithmetic (reference.py; bias_tflite.bin is the unfolded bias). Exact: the program equals it only "
+        "if CPEND's window sum counts the padded taps at the pad value (-w_zp*in_zp per padded tap "
+        "otherwise).\n")
+    subprocess.run([sys.executable, str(d / "reference.py")], check=True)
+
+
+def _conf_jobs(case: str):
+    meta = json.loads((CONF_DIR / case / "program" / "buffers.json").read_text())
+    t = meta["jobs"][0]["tasks"][0]
+    return [(t["regcmd_iova"], np.fromfile(CONF_DIR / case / "program" / t["file"], dtype="<u8"))]
+
+
 def write_case(c: LutCase, root: Path) -> None:
     d = root / c.name
     (d / "program" / "blobs").mkdir(parents=True, exist_ok=True)
@@ -292,9 +427,13 @@ def write_case(c: LutCase, root: Path) -> None:
 
 
 def generate(root: Path) -> None:
+    """Every case; the conv case derives its words from conformance 03 and is skipped (left as
+    committed) where that set is absent."""
     root.mkdir(parents=True, exist_ok=True)
     for c in cases():
         write_case(c, root)
+    if CONF_DIR is not None:
+        write_conv_case(root)
 
 
 def main() -> int:
@@ -307,6 +446,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         generate(Path(tmp))
         bad = [str(p.relative_to(tmp)) for p in sorted(Path(tmp).rglob("*")) if p.is_file()
+               and "__pycache__" not in p.parts
                and (not (OUT_DIR / p.relative_to(tmp)).is_file()
                     or (OUT_DIR / p.relative_to(tmp)).read_bytes() != p.read_bytes())]
     if bad:
