@@ -7,7 +7,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 C, H, W, N, KH, KW, PAD = 32, 6, 5, 32, 3, 3, 1
-IN_ZP, W_ZP, OUT_ZP, SCALE, SHIFT = 37, 25, -20, 17675, 22
+IN_ZP, W_ZP, OUT_ZP, SCALE, SHIFT = 37, 25, -20, 17675, 25
 
 
 def blob(name, dtype):
