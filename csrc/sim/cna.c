@@ -2,7 +2,7 @@
  *
  * Register semantics and their sources (facts; the code is ours):
  *  - CONV_CON1.CONV_MODE 0 = direct, 3 = depthwise, with CORE_MISC_CFG.DW_EN (notes:
- *    depthwise-conv.md). IN/PROC_PRECISION: 0 int8, 2 fp16, 3 bf16 (notes:
+ *    depthwise-conv.md). IN/PROC_PRECISION: 0 int8, 2 fp16, 3 bf16, 6 int4, 7 tf32 (notes:
  *    encodings/precision-field.md); the matmul is same-dtype only (tile-layouts.md).
  *  - Feature cube: atoms of 16 bytes = C2 channels (8 for 2-byte, 16 for int8), laid
  *    [C/C2][H][W][C2] (notes: encodings/tile-layouts.md "Feature / input cube"; conformance
@@ -48,6 +48,7 @@ enum { PREC_INT8 = 0, PREC_INT16 = 1, PREC_FP16 = 2, PREC_BF16 = 3, PREC_INT4 = 
 /* Everything the registers say about one conv task. */
 typedef struct conv_geom {
     uint32_t prec, is_int, ebytes, c2;      /* precision, element bytes, feature atom channels */
+    uint32_t int4;                          /* nibble elements: ebytes is 1, sizes halve */
     int depthwise;
     uint32_t W, H, C, C_real;               /* input cube */
     uint32_t OW, OH, N;                     /* output cube (N = output channels) */
@@ -193,15 +194,20 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
                       "CORE_MISC_CFG.PROC_PRECISION=%u (%s) differ; the MAC path is same-dtype only "
                       "(notes: encodings/tile-layouts.md)", J, T, pin, prec_name(pin), pproc, prec_name(pproc),
                       pcore, prec_name(pcore));
-    if (pin != PREC_INT8 && pin != PREC_FP16 && pin != PREC_BF16 && pin != PREC_TF32)
+    if (pin != PREC_INT8 && pin != PREC_FP16 && pin != PREC_BF16 && pin != PREC_TF32 && pin != PREC_INT4)
         return UNSUPP("job %u task %u: CNA_CONV_CON1 precision %u (%s) is not modelled (int8=0, fp16=2, bf16=3, "
-                      "tf32=7 are)", J, T, pin, prec_name(pin));
+                      "int4=6, tf32=7 are)", J, T, pin, prec_name(pin));
     g->prec = pin;
-    g->is_int = pin == PREC_INT8;
+    /* int4 (6): two signed nibbles per byte, element 2i in the low nibble (notes:
+     * encodings/tile-layouts.md "2 values per byte with HILO=0, ... no swap"; reading HILO=0 as
+     * low-nibble-first and the nibble as two's complement are inferences), feature C2 = 32,
+     * weights (N/64, K/32, 64, 32), int32 accumulator to an int16 output (precision-field.md). */
+    g->int4 = pin == PREC_INT4;
+    g->is_int = pin == PREC_INT8 || pin == PREC_INT4;
     /* tf32 (7, CNA/CORE only): raw fp32 in a 4-byte element, feature C2 = 4 (notes:
      * encodings/precision-field.md "tf32 (precision value 7)", HW sweep). */
     g->ebytes = g->is_int ? 1u : (pin == PREC_TF32 ? 4u : 2u);
-    g->c2 = 16u / g->ebytes;
+    g->c2 = g->int4 ? 32u : 16u / g->ebytes;
 
     uint32_t mode = RJ_GET(con1, CNA_CONV_CON1, CONV_MODE);
     uint32_t dw_en = RJ_GET(misc, CORE_MISC_CFG, DW_EN);
@@ -212,6 +218,9 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
         return UNSUPP("job %u task %u: CNA_CONV_CON1.CONV_MODE=%u but CORE_MISC_CFG.DW_EN=%u; depthwise needs "
                       "both (notes: depthwise-conv.md)", J, T, mode, dw_en);
     g->depthwise = mode == 3;
+    if (g->depthwise && pin == PREC_INT4)
+        return UNSUPP("job %u task %u: an int4 depthwise conv is not modelled: its weight group is not "
+                      "documented (notes: encodings/tile-layouts.md documents the int4 matmul tile)", J, T);
     if (g->depthwise && pin == PREC_TF32)
         return UNSUPP("job %u task %u: a tf32 depthwise conv is not modelled: its weight group is not "
                       "documented (notes: encodings/precision-field.md documents the tf32 matmul/direct tile)",
@@ -268,6 +277,8 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
                    g->KH, g->kernels);
     uint32_t per_kernel = RJ_GET(ws1, CNA_WEIGHT_SIZE1, WEIGHT_BYTES_PER_KERNEL);
     uint32_t want_pk = g->KW * g->KH * g->C * g->ebytes;
+    if (g->int4)
+        want_pk = (want_pk + 1u) / 2u; /* nibbles */
     if (per_kernel != want_pk)
         return BAD("job %u task %u: CNA_WEIGHT_SIZE1.WEIGHT_BYTES_PER_KERNEL=%u, but KW*KH*C*bytes = %u*%u*%u*%u "
                    "= %u", J, T, per_kernel, g->KW, g->KH, g->C, g->ebytes, want_pk);
@@ -334,11 +345,13 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
     } else {
         /* kernel group: 16 for 2- and 4-byte elements, 32 for int8; channel group 32, halved to
          * 16 for tf32's 4-byte element: the (N/16, K/16, 16, 16) tile (precision-field.md). */
-        g->gk = g->is_int ? 32u : 16u;
+        g->gk = g->int4 ? 64u : g->is_int ? 32u : 16u;
         const uint32_t kgrp = g->prec == PREC_TF32 ? 16u : 32u;
         g->gc = g->C < kgrp ? g->C : kgrp;
         uint32_t ngc = (g->C + g->gc - 1u) / g->gc;
         g->wextent = (uint64_t)g->kernels * ngc * g->gc * g->KH * g->KW * g->ebytes;
+        if (g->int4)
+            g->wextent = (g->wextent + 1u) / 2u;
     }
     return 0;
 }
@@ -387,7 +400,7 @@ static int check_hazards(rj_sim_task *t, const conv_geom *g)
         return rj_sim_hazard(t, "CNA_CBUF_CON0", "CBUF over-subscription",
                              "DATA_BANK=%u + WEIGHT_BANK=%u exceed the %u banks of 32 KB", g->data_bank,
                              g->weight_bank, CBUF_BANKS);
-    if (g->is_int && g->data_bank < fd_banks + 1u)
+    if (g->prec == PREC_INT8 && g->data_bank < fd_banks + 1u)
         return rj_sim_hazard(t, "CNA_CBUF_CON0", "int8 feature bank slack",
                              "the int8 feature cube takes %u bank(s) (%llu bytes) but DATA_BANK=%u; the int8 "
                              "feature DMA over-reads by one bank, reserve DATA_BANK >= %u", fd_banks,
@@ -486,6 +499,13 @@ static float tf32_at(const uint8_t *p)
     return tf32_round(f);
 }
 
+/* Element i of a nibble-packed int4 array: low nibble first, two's complement (see decode_geom). */
+static inline int32_t nibble(const uint8_t *p, size_t i)
+{
+    uint32_t v = (p[i >> 1] >> ((i & 1u) * 4u)) & 0xfu;
+    return (int32_t)v - (int32_t)((v & 8u) << 1);
+}
+
 /* Read the feature cube [C/C2][H][W][C2] into [H][W][C]. */
 static int fetch_feature(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb)
 {
@@ -505,7 +525,10 @@ static int fetch_feature(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_stat
             for (uint32_t w = 0; w < g->W; w++) {
                 const uint8_t *atom = line + 16u * w;
                 size_t o = ((size_t)h * g->W + w) * g->C + c0;
-                if (g->is_int) {
+                if (g->int4) {
+                    for (uint32_t c = 0; c < cn; c++)
+                        cb->feat_i[o + c] = nibble(atom, c);
+                } else if (g->is_int) {
                     for (uint32_t c = 0; c < cn; c++)
                         cb->feat_i[o + c] = (int8_t)atom[c];
                 } else if (g->prec == PREC_TF32) {
@@ -684,7 +707,8 @@ static int fetch_weights(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_stat
                 for (uint32_t kx = 0; kx < g->KW; kx++)
                     for (uint32_t c = 0; c < g->C; c++) {
                         size_t kd = ((size_t)ky * g->KW + kx) * g->C + c;
-                        cb->wt_i[kd * g->N + k] = (int8_t)base[wt_index_direct(g, ngc, k, ky, kx, c)];
+                        size_t wi = wt_index_direct(g, ngc, k, ky, kx, c);
+                        cb->wt_i[kd * g->N + k] = g->int4 ? nibble(base, wi) : (int8_t)base[wi];
                     }
         return 0;
     }

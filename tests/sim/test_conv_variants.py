@@ -269,3 +269,44 @@ def test_tf32_matmul():
     scale = np.abs(tf32(a)).astype(np.float64) @ np.abs(tf32(b)).astype(np.float64).T
     assert np.max(np.abs(got - want) / scale) < 1e-6      # fp32 accumulation of exact products
     assert np.max(np.abs(want - full) / scale) > 1e-5     # the tf32 rounding is visible
+
+
+def nibble_pack(v: np.ndarray) -> bytes:
+    """Signed int4 values (flat, even count) two per byte, element 2i in the low nibble."""
+    u = (np.asarray(v, np.int64) & 0xF).astype(np.uint8)
+    return (u[0::2] | (u[1::2] << 4)).tobytes()
+
+
+def test_int4_matmul():
+    """int4 (precision 6): feature [K/32][M][32] and weights (N/64, K/32, 64, 32) nibble-packed,
+    int32 accumulation, int16 output [N/8][M][8] with size_e 7, saturating (notes:
+    encodings/tile-layouts.md, precision-field.md). K = 64 is two K-groups and N = 128 two N-groups
+    (the notes' single-group trap). Regression: precision 6 used to be refused (issue 12)."""
+    M, K, N = 8, 64, 128
+    rng = np.random.default_rng(6)
+    a = rng.integers(-8, 8, size=(M, K))
+    b = rng.integers(-8, 8, size=(N, K))
+    feat = nibble_pack(a.reshape(M, K // 32, 32).transpose(1, 0, 2).ravel())
+    wt = nibble_pack(b.reshape(N // 64, 64, K // 32, 32).transpose(0, 2, 1, 3).ravel())
+    w = template("03_matmul_int8")
+    w = set_fields(w, "CNA_CONV_CON1", IN_PRECISION=6, PROC_PRECISION=6)
+    w = set_fields(w, "CORE_MISC_CFG", PROC_PRECISION=6)
+    w = set_fields(w, "DPU_DATA_FORMAT", IN_PRECISION=6, PROC_PRECISION=6, OUT_PRECISION=1)
+    w = set_fields(w, "DPU_RDMA_RDMA_FEATURE_MODE_CFG", IN_PRECISION=6, PROC_PRECISION=6)
+    w = set_fields(w, "CNA_WEIGHT_SIZE2", WEIGHT_KERNELS=N)
+    w = set_raw(w, "CNA_WEIGHT_SIZE0", K // 2 * N)
+    w = set_raw(w, "CNA_WEIGHT_SIZE1", K // 2)
+    w = set_fields(w, "CORE_DATAOUT_SIZE_1", DATAOUT_CHANNEL=N - 1)
+    w = set_fields(w, "DPU_DATA_CUBE_CHANNEL", CHANNEL=N - 1, ORIG_CHANNEL=N - 1)
+    w = set_fields(w, "DPU_WDMA_SIZE_0", CHANNEL_WDMA=N - 1)
+    w = set_fields(w, "DPU_RDMA_RDMA_DATA_CUBE_CHANNEL", CHANNEL=N - 1)
+    w = set_raw(w, "CNA_FEATURE_DATA_ADDR", FEATURE)
+    w = set_raw(w, "CNA_DCOMP_ADDR0", WEIGHT)
+    w = set_raw(w, "DPU_DST_BASE_ADDR", OUTPUT)
+    mem = {"regcmd": (REGCMD, bytearray(8 * len(w) + 64)), "feature": (FEATURE, bytearray(feat) + bytearray(4096)),
+           "weight": (WEIGHT, bytearray(wt)), "output": (OUTPUT, bytearray(N // 8 * M * 16))}
+    mem["regcmd"][1][:8 * len(w)] = w.tobytes()
+    Simulator().run_job(mem, [(REGCMD, len(w))])
+    got = np.frombuffer(bytes(mem["output"][1]), np.int16).reshape(N // 8, M, 8).transpose(1, 0, 2).reshape(M, N)
+    want = a @ b.T
+    assert np.array_equal(got.astype(np.int64), want)
