@@ -380,6 +380,143 @@ def write_conv_case(root: Path) -> None:
     subprocess.run([sys.executable, str(d / "reference.py")], check=True)
 
 
+def write_program_case(root: Path, name: str, summary: str, doc: str, words: np.ndarray,
+                       buffers: list[tuple[str, int, bytes, str]], out: tuple[str, int, str, dict],
+                       reference: str, extra_files: dict[str, bytes] | None = None) -> None:
+    """One job, one task at C_REGCMD; ``buffers`` = (name, iova, initial bytes, role); ``out`` =
+    (buffer, size, dtype, tolerance); ``reference`` = the full text of reference.py."""
+    d = root / name
+    (d / "program" / "blobs").mkdir(parents=True, exist_ok=True)
+    words = np.asarray(words, dtype="<u8")
+    (d / "program" / "j0_t000.regcmd").write_bytes(words.tobytes())
+    blist = [{"name": "regcmd", "iova": C_REGCMD, "size": 8 * len(words) + 64, "role": "regcmd", "file": None}]
+    for bname, iova, data, role in buffers:
+        (d / "program" / "blobs" / f"{bname}.bin").write_bytes(data)
+        blist.append({"name": bname, "iova": iova, "size": len(data), "role": role, "file": f"blobs/{bname}.bin"})
+    for fname, data in (extra_files or {}).items():
+        (d / fname).write_bytes(data)
+    meta = {
+        "format": "rk3588-regcmd-conformance-case/1", "case": name, "summary": summary,
+        "generator": {"script": "tools/gen_conformance_extra.py",
+                      "facts": "a conformance program retargeted with the fields notes "
+                               "encodings/precision-field.md and tile-layouts.md document"},
+        "simulator_flags": [], "buffers": blist,
+        "jobs": [{"index": 0, "tasks": [{"file": "j0_t000.regcmd", "regcmd_iova": C_REGCMD,
+                                         "words": len(words), "enable_mask": "0x1d"}],
+                  "in_buffers": [b[0] for b in buffers if b[3] != "output"] + ["regcmd"],
+                  "out_buffers": [out[0]]}],
+        "expected_output": {"file": "../expected_output.bin", "buffer": out[0], "offset": 0, "size": out[1],
+                            "dtype": out[2], "tolerance": out[3]},
+    }
+    (d / "program" / "buffers.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (d / "reference.py").write_text(reference)
+    (d / "case.md").write_text(f"# {name}\n\n{summary}.\n\n{doc}\n")
+    subprocess.run([sys.executable, str(d / "reference.py")], check=True)
+
+
+TF32_REF = '''#!/usr/bin/env python3
+"""15_tf32_matmul: C = tf32(A) . tf32(B)^T in float64 (tf32 = fp32 rounded to a 10-bit mantissa,
+nearest even), independent of any simulator. Layouts in case.md."""
+import os
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+M, K, N = 8, 64, 32
+
+
+def tf32(x):
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0xFFF + ((u >> 13) & 1)) & ~np.uint64(0x1FFF)
+    return u.astype(np.uint32).view(np.float32)
+
+
+def blob(name):
+    return np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype="<f4")
+
+
+a = blob("feature")[:M * K].reshape(K // 4, M, 4).transpose(1, 0, 2).reshape(M, K)
+b = blob("weight")[:N * K].reshape(N // 16, K // 16, 16, 16).transpose(0, 2, 1, 3).reshape(N, K)
+c = tf32(a).astype(np.float64) @ tf32(b).astype(np.float64).T
+# output cube [N/4][M][4] fp32
+c.astype(np.float32).reshape(M, N // 4, 4).transpose(1, 0, 2).astype("<f4").tofile(
+    os.path.join(HERE, "expected_output.bin"))
+'''
+
+INT4_REF = '''#!/usr/bin/env python3
+"""16_int4_matmul: C = A . B^T in int64 from nibble-packed int4 operands, saturated to int16,
+independent of any simulator. Layouts in case.md."""
+import os
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+M, K, N = 8, 64, 128
+
+
+def nibbles(name, count):
+    raw = np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype=np.uint8)[:count // 2]
+    v = np.empty(count, np.int64)
+    v[0::2], v[1::2] = raw & 0xF, raw >> 4          # element 2i in the low nibble
+    return np.where(v >= 8, v - 16, v)
+
+
+a = nibbles("feature", M * K).reshape(K // 32, M, 32).transpose(1, 0, 2).reshape(M, K)
+b = nibbles("weight", N * K).reshape(N // 64, K // 32, 64, 32).transpose(0, 2, 1, 3).reshape(N, K)
+c = np.clip(a @ b.T, -32768, 32767)
+# output cube [N/8][M][8] int16
+c.reshape(M, N // 8, 8).transpose(1, 0, 2).astype("<i2").tofile(os.path.join(HERE, "expected_output.bin"))
+'''
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0xFFF + ((u >> 13) & 1)) & ~np.uint64(0x1FFF)).astype(np.uint32).view(np.float32)
+
+
+def write_precision_cases(root: Path) -> None:
+    sys.path.insert(0, str(REPO / "tests" / "sim"))
+    from programs import int4_matmul, tf32_matmul  # noqa: E402
+    rng = np.random.default_rng(15)
+    M, K, N = 8, 64, 32
+    a = (rng.standard_normal((M, K)) * 3e5).astype(np.float32)
+    b = rng.standard_normal((N, K)).astype(np.float32)
+    (_i, t01), = _conf_jobs("01_matmul_fp16")
+    w, feat, wt = tf32_matmul(t01, a, b, C_FEATURE, C_WEIGHT, C_OUTPUT)
+    # fp32 accumulation of K exact products: |error| <= K * 2^-24 * sum|a||b| (tf32-rounded operands)
+    bound = float(K * 2.0 ** -24 * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64).T).max())
+    atol = float(np.float32(bound * 2))
+    full = a.astype(np.float64) @ b.astype(np.float64).T
+    gap = float(np.abs(_tf32(a).astype(np.float64) @ _tf32(b).astype(np.float64).T - full).max())
+    assert gap > 10 * atol, "the case must tell tf32 from full fp32"
+    write_program_case(
+        root, "15_tf32_matmul", "tf32 matmul C[8,32] = A[8,64] . B[32,64]^T, raw fp32 operands past fp16's range",
+        "Conformance 01's program with CNA_CONV_CON1 / CORE_MISC_CFG precision 7 (tf32), DPU in/proc/out 5 "
+        "(fp32), FP32TOFP16_EN 0, size_e 3, DATA_ENTRIES K/16 (notes encodings/precision-field.md \"tf32\", "
+        "tile-layouts.md). Layouts: feature [K/4][M][4] fp32; weights (N/16, K/16, 16, 16) fp32; output "
+        f"[N/4][M][4] fp32.\n\nTolerance abs {atol:.4g}: twice K * 2^-24 * max sum|a||b| (fp32 accumulation of "
+        f"exact tf32 products, any order). The tf32 rounding moves the result by up to {gap:.4g}, so a "
+        "simulator that kept full fp32 operands fails.",
+        w, [("feature", C_FEATURE, feat + bytes(64), "input"), ("weight", C_WEIGHT, wt, "weight"),
+            ("output", C_OUTPUT, bytes(N // 4 * M * 16), "output")],
+        ("output", N // 4 * M * 16, "float32", {"kind": "abs", "atol": atol}), TF32_REF)
+
+    rng = np.random.default_rng(16)
+    M, K, N = 8, 64, 128
+    a = rng.integers(-8, 8, size=(M, K))
+    b = rng.integers(-8, 8, size=(N, K))
+    (_i, t03), = _conf_jobs("03_matmul_int8")
+    w, feat, wt = int4_matmul(t03, a, b, C_FEATURE, C_WEIGHT, C_OUTPUT)
+    write_program_case(
+        root, "16_int4_matmul", "int4 matmul C[8,128] = A[8,64] . B[128,64]^T to int16",
+        "Conformance 03's program with CNA/CORE/DPU precision 6 (int4) and an int16 output (OUT_PRECISION 1, "
+        "size_e 7) (notes encodings/precision-field.md \"int4\", tile-layouts.md). Layouts: feature "
+        "[K/32][M][32] and weights (N/64, K/32, 64, 32), two signed nibbles per byte, element 2i in the low "
+        "nibble (the notes: \"HILO=0 ... no swap\"; low-first is our reading); output [N/8][M][8] int16. "
+        "K = 64 and N = 128 span two K- and two N-groups (the notes' single-group trap).\n\nExact.",
+        w, [("feature", C_FEATURE, feat + bytes(4096), "input"), ("weight", C_WEIGHT, wt, "weight"),
+            ("output", C_OUTPUT, bytes(N // 8 * M * 16), "output")],
+        ("output", N // 8 * M * 16, "int16", {"kind": "exact"}), INT4_REF)
+
+
 def _conf_jobs(case: str):
     meta = json.loads((CONF_DIR / case / "program" / "buffers.json").read_text())
     t = meta["jobs"][0]["tasks"][0]
@@ -434,6 +571,7 @@ def generate(root: Path) -> None:
         write_case(c, root)
     if CONF_DIR is not None:
         write_conv_case(root)
+        write_precision_cases(root)
 
 
 def main() -> int:

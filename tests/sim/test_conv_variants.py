@@ -12,7 +12,7 @@ import pytest
 
 from harness import CONFORMANCE, Simulator, open_case
 from programs import (ConvGeometry, conv_ref, dwconv_ref, pack_feature, pack_weights_direct, pack_weights_dw,
-                      retarget, set_fields, set_raw, unpack_output)
+                      int4_matmul, retarget, set_fields, tf32_matmul, unpack_output)
 
 pytestmark = pytest.mark.skipif(not CONFORMANCE.is_dir(),
                                 reason=f"conformance set not present at {CONFORMANCE}")
@@ -244,21 +244,7 @@ def test_tf32_matmul():
     rng = np.random.default_rng(5)
     a = (rng.standard_normal((M, K)) * 3e5).astype(np.float32)
     b = rng.standard_normal((N, K)).astype(np.float32)
-    feat = np.ascontiguousarray(a.reshape(M, K // 4, 4).transpose(1, 0, 2)).tobytes()    # [K/4][M][4]
-    wt = np.ascontiguousarray(b.reshape(N // 16, 16, K // 16, 16).transpose(0, 2, 1, 3)).tobytes()
-    w = template("01_matmul_fp16")
-    w = set_fields(w, "CNA_CONV_CON1", IN_PRECISION=7, PROC_PRECISION=7)
-    w = set_fields(w, "CORE_MISC_CFG", PROC_PRECISION=7)
-    w = set_fields(w, "DPU_DATA_FORMAT", IN_PRECISION=5, PROC_PRECISION=5, OUT_PRECISION=5)
-    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=1, FP32TOFP16_EN=0)
-    w = set_fields(w, "DPU_BS_OW_CFG", SIZE_E_0=3, SIZE_E_1=3, SIZE_E_2=3)
-    w = set_fields(w, "DPU_RDMA_RDMA_FEATURE_MODE_CFG", IN_PRECISION=5, PROC_PRECISION=5)
-    w = set_raw(w, "CNA_WEIGHT_SIZE0", K * 4 * N)
-    w = set_raw(w, "CNA_WEIGHT_SIZE1", K * 4)
-    w = set_fields(w, "CNA_CBUF_CON1", DATA_ENTRIES=K // 16)
-    w = set_raw(w, "CNA_FEATURE_DATA_ADDR", FEATURE)
-    w = set_raw(w, "CNA_DCOMP_ADDR0", WEIGHT)
-    w = set_raw(w, "DPU_DST_BASE_ADDR", OUTPUT)
+    w, feat, wt = tf32_matmul(template("01_matmul_fp16"), a, b, FEATURE, WEIGHT, OUTPUT)
     mem = {"regcmd": (REGCMD, bytearray(8 * len(w) + 64)), "feature": (FEATURE, bytearray(feat) + bytearray(64)),
            "weight": (WEIGHT, bytearray(wt)), "output": (OUTPUT, bytearray(N // 4 * M * 16))}
     mem["regcmd"][1][:8 * len(w)] = w.tobytes()
@@ -271,12 +257,6 @@ def test_tf32_matmul():
     assert np.max(np.abs(want - full) / scale) > 1e-5     # the tf32 rounding is visible
 
 
-def nibble_pack(v: np.ndarray) -> bytes:
-    """Signed int4 values (flat, even count) two per byte, element 2i in the low nibble."""
-    u = (np.asarray(v, np.int64) & 0xF).astype(np.uint8)
-    return (u[0::2] | (u[1::2] << 4)).tobytes()
-
-
 def test_int4_matmul():
     """int4 (precision 6): feature [K/32][M][32] and weights (N/64, K/32, 64, 32) nibble-packed,
     int32 accumulation, int16 output [N/8][M][8] with size_e 7, saturating (notes:
@@ -286,27 +266,10 @@ def test_int4_matmul():
     rng = np.random.default_rng(6)
     a = rng.integers(-8, 8, size=(M, K))
     b = rng.integers(-8, 8, size=(N, K))
-    feat = nibble_pack(a.reshape(M, K // 32, 32).transpose(1, 0, 2).ravel())
-    wt = nibble_pack(b.reshape(N // 64, 64, K // 32, 32).transpose(0, 2, 1, 3).ravel())
-    w = template("03_matmul_int8")
-    w = set_fields(w, "CNA_CONV_CON1", IN_PRECISION=6, PROC_PRECISION=6)
-    w = set_fields(w, "CORE_MISC_CFG", PROC_PRECISION=6)
-    w = set_fields(w, "DPU_DATA_FORMAT", IN_PRECISION=6, PROC_PRECISION=6, OUT_PRECISION=1)
-    w = set_fields(w, "DPU_RDMA_RDMA_FEATURE_MODE_CFG", IN_PRECISION=6, PROC_PRECISION=6)
-    w = set_fields(w, "CNA_WEIGHT_SIZE2", WEIGHT_KERNELS=N)
-    w = set_raw(w, "CNA_WEIGHT_SIZE0", K // 2 * N)
-    w = set_raw(w, "CNA_WEIGHT_SIZE1", K // 2)
-    w = set_fields(w, "CORE_DATAOUT_SIZE_1", DATAOUT_CHANNEL=N - 1)
-    w = set_fields(w, "DPU_DATA_CUBE_CHANNEL", CHANNEL=N - 1, ORIG_CHANNEL=N - 1)
-    w = set_fields(w, "DPU_WDMA_SIZE_0", CHANNEL_WDMA=N - 1)
-    w = set_fields(w, "DPU_RDMA_RDMA_DATA_CUBE_CHANNEL", CHANNEL=N - 1)
-    w = set_raw(w, "CNA_FEATURE_DATA_ADDR", FEATURE)
-    w = set_raw(w, "CNA_DCOMP_ADDR0", WEIGHT)
-    w = set_raw(w, "DPU_DST_BASE_ADDR", OUTPUT)
+    w, feat, wt = int4_matmul(template("03_matmul_int8"), a, b, FEATURE, WEIGHT, OUTPUT)
     mem = {"regcmd": (REGCMD, bytearray(8 * len(w) + 64)), "feature": (FEATURE, bytearray(feat) + bytearray(4096)),
            "weight": (WEIGHT, bytearray(wt)), "output": (OUTPUT, bytearray(N // 8 * M * 16))}
     mem["regcmd"][1][:8 * len(w)] = w.tobytes()
     Simulator().run_job(mem, [(REGCMD, len(w))])
     got = np.frombuffer(bytes(mem["output"][1]), np.int16).reshape(N // 8, M, 8).transpose(1, 0, 2).reshape(M, N)
-    want = a @ b.T
-    assert np.array_equal(got.astype(np.int64), want)
+    assert np.array_equal(got.astype(np.int64), a @ b.T)
