@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
+import runpy
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -377,7 +377,7 @@ def write_conv_case(root: Path) -> None:
         "arithmetic (reference.py; bias_tflite.bin is the unfolded bias). Exact: the program equals it only "
         "if CPEND's window sum counts the padded taps at the pad value (-w_zp*in_zp per padded tap "
         "otherwise).\n")
-    subprocess.run([sys.executable, str(d / "reference.py")], check=True)
+    _run_reference(d)
 
 
 def write_program_case(root: Path, name: str, summary: str, doc: str, words: np.ndarray,
@@ -411,7 +411,7 @@ def write_program_case(root: Path, name: str, summary: str, doc: str, words: np.
     (d / "program" / "buffers.json").write_text(json.dumps(meta, indent=1) + "\n")
     (d / "reference.py").write_text(reference)
     (d / "case.md").write_text(f"# {name}\n\n{summary}.\n\n{doc}\n")
-    subprocess.run([sys.executable, str(d / "reference.py")], check=True)
+    _run_reference(d)
 
 
 TF32_REF = '''#!/usr/bin/env python3
@@ -523,6 +523,11 @@ def _conf_jobs(case: str):
     return [(t["regcmd_iova"], np.fromfile(CONF_DIR / case / "program" / t["file"], dtype="<u8"))]
 
 
+def _run_reference(d: Path) -> None:
+    """Run the case's standalone reference.py as a script (it writes expected_output.bin)."""
+    runpy.run_path(str(d / "reference.py"), run_name="__main__")
+
+
 def write_case(c: LutCase, root: Path) -> None:
     d = root / c.name
     (d / "program" / "blobs").mkdir(parents=True, exist_ok=True)
@@ -560,7 +565,7 @@ def write_case(c: LutCase, root: Path) -> None:
     (d / "reference.py").write_text(REF_HEADER.format(name=c.name, body=body, n=n))
     (d / "case.md").write_text(f"# {c.name}\n\n{c.summary}.\n\n{c.doc}\n")
     # the expected output comes from the case's own reference, run as a separate process
-    subprocess.run([sys.executable, str(d / "reference.py")], check=True)
+    _run_reference(d)
 
 
 def generate(root: Path) -> None:
