@@ -267,3 +267,41 @@ def test_hardsigmoid_unfloored_table_runs():
     x = x_in()
     inside = np.abs(x) * SCALE <= 16384
     assert np.max(np.abs(y_out(r) - hsig(x))[inside]) <= 2e-3
+
+
+def test_gelu_gate_and_leaky_relu_tables_with_read_zero_entries_run():
+    """Unbiased hybrid tables whose zero entries are read: the GELU gate Phi (build_lut_unit clamps
+    its deep LE tail to q = 0; 31 of case 05's inputs read it) and LeakyReLU on the natural LE/LO
+    split (LE[0] = 0 at x = -R with out_lo = -R*alpha, the base every x < -R extrapolates from),
+    both run correctly on silicon (notes: dpu-lut-activation.md "GELU",
+    "Mitigation"), so neither QUIRK 4 nor QUIRK 1 refuses them (issue 12). Inputs stay away from
+    x = 0, where LeakyReLU's signed decode meets QUIRK 2."""
+    from scipy.special import ndtr
+    x = x_in()
+    keep_off_zero = lambda mem: None  # noqa: E731
+    if np.any(np.abs(x) < 0.01):
+        def keep_off_zero(mem):
+            v = np.frombuffer(bytes(mem["input"][1][:2 * N]), np.float16).copy()
+            v[np.abs(v.astype(np.float64)) < 0.01] = np.float16(0.5)
+            mem["input"][1][:2 * N] = v.tobytes()
+    le, lo = tables_from(ndtr, 0.0, 1.0, qmin=0)
+    assert (le == 0).sum() > 64
+    r = run_case("05", mutate=lambda j, t, w: with_tables(w, le, lo), patch=keep_off_zero)
+    assert r.rc == 0, r.msg
+    xs = np.frombuffer(bytes(r.buf("input")[:2 * N]), np.float16).astype(np.float64)
+    inside = np.abs(xs) * SCALE <= 16384
+    assert np.max(np.abs(y_out(r) - ndtr(xs))[inside]) <= 2e-3
+
+    alpha, R = 0.1, 16384 / SCALE
+    leaky = lambda v: np.where(v >= 0, v, alpha * v)  # noqa: E731
+    out_lo, span = -alpha * R, 8.0
+    le, lo = tables_from(leaky, out_lo, span, qmin=0)
+    assert le[0] == 0
+
+    def mut(j, t, w):
+        w = with_tables(w, le, lo)
+        w = set_raw(w, "DPU_OUT_CVT_OFFSET", int(round(out_lo * 32768 / span)) & 0xFFFFFFFF)
+        return set_fields(w, "DPU_OUT_CVT_SHIFT", MINUS_EXP=12)
+    r = run_case("05", mutate=mut, patch=keep_off_zero)
+    assert r.rc == 0, r.msg
+    assert np.max(np.abs(y_out(r) - leaky(xs))[inside]) <= 5e-3
