@@ -56,7 +56,7 @@ SOURCES: dict[str, str] = {
     "CNA_WEIGHT_SIZE1": CONF + "01-04, 09; Mesa rkt_task.c",
     "CNA_WEIGHT_SIZE2": N + "depthwise-conv.md (WEIGHT_KERNELS 1 for depthwise)",
     "CNA_CBUF_CON0": N + "hardware-overview.md, cbuf-bank-slack.md, encodings/cbuf-reuse.md",
-    "CORE_CLIP_TRUNCATE": "inferred (nonzero refused on the int path)",
+    "CORE_CLIP_TRUNCATE": "NVDLA IAS convolution accumulator (via Mesa rkt_coefs.c); tie rule NVDLA cmod (inferred for RK3588)",
     "CORE_DATAOUT_SIZE_0": CONF + "01-04, 09",
     "CORE_DATAOUT_SIZE_1": CONF + "01-04, 09",
     "CORE_MISC_CFG": N + "depthwise-conv.md (DW_EN, QD_EN), precision-field.md",
@@ -149,6 +149,7 @@ FIELD_SOURCES: dict[tuple[str, str], str] = {
     ("DPU_BS_OW_CFG", "OW_SRC"): N + "out-cvt-converter.md (per-channel CPEND operand; refused)",
     ("DPU_BS_OW_CFG", "TP_ORG_EN"): N + "encodings/output-transpose-int16.md (refused)",
     ("DPU_DATA_FORMAT", "MC_SURF_OUT"): "inferred (nonzero refused)",
+    ("CORE_CLIP_TRUNCATE", "ROUND_TYPE"): "undocumented (nonzero refused)",
 }
 
 FIELD_RE = re.compile(r"RJ_(?:GET|SIM_FIELD)\(\s*[^,()]+(?:\([^()]*\))?[^,()]*,\s*([A-Z0-9_]+),\s*([A-Z0-9_]+)\s*\)")

@@ -49,6 +49,7 @@ enum { PREC_INT8 = 0, PREC_INT16 = 1, PREC_FP16 = 2, PREC_BF16 = 3, PREC_INT4 = 
 typedef struct conv_geom {
     uint32_t prec, is_int, ebytes, c2;      /* precision, element bytes, feature atom channels */
     uint32_t int4;                          /* nibble elements: ebytes is 1, sizes halve */
+    uint32_t clip_truncate;                 /* integer CACC -> DPU rounding shift */
     int depthwise;
     uint32_t W, H, C, C_real;               /* input cube */
     uint32_t OW, OH, N;                     /* output cube (N = output channels) */
@@ -244,9 +245,15 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
     if (RJ_GET(dcomp, CNA_DCOMP_CTRL, DECOMP_CONTROL))
         return UNSUPP("job %u task %u: CNA_DCOMP_CTRL=0x%x enables weight decompression, which is not "
                       "modelled (notes: encodings/cna-dcomp-weight-decompression.md)", J, T, dcomp);
-    if (g->is_int && RJ_GET(clip, CORE_CLIP_TRUNCATE, CLIP_TRUNCATE))
-        return UNSUPP("job %u task %u: CORE_CLIP_TRUNCATE=%u: the integer accumulator truncation is not "
-                      "modelled", J, T, RJ_GET(clip, CORE_CLIP_TRUNCATE, CLIP_TRUNCATE));
+    /* CLIP_TRUNCATE: the integer accumulator is rounded by 2^t and saturated to int32 on its way to
+     * the DPU (NVDLA IAS "convolution accumulator", quoted by Mesa rkt_coefs.c, whose
+     * hardware-run int8 programs set t = 1 for some scales and divide the bias by 2^t); the rule,
+     * round half away from zero then saturate, is NVDLA's cmod (NV_NVDLA_cacc.cpp) -- an
+     * inference for RK3588. Float accumulators ignore it (NVDLA: "For FP16 ... just converted"). */
+    g->clip_truncate = g->is_int ? RJ_GET(clip, CORE_CLIP_TRUNCATE, CLIP_TRUNCATE) : 0u;
+    if (g->is_int && RJ_GET(clip, CORE_CLIP_TRUNCATE, ROUND_TYPE))
+        return UNSUPP("job %u task %u: CORE_CLIP_TRUNCATE.ROUND_TYPE=1 is not modelled (undocumented; the "
+                      "NVDLA rounding is modelled for ROUND_TYPE=0)", J, T);
 
     g->H = RJ_GET(ds0, CNA_DATA_SIZE0, DATAIN_HEIGHT);
     g->W = RJ_GET(ds0, CNA_DATA_SIZE0, DATAIN_WIDTH);
@@ -950,14 +957,25 @@ static void depthwise_i(const conv_geom *g, const struct rj_cbuf_state *cb, int3
 /* int8 x int8 sums over Kd terms stay inside int32 while Kd * 128 * 128 < 2^31; past that,
  * accumulate in int64 and saturate to int32, as the wide CACC does before the 32-bit handoff
  * to the DPU (notes: hardware-overview.md, NVDLA CACC via Mesa rkt_coefs.c). */
-static void gemm_i64_saturating(size_t M, size_t N, size_t Kd, const int32_t *A, const int32_t *B, int32_t *C)
+/* CACC -> DPU: round by 2^t (half away from zero) and saturate to int32 (CLIP_TRUNCATE, above). */
+static int32_t cacc_deliver(int64_t s, uint32_t t)
+{
+    if (t) {
+        const int64_t half = (int64_t)1 << (t - 1u);
+        s = s >= 0 ? (s + half) >> t : -((-s + half) >> t);
+    }
+    return s > INT32_MAX ? INT32_MAX : s < INT32_MIN ? INT32_MIN : (int32_t)s;
+}
+
+static void gemm_i64_saturating(size_t M, size_t N, size_t Kd, const int32_t *A, const int32_t *B, int32_t *C,
+                                uint32_t clip_truncate)
 {
     for (size_t m = 0; m < M; m++)
         for (size_t n = 0; n < N; n++) {
             int64_t s = 0;
             for (size_t k = 0; k < Kd; k++)
                 s += (int64_t)A[m * Kd + k] * B[k * N + n];
-            C[m * N + n] = s > INT32_MAX ? INT32_MAX : s < INT32_MIN ? INT32_MIN : (int32_t)s;
+            C[m * N + n] = cacc_deliver(s, clip_truncate);
         }
 }
 
@@ -1025,6 +1043,7 @@ int rj_sim_conv_run(rj_sim_task *t)
     acc->is_int = (int)g.is_int;
     acc->wsum = NULL;
     acc->wsum_per_channel = 0;
+    acc->clip_truncate = g.clip_truncate;
     size_t taps = (size_t)g.KH * g.KW;
     /* CPEND (DPU_BS_OW_CFG.OD_BYPASS = 0) on the integer path needs the input's window sums. */
     if (g.is_int && !RJ_GET(rj_sim_reg(sim, RJ_REG_DPU_BS_OW_CFG), DPU_BS_OW_CFG, OD_BYPASS)) {
@@ -1038,6 +1057,9 @@ int rj_sim_conv_run(rj_sim_task *t)
         if (g.is_int) {
             memset(acc->i, 0, nacc * sizeof(int32_t));
             depthwise_i(&g, cb, acc->i);
+            if (g.clip_truncate)
+                for (size_t e = 0; e < nacc; e++)
+                    acc->i[e] = cacc_deliver(acc->i[e], g.clip_truncate);
         } else {
             memset(acc->f, 0, nacc * sizeof(float));
             depthwise_f(&g, cb, acc->f);
@@ -1060,8 +1082,12 @@ int rj_sim_conv_run(rj_sim_task *t)
             if (Kd < (1u << 17)) {
                 memset(acc->i, 0, nacc * sizeof(int32_t));
                 rj_mac_gemm_i32(M, g.N, Kd, Ai, Kd, cb->wt_i, acc->i, g.N);
+                /* exact in int32 here (|sum| < 2^17 * 2^14); then the CACC's rounding shift */
+                if (g.clip_truncate)
+                    for (size_t e = 0; e < nacc; e++)
+                        acc->i[e] = cacc_deliver(acc->i[e], g.clip_truncate);
             } else {
-                gemm_i64_saturating(M, g.N, Kd, Ai, cb->wt_i, acc->i);
+                gemm_i64_saturating(M, g.N, Kd, Ai, cb->wt_i, acc->i, g.clip_truncate);
             }
             cb->prof.mac += now_ns() - t1;
         } else {

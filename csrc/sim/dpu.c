@@ -903,6 +903,10 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
             if (!acc->wsum)
                 return rj_sim_fail(t, RJ_EINVAL, "DPU: CPEND needs the CNA's window sums, which the CORE "
                                    "did not hand over");
+            if (acc->clip_truncate && ow_op)
+                return UNSUPP(t, "DPU_BS_OW_OP = %d with CORE_CLIP_TRUNCATE = %u: whether CPEND's window "
+                              "sum is scaled by the accumulator's rounding shift is not documented",
+                              ow_op, acc->clip_truncate);
             if (out_prec != RJ_PREC_INT8) {
                 if (strict(t))
                     return rj_sim_hazard(t, "DPU_BS_OW_CFG", "CPEND on the int32-raw writer",

@@ -78,6 +78,7 @@ typedef struct rj_sim_acc {
      * (notes: depthwise-conv.md "DPU_BS_OW_OP is the CPEND operand"). */
     int64_t *wsum;
     int wsum_per_channel;
+    uint32_t clip_truncate; /* CORE_CLIP_TRUNCATE the integer sums were rounded by (cna.c) */
 } rj_sim_acc;
 
 /* cna.c: run CNA+CORE for the current task and hand the accumulator to rj_sim_dpu_run. */

@@ -226,3 +226,21 @@ def test_integer_accumulator_as_fp16_output():
     want = round_half_even(matmul_03(), 6).astype(np.float16).astype(np.float64)
     assert np.abs(round_half_even(matmul_03(), 6)).max() <= 2048
     assert np.array_equal(got, want)
+
+
+def test_clip_truncate_rounds_the_accumulator_half_away():
+    """CORE_CLIP_TRUNCATE = t: the int32 handed to the DPU is round(acc / 2^t), ties away from
+    zero, saturated (NVDLA IAS via Mesa rkt_coefs.c, whose hardware-run programs halve the bias
+    with t = 1; the tie rule is NVDLA's cmod). Regression: it used to be refused (issue 12)."""
+    for t_ in (1, 3):
+        r = run_case("03", mutate=lambda j, t, w, t_=t_: set_fields(w, "CORE_CLIP_TRUNCATE", CLIP_TRUNCATE=t_))
+        assert r.rc == 0, r.msg
+        acc = matmul_03()
+        want = round_half_away(acc, t_)
+        assert (acc % (1 << t_) == (1 << (t_ - 1))).any()   # ties exist
+        assert np.array_equal(out_i32(r), want), t_
+
+
+def test_clip_truncate_round_type_is_refused():
+    r = run_case("03", mutate=lambda j, t, w: set_fields(w, "CORE_CLIP_TRUNCATE", CLIP_TRUNCATE=1, ROUND_TYPE=1))
+    assert r.rc == RJ_EUNSUPP and "ROUND_TYPE" in r.msg, r.msg
