@@ -174,8 +174,9 @@ def reads() -> dict[str, dict[str, list[str]]]:
 
 def table() -> str:
     rows = ["| register | field | read in | source |", "|---|---|---|---|"]
-    for reg in sorted(reads()):
-        for field, files in sorted(reads()[reg].items()):
+    found = reads()
+    for reg in sorted(found):
+        for field, files in sorted(found[reg].items()):
             src = FIELD_SOURCES.get((reg, field)) or SOURCES.get(reg) or "inferred"
             rows.append(f"| `{reg}` | {f'`{field}`' if field else '(whole word)'} | {', '.join(files)} | {src} |")
     return "\n".join(rows)
