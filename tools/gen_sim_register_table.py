@@ -150,6 +150,9 @@ FIELD_SOURCES: dict[tuple[str, str], str] = {
     ("DPU_BS_OW_CFG", "TP_ORG_EN"): N + "encodings/output-transpose-int16.md (refused)",
     ("DPU_DATA_FORMAT", "MC_SURF_OUT"): "inferred (nonzero refused)",
     ("CORE_CLIP_TRUNCATE", "ROUND_TYPE"): "undocumented (nonzero refused)",
+    ("DPU_DATA_FORMAT", "BS_MUL_SHIFT_VALUE_NEG"): N + "out-cvt-converter.md (shift of a negative BS product, HW sweep)",
+    ("DPU_DATA_FORMAT", "BN_MUL_SHIFT_VALUE_NEG"): "inferred (the BS twin)",
+    ("DPU_DATA_FORMAT", "EW_TRUNCATE_NEG"): "inferred (nonzero refused)",
 }
 
 FIELD_RE = re.compile(r"RJ_(?:GET|SIM_FIELD)\(\s*[^,()]+(?:\([^()]*\))?[^,()]*,\s*([A-Z0-9_]+),\s*([A-Z0-9_]+)\s*\)")

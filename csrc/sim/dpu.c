@@ -34,17 +34,6 @@ static float f32_of_bits(uint32_t u)
     return f;
 }
 
-static int64_t floor_shift(int64_t x, uint32_t s)
-{
-    /* arithmetic right shift, rounding toward -inf (notes: encodings/out-cvt-converter.md,
-     * "arithmetic >>, truncates toward -inf") */
-    if (s == 0)
-        return x;
-    if (s > 62)
-        return x < 0 ? -1 : 0;
-    return x >= 0 ? (x >> s) : -(((-x) - 1) >> s) - 1;
-}
-
 /* x / 2^s rounded to nearest; ties to even, or away from zero when `away` (the OUT_CVT tie rule,
  * notes: encodings/out-cvt-converter.md "The CVT_ROUND tie rule", HW sweep on RK3588). */
 static int64_t round_shift(int64_t x, uint32_t s, int away)
@@ -70,7 +59,8 @@ typedef struct sdp_stage {
     uint32_t alu_algo;       /* 0 max, 1 min, 2 sum */
     float alu_f, mul_f;      /* float path register operands */
     int64_t alu_i, mul_i;    /* integer path register operands */
-    uint32_t mul_shift;
+    uint32_t mul_shift;      /* integer path: shift of a non-negative product */
+    uint32_t mul_shift_neg;  /* integer path: shift of a negative product (DATA_FORMAT *_NEG) */
     int32_t *alu_vec;        /* integer path per-channel operand read by BRDMA/NRDMA (owned) */
 } sdp_stage;
 
@@ -131,6 +121,12 @@ static int parse_stage(rj_sim_task *t, const stage_regs *r, const char *name, in
              * the product (inference, the NVDLA multiplier form). */
             st->mul_i = operand;
             st->mul_shift = shift;
+            /* The shift splits by the product's sign: MUL_CFG[13:8] for p >= 0, DATA_FORMAT's
+             * *_MUL_SHIFT_VALUE_NEG for p < 0 (notes: out-cvt-converter.md "Per-channel requant
+             * on the BS multiplier", HW sweep on BS; the BN twin is an inference). */
+            uint32_t fmt = rj_sim_reg(t->sim, RJ_REG_DPU_DATA_FORMAT);
+            st->mul_shift_neg = r == &BS_REGS ? RJ_GET(fmt, DPU_DATA_FORMAT, BS_MUL_SHIFT_VALUE_NEG)
+                                              : RJ_GET(fmt, DPU_DATA_FORMAT, BN_MUL_SHIFT_VALUE_NEG);
         } else {
             /* Float path: the operand is an fp16 bit pattern (notes: dpu-lut-activation.md,
              * BN_MUL_OPERAND 0x6912 = fp16(2596)); the same reading for BS is an inference. */
@@ -186,11 +182,13 @@ static int parse_stage(rj_sim_task *t, const stage_regs *r, const char *name, in
             st->alu_i = (int32_t)a;
         }
     }
-    /* The notes fix MUL-then-ALU for BN only (dpu-lut-activation.md, "index = x*BN_MUL + BN_ALU
-     * (MUL then ALU)"); for BS the order of a combined ALU+MUL is undocumented. */
-    if (r == &BS_REGS && st->alu && st->mul)
-        return UNSUPP(t, "%s = 0x%x: the BS stage with both ALU and MUL active is not modelled: the "
-                      "order of the two is documented only for BN (MUL then ALU)", r->cfg_name, cfg);
+    /* BN runs MUL then ALU (dpu-lut-activation.md, "index = x*BN_MUL + BN_ALU (MUL then ALU)");
+     * the integer BS runs ALU then MUL (out-cvt-converter.md, "The add comes before the
+     * multiply", HW sweep). A float BS with both is undocumented. */
+    if (r == &BS_REGS && st->alu && st->mul && !int_path)
+        return UNSUPP(t, "%s = 0x%x: the float BS stage with both ALU and MUL active is not modelled: "
+                      "the order is documented for BN (MUL then ALU) and the integer BS (ALU then MUL)",
+                      r->cfg_name, cfg);
     return 0;
 }
 
@@ -752,10 +750,18 @@ static int run_int(rj_sim_task *t, dpu_run *r, uint32_t C, uint64_t n, const out
             const sdp_stage *s = st[k];
             if (!s->active)
                 continue;
-            /* BS: only one of ALU/MUL (parse_stage); BN: MUL then ALU. */
-            if (s->mul)
-                x = floor_shift(x * s->mul_i, s->mul_shift);
-            if (s->alu)
+            /* BS: ALU then MUL; BN: MUL then ALU (parse_stage). */
+            const int alu_first = k == 0;
+            if (s->alu && alu_first)
+                x = alu_i(s->alu_algo, x, s->alu_vec ? (int64_t)s->alu_vec[c] : s->alu_i);
+            if (s->mul) {
+                /* The product is held wide under a shift, rounded half to even, then saturated
+                 * to int32; at shift 0 it saturates directly (out-cvt-converter.md, BS per-channel
+                 * multiplier sweep; the register operand and BN are inferences). */
+                const int64_t p = x * s->mul_i;
+                x = sat(round_shift(p, p >= 0 ? s->mul_shift : s->mul_shift_neg, 0), INT32_MIN, INT32_MAX);
+            }
+            if (s->alu && !alu_first)
                 x = alu_i(s->alu_algo, x, s->alu_vec ? (int64_t)s->alu_vec[c] : s->alu_i);
             if (s->relu && x < 0)
                 x = 0;
@@ -827,9 +833,8 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
                       "mask), 0 means the CORE accumulator", fmc,
                       RJ_GET(fmc, DPU_FEATURE_MODE_CFG, FLYING_MODE),
                       flying ? "DPU_RDMA (no CNA/CORE ran)" : "the CORE accumulator");
-    if (RJ_GET(fmt, DPU_DATA_FORMAT, EW_TRUNCATE_NEG) || RJ_GET(fmt, DPU_DATA_FORMAT, BN_MUL_SHIFT_VALUE_NEG) ||
-        RJ_GET(fmt, DPU_DATA_FORMAT, BS_MUL_SHIFT_VALUE_NEG) || RJ_GET(fmt, DPU_DATA_FORMAT, MC_SURF_OUT))
-        return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: the *_NEG shift fields and MC_SURF_OUT are not modelled", fmt);
+    if (RJ_GET(fmt, DPU_DATA_FORMAT, EW_TRUNCATE_NEG) || RJ_GET(fmt, DPU_DATA_FORMAT, MC_SURF_OUT))
+        return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: EW_TRUNCATE_NEG and MC_SURF_OUT are not modelled", fmt);
     if (notch)
         return UNSUPP(t, "DPU_DATA_CUBE_NOTCH_ADDR = 0x%x: a nonzero line/surface notch is not modelled", notch);
     if (RJ_GET(owcfg, DPU_BS_OW_CFG, TP_ORG_EN))

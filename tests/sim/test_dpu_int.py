@@ -244,3 +244,31 @@ def test_clip_truncate_rounds_the_accumulator_half_away():
 def test_clip_truncate_round_type_is_refused():
     r = run_case("03", mutate=lambda j, t, w: set_fields(w, "CORE_CLIP_TRUNCATE", CLIP_TRUNCATE=1, ROUND_TYPE=1))
     assert r.rc == RJ_EUNSUPP and "ROUND_TYPE" in r.msg, r.msg
+
+
+def test_bs_stage_adds_then_multiplies_with_a_sign_split_rounding_shift():
+    """Integer BS with ALU and MUL: v = sat32(rne(((acc + A) * C) >> s)), s = MUL_SHIFT_VALUE for a
+    non-negative product and DATA_FORMAT.BS_MUL_SHIFT_VALUE_NEG for a negative one (notes:
+    out-cvt-converter.md "Per-channel requant on the BS multiplier": add before multiply, wide
+    product, half-to-even shift, the two shift fields split by sign; HW sweep). The register
+    operand C stands in for the per-channel one (an inference). Regression: the BS ALU+MUL was
+    refused, the shift floored and the _NEG field refused (issue 12)."""
+    bias = (np.arange(N, dtype=np.int64) * 977 - 31000)
+    guard = 0x01000000
+
+    def patch(mem):
+        mem["guard"][1][:4 * N] = bias.astype("<i4").tobytes()
+
+    for s_pos, s_neg, mul in ((6, 3, 5), (5, 5, 77)):
+        def mut(j, t, w, s_pos=s_pos, s_neg=s_neg, mul=mul):
+            w = set_raw(w, "DPU_BS_CFG", (2 << 16) | (1 << 8) | (1 << 6))   # ALU (from BRDMA) + MUL, no ReLU
+            w = set_fields(w, "DPU_BS_MUL_CFG", BS_MUL_OPERAND=mul, BS_MUL_SHIFT_VALUE=s_pos)
+            w = set_fields(w, "DPU_DATA_FORMAT", BS_MUL_SHIFT_VALUE_NEG=s_neg)
+            w = set_fields(w, "DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=1)
+            return set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", guard)
+        r = run_case("03", mutate=mut, patch=patch)
+        assert r.rc == 0, r.msg
+        p = (matmul_03() + bias[None, :]) * mul
+        want = np.where(p >= 0, round_half_even(p, s_pos), round_half_even(p, s_neg))
+        assert (p < 0).any() and (p > 0).any()
+        assert np.array_equal(out_i32(r), np.clip(want, -2 ** 31, 2 ** 31 - 1)), (s_pos, s_neg)
