@@ -517,6 +517,75 @@ def write_precision_cases(root: Path) -> None:
         ("output", N // 8 * M * 16, "int16", {"kind": "exact"}), INT4_REF)
 
 
+BS_REF = '''#!/usr/bin/env python3
+"""17_int8_clip_bs_mul: conformance 03's int8 matmul with the integer DPU arithmetic written out in
+numpy (int64), independent of any simulator: acc -> CLIP_TRUNCATE round (half away) -> + bias ->
+x MUL -> shift by S_POS (product >= 0) or S_NEG (< 0), half to even -> sat int32. Layouts in case.md."""
+import os
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+M, K, N = 8, 64, 64
+T, MUL, S_POS, S_NEG = {t}, {mul}, {s_pos}, {s_neg}
+
+
+def blob(name, dtype):
+    return np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype=dtype)
+
+
+def rne(v, s):
+    return np.round(v.astype(np.float64) / 2.0 ** s).astype(np.int64)
+
+
+a = blob("feature", np.int8)[:M * K].reshape(K // 16, M, 16).transpose(1, 0, 2).reshape(M, K).astype(np.int64)
+b = blob("weight", np.int8)[:N * K].reshape(N // 32, K // 32, 32, 32).transpose(0, 2, 1, 3).reshape(N, K)
+acc = a @ b.astype(np.int64).T
+v = acc / 2.0 ** T
+acc = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
+p = (acc + blob("bias", "<i4").astype(np.int64)[None, :]) * MUL
+out = np.clip(np.where(p >= 0, rne(p, S_POS), rne(p, S_NEG)), -2 ** 31, 2 ** 31 - 1)
+# output cube [N/4][M][4] int32
+out.reshape(M, N // 4, 4).transpose(1, 0, 2).astype("<i4").tofile(os.path.join(HERE, "expected_output.bin"))
+'''
+
+
+def write_bs_case(root: Path) -> None:
+    sys.path.insert(0, str(REPO / "tests" / "sim"))
+    from programs import set_fields, set_raw  # noqa: E402
+    t, mul, s_pos, s_neg = 1, 77, 6, 3
+    rng = np.random.default_rng(17)
+    M, K, N = 8, 64, 64
+    a = rng.integers(-128, 128, size=(M, K)).astype(np.int8)
+    b = rng.integers(-128, 128, size=(N, K)).astype(np.int8)
+    bias = rng.integers(-30000, 30000, size=N).astype("<i4")
+    feat = np.ascontiguousarray(a.reshape(M, K // 16, 16).transpose(1, 0, 2)).tobytes()
+    wt = np.ascontiguousarray(b.reshape(N // 32, 32, K // 32, 32).transpose(0, 2, 1, 3)).tobytes()
+    (_i, w), = _conf_jobs("03_matmul_int8")
+    w = set_fields(w, "CORE_CLIP_TRUNCATE", CLIP_TRUNCATE=t)
+    w = set_raw(w, "DPU_BS_CFG", (2 << 16) | (1 << 8) | (1 << 6))
+    w = set_fields(w, "DPU_BS_MUL_CFG", BS_MUL_OPERAND=mul, BS_MUL_SHIFT_VALUE=s_pos)
+    w = set_fields(w, "DPU_DATA_FORMAT", BS_MUL_SHIFT_VALUE_NEG=s_neg)
+    w = set_fields(w, "DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=1)
+    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
+    w = set_raw(w, "CNA_FEATURE_DATA_ADDR", C_FEATURE)
+    w = set_raw(w, "CNA_DCOMP_ADDR0", C_WEIGHT)
+    w = set_raw(w, "DPU_DST_BASE_ADDR", C_OUTPUT)
+    write_program_case(
+        root, "17_int8_clip_bs_mul", "int8 matmul C[8,64] with CLIP_TRUNCATE 1 and a BS add-then-multiply "
+        "with a sign-split rounding shift, int32 output",
+        "Conformance 03's program with CORE_CLIP_TRUNCATE 1 (the CACC rounds by 2, ties away: NVDLA IAS and "
+        "cmod, used by Mesa rkt_coefs.c), DPU_BS_CFG ALU (int32 bias from BRDMA, DATA_USE 1) + MUL "
+        f"(operand {mul}, shift {s_pos} for a non-negative product), DATA_FORMAT.BS_MUL_SHIFT_VALUE_NEG {s_neg} "
+        "for a negative one (notes encodings/out-cvt-converter.md \"Per-channel requant on the BS "
+        "multiplier\": add before multiply, half-to-even shift split by sign, int32 saturation; the register "
+        "operand stands in for the per-channel one, an inference). Layouts: feature [K/16][M][16] int8, "
+        "weights (N/32, K/32, 32, 32) int8, bias int32[N], output [N/4][M][4] int32.\n\nExact.",
+        w, [("feature", C_FEATURE, feat + bytes(64), "input"), ("weight", C_WEIGHT, wt, "weight"),
+            ("bias", C_BIAS, bias.tobytes(), "weight"), ("output", C_OUTPUT, bytes(N // 4 * M * 16), "output")],
+        ("output", N // 4 * M * 16, "int32", {"kind": "exact"}),
+        BS_REF.format(t=t, mul=mul, s_pos=s_pos, s_neg=s_neg))
+
+
 def _conf_jobs(case: str):
     meta = json.loads((CONF_DIR / case / "program" / "buffers.json").read_text())
     t = meta["jobs"][0]["tasks"][0]
@@ -577,6 +646,7 @@ def generate(root: Path) -> None:
     if CONF_DIR is not None:
         write_conv_case(root)
         write_precision_cases(root)
+        write_bs_case(root)
 
 
 def main() -> int:
