@@ -77,3 +77,11 @@ FAKE_ROCKET = flag(
     "1: backend='rocket' serves /dev/accel/accel0 from the ioctl-level fake backed by the "
     "simulator (the C runtime reads the same flag; csrc/runtime/envflags.c).",
     "0")
+
+SIM_FAITHFUL = flag(
+    "RJ_SIM_FAITHFUL",
+    "1: every simulator the C runtime creates reproduces the documented LUT quirks it models "
+    "(QUIRK 2's x~0 spike, QUIRK 4's q=0 entry) instead of refusing them -- for running foreign "
+    "programs; rockjit's own programs are checked without it (csrc/runtime/envflags.c, "
+    "csrc/sim/rj_sim.h RJ_SIM_FAITHFUL).",
+    "0")

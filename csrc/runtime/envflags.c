@@ -16,6 +16,10 @@ static const rj_env_flag_info flags[RJ_ENV_COUNT] = {
                             "(u64 little-endian, relocations applied)"},
     [RJ_ENV_POISON_BOS] = {"RJ_POISON_BOS",
                            "1: fill new BOs with 0xAA instead of zeros, so reads of never-written memory show"},
+    [RJ_ENV_SIM_FAITHFUL] = {"RJ_SIM_FAITHFUL",
+                             "1: every simulator created reproduces the documented LUT quirks it models "
+                             "(QUIRK 2 x~0 spike, QUIRK 4 q=0 entry) instead of refusing them, for foreign "
+                             "programs (csrc/sim/rj_sim.h RJ_SIM_FAITHFUL)"},
 };
 
 uint32_t rj_env_flag_count(void) { return RJ_ENV_COUNT; }

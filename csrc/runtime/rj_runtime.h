@@ -256,7 +256,8 @@ enum {
     RJ_ENV_TRACE_STEPS = 1,
     RJ_ENV_DUMP_REGCMD = 2,
     RJ_ENV_POISON_BOS = 3,
-    RJ_ENV_COUNT = 4,
+    RJ_ENV_SIM_FAITHFUL = 4,
+    RJ_ENV_COUNT = 5,
 };
 typedef struct rj_env_flag_info {
     const char *name;

@@ -2,7 +2,7 @@
  *
  * Register semantics and their sources (facts; the code is ours):
  *  - CONV_CON1.CONV_MODE 0 = direct, 3 = depthwise, with CORE_MISC_CFG.DW_EN (notes:
- *    depthwise-conv.md). IN/PROC_PRECISION: 0 int8, 2 fp16, 3 bf16 (notes:
+ *    depthwise-conv.md). IN/PROC_PRECISION: 0 int8, 2 fp16, 3 bf16, 6 int4, 7 tf32 (notes:
  *    encodings/precision-field.md); the matmul is same-dtype only (tile-layouts.md).
  *  - Feature cube: atoms of 16 bytes = C2 channels (8 for 2-byte, 16 for int8), laid
  *    [C/C2][H][W][C2] (notes: encodings/tile-layouts.md "Feature / input cube"; conformance
@@ -48,6 +48,8 @@ enum { PREC_INT8 = 0, PREC_INT16 = 1, PREC_FP16 = 2, PREC_BF16 = 3, PREC_INT4 = 
 /* Everything the registers say about one conv task. */
 typedef struct conv_geom {
     uint32_t prec, is_int, ebytes, c2;      /* precision, element bytes, feature atom channels */
+    uint32_t int4;                          /* nibble elements: ebytes is 1, sizes halve */
+    uint32_t clip_truncate;                 /* integer CACC -> DPU rounding shift */
     int depthwise;
     uint32_t W, H, C, C_real;               /* input cube */
     uint32_t OW, OH, N;                     /* output cube (N = output channels) */
@@ -77,6 +79,8 @@ struct rj_cbuf_state {
     /* the last accumulator cube (kept for rj_sim_last_acc) and scratch */
     rj_sim_acc acc;
     size_t acc_cap, acc_cap_i;
+    int64_t *wsum_buf;        /* CPEND window sums (acc.wsum points here when in use) */
+    size_t wsum_cap;
     int32_t *col_i;           /* im2col scratch (int8 path; the float path packs directly) */
     size_t col_cap_i;
 
@@ -102,6 +106,7 @@ void rj_sim_cbuf_free(struct rj_cbuf_state *cb)
     free(cb->wt_i);
     free(cb->acc.f);
     free(cb->acc.i);
+    free(cb->wsum_buf);
     free(cb->col_i);
     free(cb->apack);
     free(cb);
@@ -190,13 +195,20 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
                       "CORE_MISC_CFG.PROC_PRECISION=%u (%s) differ; the MAC path is same-dtype only "
                       "(notes: encodings/tile-layouts.md)", J, T, pin, prec_name(pin), pproc, prec_name(pproc),
                       pcore, prec_name(pcore));
-    if (pin != PREC_INT8 && pin != PREC_FP16 && pin != PREC_BF16)
-        return UNSUPP("job %u task %u: CNA_CONV_CON1 precision %u (%s) is not modelled (int8=0, fp16=2, bf16=3 "
-                      "are)", J, T, pin, prec_name(pin));
+    if (pin != PREC_INT8 && pin != PREC_FP16 && pin != PREC_BF16 && pin != PREC_TF32 && pin != PREC_INT4)
+        return UNSUPP("job %u task %u: CNA_CONV_CON1 precision %u (%s) is not modelled (int8=0, fp16=2, bf16=3, "
+                      "int4=6, tf32=7 are)", J, T, pin, prec_name(pin));
     g->prec = pin;
-    g->is_int = pin == PREC_INT8;
-    g->ebytes = g->is_int ? 1u : 2u;
-    g->c2 = 16u / g->ebytes;
+    /* int4 (6): two signed nibbles per byte, element 2i in the low nibble (notes:
+     * encodings/tile-layouts.md "2 values per byte with HILO=0, ... no swap"; reading HILO=0 as
+     * low-nibble-first and the nibble as two's complement are inferences), feature C2 = 32,
+     * weights (N/64, K/32, 64, 32), int32 accumulator to an int16 output (precision-field.md). */
+    g->int4 = pin == PREC_INT4;
+    g->is_int = pin == PREC_INT8 || pin == PREC_INT4;
+    /* tf32 (7, CNA/CORE only): raw fp32 in a 4-byte element, feature C2 = 4 (notes:
+     * encodings/precision-field.md "tf32 (precision value 7)", HW sweep). */
+    g->ebytes = g->is_int ? 1u : (pin == PREC_TF32 ? 4u : 2u);
+    g->c2 = g->int4 ? 32u : 16u / g->ebytes;
 
     uint32_t mode = RJ_GET(con1, CNA_CONV_CON1, CONV_MODE);
     uint32_t dw_en = RJ_GET(misc, CORE_MISC_CFG, DW_EN);
@@ -207,6 +219,13 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
         return UNSUPP("job %u task %u: CNA_CONV_CON1.CONV_MODE=%u but CORE_MISC_CFG.DW_EN=%u; depthwise needs "
                       "both (notes: depthwise-conv.md)", J, T, mode, dw_en);
     g->depthwise = mode == 3;
+    if (g->depthwise && pin == PREC_INT4)
+        return UNSUPP("job %u task %u: an int4 depthwise conv is not modelled: its weight group is not "
+                      "documented (notes: encodings/tile-layouts.md documents the int4 matmul tile)", J, T);
+    if (g->depthwise && pin == PREC_TF32)
+        return UNSUPP("job %u task %u: a tf32 depthwise conv is not modelled: its weight group is not "
+                      "documented (notes: encodings/precision-field.md documents the tf32 matmul/direct tile)",
+                      J, T);
     if (RJ_GET(con1, CNA_CONV_CON1, DECONV) || RJ_GET(con3, CNA_CONV_CON3, DECONV_X_STRIDE) ||
         RJ_GET(con3, CNA_CONV_CON3, DECONV_Y_STRIDE))
         return UNSUPP("job %u task %u: CNA deconvolution fields are set; there is no hardware deconv mode "
@@ -226,9 +245,15 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
     if (RJ_GET(dcomp, CNA_DCOMP_CTRL, DECOMP_CONTROL))
         return UNSUPP("job %u task %u: CNA_DCOMP_CTRL=0x%x enables weight decompression, which is not "
                       "modelled (notes: encodings/cna-dcomp-weight-decompression.md)", J, T, dcomp);
-    if (g->is_int && RJ_GET(clip, CORE_CLIP_TRUNCATE, CLIP_TRUNCATE))
-        return UNSUPP("job %u task %u: CORE_CLIP_TRUNCATE=%u: the integer accumulator truncation is not "
-                      "modelled", J, T, RJ_GET(clip, CORE_CLIP_TRUNCATE, CLIP_TRUNCATE));
+    /* CLIP_TRUNCATE: the integer accumulator is rounded by 2^t and saturated to int32 on its way to
+     * the DPU (NVDLA IAS "convolution accumulator", quoted by Mesa rkt_coefs.c, whose
+     * hardware-run int8 programs set t = 1 for some scales and divide the bias by 2^t); the rule,
+     * round half away from zero then saturate, is NVDLA's cmod (NV_NVDLA_cacc.cpp) -- an
+     * inference for RK3588. Float accumulators ignore it (NVDLA: "For FP16 ... just converted"). */
+    g->clip_truncate = g->is_int ? RJ_GET(clip, CORE_CLIP_TRUNCATE, CLIP_TRUNCATE) : 0u;
+    if (g->is_int && RJ_GET(clip, CORE_CLIP_TRUNCATE, ROUND_TYPE))
+        return UNSUPP("job %u task %u: CORE_CLIP_TRUNCATE.ROUND_TYPE=1 is not modelled (undocumented; the "
+                      "NVDLA rounding is modelled for ROUND_TYPE=0)", J, T);
 
     g->H = RJ_GET(ds0, CNA_DATA_SIZE0, DATAIN_HEIGHT);
     g->W = RJ_GET(ds0, CNA_DATA_SIZE0, DATAIN_WIDTH);
@@ -259,6 +284,8 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
                    g->KH, g->kernels);
     uint32_t per_kernel = RJ_GET(ws1, CNA_WEIGHT_SIZE1, WEIGHT_BYTES_PER_KERNEL);
     uint32_t want_pk = g->KW * g->KH * g->C * g->ebytes;
+    if (g->int4)
+        want_pk = (want_pk + 1u) / 2u; /* nibbles */
     if (per_kernel != want_pk)
         return BAD("job %u task %u: CNA_WEIGHT_SIZE1.WEIGHT_BYTES_PER_KERNEL=%u, but KW*KH*C*bytes = %u*%u*%u*%u "
                    "= %u", J, T, per_kernel, g->KW, g->KH, g->C, g->ebytes, want_pk);
@@ -323,10 +350,15 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
         uint32_t ngc = (g->C + g->gc - 1u) / g->gc;
         g->wextent = (uint64_t)ngc * g->gc * g->KH * g->KW * g->ebytes;
     } else {
-        g->gk = g->is_int ? 32u : 16u;
-        g->gc = g->C < 32u ? g->C : 32u;
+        /* kernel group: 16 for 2- and 4-byte elements, 32 for int8; channel group 32, halved to
+         * 16 for tf32's 4-byte element: the (N/16, K/16, 16, 16) tile (precision-field.md). */
+        g->gk = g->int4 ? 64u : g->is_int ? 32u : 16u;
+        const uint32_t kgrp = g->prec == PREC_TF32 ? 16u : 32u;
+        g->gc = g->C < kgrp ? g->C : kgrp;
         uint32_t ngc = (g->C + g->gc - 1u) / g->gc;
         g->wextent = (uint64_t)g->kernels * ngc * g->gc * g->KH * g->KW * g->ebytes;
+        if (g->int4)
+            g->wextent = (g->wextent + 1u) / 2u;
     }
     return 0;
 }
@@ -354,10 +386,11 @@ static int check_hazards(rj_sim_task *t, const conv_geom *g)
 
     /* Alignment of the atoms (notes: matmul-as-conv.md "Alignment requirements"):
      * K (channels) % 32 for fp16/bf16/int8; N (kernels) % 16 fp16/bf16, % 32 int8. */
-    if (g->C % 32u)
+    const uint32_t kalign = g->prec == PREC_TF32 ? 16u : 32u; /* tf32: K%16 (precision-field.md) */
+    if (g->C % kalign)
         return rj_sim_hazard(t, "CNA_DATA_SIZE1", "unaligned K",
-                             "DATAIN_CHANNEL=%u is not a multiple of 32 (the %s weight K-group); pad the "
-                             "channels with zeros.", g->C, prec_name(g->prec));
+                             "DATAIN_CHANNEL=%u is not a multiple of %u (the %s weight K-group); pad the "
+                             "channels with zeros.", g->C, kalign, prec_name(g->prec));
     if (!g->depthwise && g->kernels % g->gk)
         return rj_sim_hazard(t, "CNA_WEIGHT_SIZE2", "unaligned N",
                              "WEIGHT_KERNELS=%u is not a multiple of %u (the %s weight N-group); the NPU "
@@ -374,7 +407,7 @@ static int check_hazards(rj_sim_task *t, const conv_geom *g)
         return rj_sim_hazard(t, "CNA_CBUF_CON0", "CBUF over-subscription",
                              "DATA_BANK=%u + WEIGHT_BANK=%u exceed the %u banks of 32 KB", g->data_bank,
                              g->weight_bank, CBUF_BANKS);
-    if (g->is_int && g->data_bank < fd_banks + 1u)
+    if (g->prec == PREC_INT8 && g->data_bank < fd_banks + 1u)
         return rj_sim_hazard(t, "CNA_CBUF_CON0", "int8 feature bank slack",
                              "the int8 feature cube takes %u bank(s) (%llu bytes) but DATA_BANK=%u; the int8 "
                              "feature DMA over-reads by one bank, reserve DATA_BANK >= %u", fd_banks,
@@ -451,6 +484,35 @@ static inline void transpose8(__m256 r[8])
 }
 #endif
 
+/* fp32 -> tf32 (1-8-10) kept in an fp32: "the MAC rounds to a 10-bit mantissa, multiplies, and
+ * accumulates in fp32" (notes: encodings/precision-field.md); round to nearest even is an
+ * inference (the notes match a tf32-rounded reference to ~1.5e-7 without naming the tie rule). */
+static float tf32_round(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) {
+        u += 0xfffu + ((u >> 13) & 1u);
+        u &= ~0x1fffu;
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float tf32_at(const uint8_t *p)
+{
+    float f;
+    memcpy(&f, p, 4);
+    return tf32_round(f);
+}
+
+/* Element i of a nibble-packed int4 array: low nibble first, two's complement (see decode_geom). */
+static inline int32_t nibble(const uint8_t *p, size_t i)
+{
+    uint32_t v = (p[i >> 1] >> ((i & 1u) * 4u)) & 0xfu;
+    return (int32_t)v - (int32_t)((v & 8u) << 1);
+}
+
 /* Read the feature cube [C/C2][H][W][C2] into [H][W][C]. */
 static int fetch_feature(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb)
 {
@@ -470,9 +532,15 @@ static int fetch_feature(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_stat
             for (uint32_t w = 0; w < g->W; w++) {
                 const uint8_t *atom = line + 16u * w;
                 size_t o = ((size_t)h * g->W + w) * g->C + c0;
-                if (g->is_int) {
+                if (g->int4) {
+                    for (uint32_t c = 0; c < cn; c++)
+                        cb->feat_i[o + c] = nibble(atom, c);
+                } else if (g->is_int) {
                     for (uint32_t c = 0; c < cn; c++)
                         cb->feat_i[o + c] = (int8_t)atom[c];
+                } else if (g->prec == PREC_TF32) {
+                    for (uint32_t c = 0; c < cn; c++)
+                        cb->feat_f[o + c] = tf32_at(atom + 4u * c);
                 } else {
 #if RJ_CNA_SIMD
                     if (cn == 8) {
@@ -538,6 +606,22 @@ static void unpack_panel(void *ctx, size_t item)
     uint32_t kgs = g->kernels - kg * g->gk < g->gk ? g->kernels - kg * g->gk : g->gk; /* kernels in memory */
     const size_t blk_bytes = (size_t)kgs * g->gc * 2u; /* one (channel group, tap) block */
     (void)blk_bytes; /* read by the prefetch only */
+    if (g->prec == PREC_TF32) {
+        /* 4-byte elements, scalar: the same panel order as below */
+        for (uint32_t cg = 0; cg < u->ngc; cg++) {
+            uint32_t cn = g->C - cg * g->gc < g->gc ? g->C - cg * g->gc : g->gc;
+            for (uint32_t ky = 0; ky < g->KH; ky++)
+                for (uint32_t kx = 0; kx < g->KW; kx++) {
+                    const uint8_t *blk = u->base + 4u * wt_index_direct(g, u->ngc, kg * g->gk, ky, kx, cg * g->gc);
+                    float *dst = pan + (((size_t)ky * g->KW + kx) * g->C + (size_t)cg * g->gc) * RJ_MAC_NR;
+                    for (uint32_t c = 0; c < cn; c++)
+                        for (uint32_t k = 0; k < RJ_MAC_NR; k++)
+                            dst[(size_t)c * RJ_MAC_NR + k] =
+                                k < nvalid ? tf32_at(blk + 4u * ((size_t)k * g->gc + c)) : 0.0f;
+                }
+        }
+        return;
+    }
     for (uint32_t cg = 0; cg < u->ngc; cg++) {
         uint32_t cn = g->C - cg * g->gc < g->gc ? g->C - cg * g->gc : g->gc;
         for (uint32_t ky = 0; ky < g->KH; ky++)
@@ -630,7 +714,8 @@ static int fetch_weights(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_stat
                 for (uint32_t kx = 0; kx < g->KW; kx++)
                     for (uint32_t c = 0; c < g->C; c++) {
                         size_t kd = ((size_t)ky * g->KW + kx) * g->C + c;
-                        cb->wt_i[kd * g->N + k] = (int8_t)base[wt_index_direct(g, ngc, k, ky, kx, c)];
+                        size_t wi = wt_index_direct(g, ngc, k, ky, kx, c);
+                        cb->wt_i[kd * g->N + k] = g->int4 ? nibble(base, wi) : (int8_t)base[wi];
                     }
         return 0;
     }
@@ -872,15 +957,57 @@ static void depthwise_i(const conv_geom *g, const struct rj_cbuf_state *cb, int3
 /* int8 x int8 sums over Kd terms stay inside int32 while Kd * 128 * 128 < 2^31; past that,
  * accumulate in int64 and saturate to int32, as the wide CACC does before the 32-bit handoff
  * to the DPU (notes: hardware-overview.md, NVDLA CACC via Mesa rkt_coefs.c). */
-static void gemm_i64_saturating(size_t M, size_t N, size_t Kd, const int32_t *A, const int32_t *B, int32_t *C)
+/* CACC -> DPU: round by 2^t (half away from zero) and saturate to int32 (CLIP_TRUNCATE, above). */
+static int32_t cacc_deliver(int64_t s, uint32_t t)
+{
+    if (t) {
+        const int64_t half = (int64_t)1 << (t - 1u);
+        s = s >= 0 ? (s + half) >> t : -((-s + half) >> t);
+    }
+    return s > INT32_MAX ? INT32_MAX : s < INT32_MIN ? INT32_MIN : (int32_t)s;
+}
+
+static void gemm_i64_saturating(size_t M, size_t N, size_t Kd, const int32_t *A, const int32_t *B, int32_t *C,
+                                uint32_t clip_truncate)
 {
     for (size_t m = 0; m < M; m++)
         for (size_t n = 0; n < N; n++) {
             int64_t s = 0;
             for (size_t k = 0; k < Kd; k++)
                 s += (int64_t)A[m * Kd + k] * B[k * N + n];
-            C[m * N + n] = s > INT32_MAX ? INT32_MAX : s < INT32_MIN ? INT32_MIN : (int32_t)s;
+            C[m * N + n] = cacc_deliver(s, clip_truncate);
         }
+}
+
+/* CPEND's S: the window sum of the input the CNA feeds, pad taps at the pad value, over every
+ * programmed input channel (direct) or per channel (depthwise). "The border pad counts in that
+ * sum, at the input zero point"; "S sums the window over every programmed input channel"; "the
+ * CNA pads the channel padding with the input zero point too" (notes: depthwise-conv.md). */
+static int window_sums(rj_sim_task *t, const conv_geom *g, struct rj_cbuf_state *cb)
+{
+    const size_t M = (size_t)g->OH * g->OW, per = g->depthwise ? g->N : 1u;
+    if (grow((void **)&cb->wsum_buf, &cb->wsum_cap, M * per, sizeof(int64_t)))
+        return oom(t, "CPEND window sums");
+    memset(cb->wsum_buf, 0, M * per * sizeof(int64_t));
+    const int64_t pi = pad_value_i(g);
+    const uint32_t nc = g->depthwise ? g->N : g->C;
+    for (uint32_t oy = 0; oy < g->OH; oy++)
+        for (uint32_t ox = 0; ox < g->OW; ox++) {
+            int64_t *s = cb->wsum_buf + ((size_t)oy * g->OW + ox) * per;
+            for (uint32_t ky = 0; ky < g->KH; ky++) {
+                int64_t iy = src_coord(oy, g->sy, ky, g->dy, g->pad_t, g->H);
+                for (uint32_t kx = 0; kx < g->KW; kx++) {
+                    int64_t ix = src_coord(ox, g->sx, kx, g->dx, g->pad_l, g->W);
+                    const int32_t *x = (iy >= 0 && ix >= 0)
+                        ? cb->feat_i + ((size_t)iy * g->W + (size_t)ix) * g->C : NULL;
+                    for (uint32_t c = 0; c < nc; c++)
+                        s[g->depthwise ? c : 0] += x ? x[c] : pi;
+                }
+            }
+        }
+    cb->acc.wsum = cb->wsum_buf;
+    cb->acc.wsum_per_channel = g->depthwise;
+    return 0;
 }
 
 int rj_sim_conv_run(rj_sim_task *t)
@@ -914,13 +1041,25 @@ int rj_sim_conv_run(rj_sim_task *t)
     acc->height = g.OH;
     acc->channels = g.N;
     acc->is_int = (int)g.is_int;
+    acc->wsum = NULL;
+    acc->wsum_per_channel = 0;
+    acc->clip_truncate = g.clip_truncate;
     size_t taps = (size_t)g.KH * g.KW;
+    /* CPEND (DPU_BS_OW_CFG.OD_BYPASS = 0) on the integer path needs the input's window sums. */
+    if (g.is_int && !RJ_GET(rj_sim_reg(sim, RJ_REG_DPU_BS_OW_CFG), DPU_BS_OW_CFG, OD_BYPASS)) {
+        rc = window_sums(t, &g, cb);
+        if (rc)
+            return rc;
+    }
 
     if (g.depthwise) {
         uint64_t t1 = now_ns();
         if (g.is_int) {
             memset(acc->i, 0, nacc * sizeof(int32_t));
             depthwise_i(&g, cb, acc->i);
+            if (g.clip_truncate)
+                for (size_t e = 0; e < nacc; e++)
+                    acc->i[e] = cacc_deliver(acc->i[e], g.clip_truncate);
         } else {
             memset(acc->f, 0, nacc * sizeof(float));
             depthwise_f(&g, cb, acc->f);
@@ -943,8 +1082,12 @@ int rj_sim_conv_run(rj_sim_task *t)
             if (Kd < (1u << 17)) {
                 memset(acc->i, 0, nacc * sizeof(int32_t));
                 rj_mac_gemm_i32(M, g.N, Kd, Ai, Kd, cb->wt_i, acc->i, g.N);
+                /* exact in int32 here (|sum| < 2^17 * 2^14); then the CACC's rounding shift */
+                if (g.clip_truncate)
+                    for (size_t e = 0; e < nacc; e++)
+                        acc->i[e] = cacc_deliver(acc->i[e], g.clip_truncate);
             } else {
-                gemm_i64_saturating(M, g.N, Kd, Ai, cb->wt_i, acc->i);
+                gemm_i64_saturating(M, g.N, Kd, Ai, cb->wt_i, acc->i, g.clip_truncate);
             }
             cb->prof.mac += now_ns() - t1;
         } else {

@@ -34,15 +34,19 @@ static float f32_of_bits(uint32_t u)
     return f;
 }
 
-static int64_t floor_shift(int64_t x, uint32_t s)
+/* x / 2^s rounded to nearest; ties to even, or away from zero when `away` (the OUT_CVT tie rule,
+ * notes: encodings/out-cvt-converter.md "The CVT_ROUND tie rule", HW sweep on RK3588). */
+static int64_t round_shift(int64_t x, uint32_t s, int away)
 {
-    /* arithmetic right shift, rounding toward -inf (notes: encodings/out-cvt-converter.md,
-     * "arithmetic >>, truncates toward -inf") */
     if (s == 0)
         return x;
-    if (s > 62)
-        return x < 0 ? -1 : 0;
-    return x >= 0 ? (x >> s) : -(((-x) - 1) >> s) - 1;
+    const int neg = x < 0;
+    const uint64_t m = neg ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+    uint64_t q = m >> s;
+    const uint64_t rem = m & ((1ull << s) - 1u), half = 1ull << (s - 1u);
+    if (rem > half || (rem == half && (away || (q & 1u))))
+        q++;
+    return neg ? -(int64_t)q : (int64_t)q;
 }
 
 static int64_t sat(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
@@ -55,7 +59,8 @@ typedef struct sdp_stage {
     uint32_t alu_algo;       /* 0 max, 1 min, 2 sum */
     float alu_f, mul_f;      /* float path register operands */
     int64_t alu_i, mul_i;    /* integer path register operands */
-    uint32_t mul_shift;
+    uint32_t mul_shift;      /* integer path: shift of a non-negative product */
+    uint32_t mul_shift_neg;  /* integer path: shift of a negative product (DATA_FORMAT *_NEG) */
     int32_t *alu_vec;        /* integer path per-channel operand read by BRDMA/NRDMA (owned) */
 } sdp_stage;
 
@@ -116,6 +121,12 @@ static int parse_stage(rj_sim_task *t, const stage_regs *r, const char *name, in
              * the product (inference, the NVDLA multiplier form). */
             st->mul_i = operand;
             st->mul_shift = shift;
+            /* The shift splits by the product's sign: MUL_CFG[13:8] for p >= 0, DATA_FORMAT's
+             * *_MUL_SHIFT_VALUE_NEG for p < 0 (notes: out-cvt-converter.md "Per-channel requant
+             * on the BS multiplier", HW sweep on BS; the BN twin is an inference). */
+            uint32_t fmt = rj_sim_reg(t->sim, RJ_REG_DPU_DATA_FORMAT);
+            st->mul_shift_neg = r == &BS_REGS ? RJ_GET(fmt, DPU_DATA_FORMAT, BS_MUL_SHIFT_VALUE_NEG)
+                                              : RJ_GET(fmt, DPU_DATA_FORMAT, BN_MUL_SHIFT_VALUE_NEG);
         } else {
             /* Float path: the operand is an fp16 bit pattern (notes: dpu-lut-activation.md,
              * BN_MUL_OPERAND 0x6912 = fp16(2596)); the same reading for BS is an inference. */
@@ -171,11 +182,13 @@ static int parse_stage(rj_sim_task *t, const stage_regs *r, const char *name, in
             st->alu_i = (int32_t)a;
         }
     }
-    /* The notes fix MUL-then-ALU for BN only (dpu-lut-activation.md, "index = x*BN_MUL + BN_ALU
-     * (MUL then ALU)"); for BS the order of a combined ALU+MUL is undocumented. */
-    if (r == &BS_REGS && st->alu && st->mul)
-        return UNSUPP(t, "%s = 0x%x: the BS stage with both ALU and MUL active is not modelled: the "
-                      "order of the two is documented only for BN (MUL then ALU)", r->cfg_name, cfg);
+    /* BN runs MUL then ALU (dpu-lut-activation.md, "index = x*BN_MUL + BN_ALU (MUL then ALU)");
+     * the integer BS runs ALU then MUL (out-cvt-converter.md, "The add comes before the
+     * multiply", HW sweep). A float BS with both is undocumented. */
+    if (r == &BS_REGS && st->alu && st->mul && !int_path)
+        return UNSUPP(t, "%s = 0x%x: the float BS stage with both ALU and MUL active is not modelled: "
+                      "the order is documented for BN (MUL then ALU) and the integer BS (ALU then MUL)",
+                      r->cfg_name, cfg);
     return 0;
 }
 
@@ -473,6 +486,8 @@ typedef struct out_cvt {
     int affine;          /* CVT_TYPE = 1 */
     int32_t offset;
     uint32_t scale, shift, minus_exp, fp16_en;
+    int32_t scale_i;     /* integer path: SCALE as a signed 16-bit multiplier */
+    int round_away;      /* integer path: CVT_ROUND = 1, ties away from zero (0: ties to even) */
 } out_cvt;
 
 static int parse_out_cvt(rj_sim_task *t, int int_path, uint32_t out_prec, out_cvt *o)
@@ -487,21 +502,27 @@ static int parse_out_cvt(rj_sim_task *t, int int_path, uint32_t out_prec, out_cv
     o->shift = RJ_GET(sh, DPU_OUT_CVT_SHIFT, OUT_CVT_SHIFT);
     o->minus_exp = RJ_GET(sh, DPU_OUT_CVT_SHIFT, MINUS_EXP);
     o->affine = RJ_GET(sh, DPU_OUT_CVT_SHIFT, CVT_TYPE);
-    if (RJ_GET(sh, DPU_OUT_CVT_SHIFT, CVT_ROUND))
-        return UNSUPP(t, "DPU_OUT_CVT_SHIFT = 0x%x: CVT_ROUND is not modelled", sh);
+    o->round_away = (int)RJ_GET(sh, DPU_OUT_CVT_SHIFT, CVT_ROUND);
+    o->scale_i = (int16_t)(o->scale & 0xffffu);
     if (int_path) {
-        /* Integer path: out = (acc * SCALE) >> SHIFT, SCALE a uint16 multiplier, the shift
-         * arithmetic; minus_exp and cvt_type are no-ops there (notes: out-cvt-converter.md). */
-        if (o->offset != 0)
-            return UNSUPP(t, "DPU_OUT_CVT_OFFSET = %d on the integer path is not modelled: whether it is "
-                          "added or subtracted before the multiply is not settled by the notes "
-                          "(encodings/out-cvt-converter.md)", o->offset);
-        if (o->fp16_en)
-            return UNSUPP(t, "DPU_OUT_CVT_SCALE = 0x%x: FP32TOFP16_EN on the integer path (an fp16 output of "
-                          "the int32 accumulator) is documented as correct only for small single-tile "
-                          "shapes and is not modelled (notes: encodings/out-cvt-converter.md)", sc);
+        /* Integer path (notes: out-cvt-converter.md "Integer convert", HW sweeps
+         * requant_edge_probe / requant_round_probe): out = sat(round((acc * SCALE) >> SHIFT) +
+         * OFFSET), SCALE a signed 16-bit multiplier, the shift rounding to nearest with ties to
+         * even (CVT_ROUND = 0) or away from zero (CVT_ROUND = 1), OFFSET (signed 32) added after
+         * the rounding, saturation last; minus_exp and cvt_type are no-ops here. FP32TOFP16_EN
+         * with an fp16 output narrows that integer to fp16 (out-cvt-converter.md, the fp16 row of
+         * "Output datatype and cube on the int8 datapath"). */
+        if (o->fp16_en != (out_prec == RJ_PREC_FP16))
+            return UNSUPP(t, "DPU_OUT_CVT_SCALE.FP32TOFP16_EN = %u with DPU_DATA_FORMAT.OUT_PRECISION = %u on "
+                          "the integer path: an fp16 output needs FP32TOFP16_EN=1, other outputs 0",
+                          o->fp16_en, out_prec);
+        if (o->shift > 62)
+            return UNSUPP(t, "DPU_OUT_CVT_SHIFT = 0x%x: OUT_CVT_SHIFT = %u past 62 is not modelled", sh, o->shift);
         return 0;
     }
+    if (o->round_away)
+        return UNSUPP(t, "DPU_OUT_CVT_SHIFT = 0x%x: CVT_ROUND on the float path is not modelled (its tie "
+                      "rule is documented for the integer shift only)", sh);
     /* Float path: FP32TOFP16_EN narrows to fp16 exactly when the output precision is fp16. */
     if ((out_prec == RJ_PREC_FP16) != (o->fp16_en != 0))
         return UNSUPP(t, "DPU_OUT_CVT_SCALE.FP32TOFP16_EN = %u with DPU_DATA_FORMAT.OUT_PRECISION = %u: an "
@@ -540,28 +561,83 @@ static void run_free(dpu_run *r)
     free(r->vi);
 }
 
-/* QUIRK 1/2 checks for one LUT lookup (strict mode). */
-static int lut_hazards(rj_sim_task *t, const out_cvt *cvt, uint64_t e, float x_in, const rj_lut_hit *hit)
+/* What a lookup's quirks do to its output in faithful mode (lut_hazards). */
+enum { LUT_QUIRK_NONE = 0, LUT_QUIRK2_SPIKE = 1, LUT_QUIRK4_DECODE = 2 };
+
+/* QUIRK 2's band in faithful mode: the ELU/SELU probe of the notes (dpu-lut-activation.md,
+ * "Affected kinds": 97 of 4001 inputs spiked on [-0.02, 0.02] at step 1e-5, i.e. |x| <~ 4.85e-4)
+ * ran at BN_MUL = 1024 (rocket-userspace: the symmetric shifted table over [-8, 8], scale
+ * 16384/16), which is |x * BN_MUL| < ~0.5 index units: the pre-bias product rounding to index 0.
+ * Expressing the band in index units is an inference from that one measurement. */
+#define QUIRK2_BAND_INDEX 0.5f
+/* The spike's size: "a discrete garbage spike (+128)" (LeakyReLU scan) and "~64-128" (probe);
+ * +128 is reproduced (the one value the notes give exactly). */
+#define QUIRK2_SPIKE 128.0f
+/* QUIRK 4's decode: "it emits a constant ~4.0, not 0" (dpu-lut-activation.md "QUIRK 4"). */
+#define QUIRK4_VALUE 4.0f
+
+/* QUIRK 1/2/4 for one LUT lookup. Strict mode refuses; faithful mode (RJ_SIM_FAITHFUL) reproduces
+ * the quirks that have a documented effect (2 and 4) and returns which one in *quirk. `x_in` is
+ * the value entering the BN stage, `pre_bias` the BN-MUL product before the BN ALU, `biased` says
+ * the BN ALU moves the index (a nonzero bias). */
+static int lut_hazards(rj_sim_task *t, const out_cvt *cvt, uint64_t e, float x_in, float pre_bias,
+                       int biased, const rj_lut_hit *hit, int *quirk)
 {
+    const int faithful = (t->sim->flags & RJ_SIM_FAITHFUL) != 0;
+    *quirk = LUT_QUIRK_NONE;
     /* QUIRK 2: with a signed output decode (OUT_CVT_OFFSET < 0) an input within ~0.0015 of 0
-     * makes the LE/LO mux emit a discrete spike (notes: dpu-lut-activation.md, "QUIRK 2 -- the
-     * x~0 LE/LO boundary spike", "Which kinds spike: signed-output only"). */
-    if (cvt->affine && cvt->offset < 0 && fabsf(x_in) <= 0.0015f)
-        return rj_sim_hazard(t, "DPU_LUT_CFG", "QUIRK 2 (x~0 mux spike)",
-                             "element %llu enters the LUT with x = %g, within ~0.0015 of 0, and the output "
-                             "decode is signed (DPU_OUT_CVT_OFFSET = %d); the hardware emits a garbage "
-                             "spike there. Use a non-negative offset framing or repair the band on the "
-                             "host (notes: encodings/dpu-lut-activation.md)",
-                             (unsigned long long)e, (double)x_in, cvt->offset);
+     * emits a discrete spike; unsigned decodes are clean even where x straddles 0 (notes:
+     * dpu-lut-activation.md, "QUIRK 2", "Affected kinds", both the natural LE/LO split and the
+     * symmetric shifted table of ELU/SELU). It follows x = 0, not a table index ("re-mapping x=0
+     * to a different index moves the spike"), so it is tested on the value before the bias.
+     * Conflicting evidence, noted: rocket-userspace's shifted tanh (BN_ALU 8192) records 0 spikes;
+     * the notes' later probe table is followed. */
+    if (cvt->affine && cvt->offset < 0) {
+        if (faithful) {
+            if (fabsf(pre_bias) < QUIRK2_BAND_INDEX)
+                *quirk = LUT_QUIRK2_SPIKE;
+        } else if (strict(t) && fabsf(x_in) <= 0.0015f) {
+            return rj_sim_hazard(t, "DPU_LUT_CFG", "QUIRK 2 (x~0 mux spike)",
+                                 "element %llu enters the LUT with x = %g, within ~0.0015 of 0, and the output "
+                                 "decode is signed (DPU_OUT_CVT_OFFSET = %d); the hardware emits a garbage "
+                                 "spike there. Use a non-negative offset framing or repair the band on the "
+                                 "host; a foreign program that tolerates it runs with RJ_SIM_FAITHFUL=1 "
+                                 "(notes: encodings/dpu-lut-activation.md)",
+                                 (unsigned long long)e, (double)x_in, cvt->offset);
+        }
+    }
+    /* QUIRK 4: a table entry of exactly 0 decodes as ~4.0. The hardware evidence is the shifted
+     * single-table arrangement (BN-ALU-biased index): EXP over [-16, 0] reads ~4 wherever its
+     * entries quantise to q = 0 (notes: dpu-lut-activation.md "QUIRK 4"; seed 000 "EXP").
+     * Unbiased hybrid tables with read zero entries run correctly on silicon (HardSigmoid's
+     * and the GELU gate's LE tails, LeakyReLU's LE[0]: notes "The geometry constants", "GELU",
+     * "Mitigation"), so only a read of a q = 0 entry through a biased index is the quirk. */
+    if (biased && hit->zero_read) {
+        if (faithful)
+            *quirk = LUT_QUIRK4_DECODE;
+        else if (strict(t))
+            return rj_sim_hazard(t, "DPU_LUT_ACCESS_DATA", "QUIRK 4 (q=0 LUT entry)",
+                                 "element %llu reads %s entry %d or %d, which is exactly 0, through a "
+                                 "BN-ALU-biased index (the shifted single-table arrangement); the hardware "
+                                 "decodes it as ~4.0. Floor every entry to q >= 1; a foreign program runs "
+                                 "with RJ_SIM_FAITHFUL=1 (notes: encodings/dpu-lut-activation.md)",
+                                 (unsigned long long)e, hit->table == RJ_LUT_LE ? "LE" : "LO",
+                                 (int)hit->seg, (int)hit->seg + 1);
+    }
     /* QUIRK 1: an exactly-flat in-table run mis-toggles the mux (notes: dpu-lut-activation.md,
      * "in flat / asymptotic regions ... a config-independent garbage spike"). The notes give no
-     * threshold; a run of >= 64 identical entries (1/8 of a table) at a value other than the
-     * Q0.15 rails 1 and 32767 (where quantised smooth tails such as tanh's saturate) counts as
-     * flat here -- a heuristic, not a documented bound. */
-    if (hit->region == 0) {
+     * threshold; a run of >= 64 identical entries (1/8 of a table) counts as flat here -- a
+     * heuristic, not a documented bound -- except runs at the Q0.15 rails 1 and 32767 (where
+     * quantised smooth tails such as tanh's saturate) and runs of 0 shorter than the whole
+     * table: HardSigmoid's unfloored table (about 270 LE entries of 0 for x <= -3, 32767 for
+     * x >= 3) runs on silicon to max_abs 0.00049 (notes "The geometry constants"), while
+     * LeakyReLU with alpha = 0, a whole LE table of 0, trips the quirk (notes "Mitigation").
+     * A lookup whose outcome QUIRK 4 documents (faithful mode) is not checked again. Its output
+     * is not documented, so it is refused in strict mode even when faithful. */
+    if (strict(t) && hit->region == 0 && *quirk != LUT_QUIRK4_DECODE) {
         int16_t v;
         uint32_t run = rj_sim_lut_flat_run(t->sim, hit->table, hit->seg, &v);
-        if (run >= 64 && v != 1 && v != 32767)
+        if (run >= 64 && v != 1 && v != 32767 && !(v == 0 && run < RJ_LUT_ENTRIES))
             return rj_sim_hazard(t, "DPU_LUT_ACCESS_DATA", "QUIRK 1 (flat LUT run)",
                                  "element %llu lands in a run of %u identical %s entries (value %d); a flat "
                                  "in-table run mis-toggles the LE/LO mux on hardware. Use the 2-pass "
@@ -575,7 +651,10 @@ static int lut_hazards(rj_sim_task *t, const out_cvt *cvt, uint64_t e, float x_i
 static int run_float(rj_sim_task *t, dpu_run *r, uint64_t n, const out_cvt *cvt)
 {
     const int lut = r->ew.active && r->ew.lut;
-    const int check = lut && strict(t);
+    const int check = lut && (strict(t) || (t->sim->flags & RJ_SIM_FAITHFUL));
+    /* The BN ALU moves the table index (the shifted arrangement) unless it adds exactly 0
+     * (conformance 05's -0.0 word). */
+    const int biased = r->bn.active && r->bn.alu && (r->bn.alu_algo != 2 || r->bn.alu_f != 0.0f);
     if (!r->bs.active && !r->bn.active && !lut && !cvt->affine) {
         /* Only the EW operand op and/or ReLU (the K-accumulation partial add): the loop below
          * reduced to its live steps, one flat pass each, the same operations per element. */
@@ -608,21 +687,19 @@ static int run_float(rj_sim_task *t, dpu_run *r, uint64_t n, const out_cvt *cvt)
                 x = fmaxf(x, 0.0f);
         }
         const float x_in = x; /* the value the activation sees before its index scaling */
-        float mux = x;
-        int have_mux = 0;
+        float pre_bias = x;
         if (r->bn.active) {
             /* MUL then ALU (notes: dpu-lut-activation.md, "BN-ALU bias works in the index
-             * domain"); the LUT mux keeps the pre-ALU value ("the mux selects on sign(x)"). */
+             * domain"). */
             if (r->bn.mul)
                 x *= r->bn.mul_f;
-            if (r->bn.alu) {
-                mux = x;
-                have_mux = 1;
+            pre_bias = x;
+            if (r->bn.alu)
                 x = alu_f(r->bn.alu_algo, x, r->bn.alu_f);
-            }
             if (r->bn.relu)
                 x = fmaxf(x, 0.0f);
         }
+        int quirk = LUT_QUIRK_NONE;
         if (r->ew.active) {
             if (r->ew.op) {
                 const float b = r->ew.operand[e];
@@ -633,12 +710,10 @@ static int run_float(rj_sim_task *t, dpu_run *r, uint64_t n, const out_cvt *cvt)
             if (r->ew.relu)
                 x = fmaxf(x, 0.0f);
             if (lut) {
-                if (!have_mux)
-                    mux = x;
                 rj_lut_hit hit;
-                x = rj_sim_lut_eval(t->sim, x, mux, &hit);
+                x = rj_sim_lut_eval(t->sim, x, &hit);
                 if (check) {
-                    int rc = lut_hazards(t, cvt, e, x_in, &hit);
+                    int rc = lut_hazards(t, cvt, e, x_in, pre_bias, biased, &hit, &quirk);
                     if (rc)
                         return rc;
                 }
@@ -646,38 +721,69 @@ static int run_float(rj_sim_task *t, dpu_run *r, uint64_t n, const out_cvt *cvt)
         }
         if (cvt->affine)
             x = (float)(((double)x + (double)cvt->offset) * ldexp(1.0, -(int)cvt->minus_exp) * (double)cvt->scale);
+        /* faithful mode: what silicon emits for the quirk this lookup met (lut_hazards) */
+        if (quirk == LUT_QUIRK4_DECODE)
+            x = QUIRK4_VALUE;
+        else if (quirk == LUT_QUIRK2_SPIKE)
+            x += QUIRK2_SPIKE;
         r->vf[e] = x;
     }
     return 0;
 }
 
-static int run_int(rj_sim_task *t, dpu_run *r, uint32_t C, uint64_t n, const out_cvt *cvt, uint32_t out_prec)
+static int run_int(rj_sim_task *t, dpu_run *r, uint32_t C, uint64_t n, const out_cvt *cvt, uint32_t out_prec,
+                   const rj_sim_acc *acc, int32_t ow_op)
 {
-    (void)t;
     for (uint64_t e = 0; e < n; e++) {
         const uint32_t c = (uint32_t)(e % C);
         int64_t x = r->vi[e];
+        /* CPEND (DPU_BS_OW_CFG.OD_BYPASS = 0): + OW_OP (signed 16) x the window sum of the CNA's
+         * input, before the BS stage (notes: depthwise-conv.md "DPU_BS_OW_OP is the CPEND
+         * operand": Sum xp*w + OW_OP*S + A explains every element; TRM names it CPEND). */
+        if (acc && acc->wsum) {
+            const uint64_t p = e / C;
+            if (c < acc->channels)
+                x += (int64_t)ow_op * acc->wsum[acc->wsum_per_channel ? p * acc->channels + c : p];
+        }
         const sdp_stage *st[2] = {&r->bs, &r->bn};
         for (int k = 0; k < 2; k++) {
             const sdp_stage *s = st[k];
             if (!s->active)
                 continue;
-            /* BS: only one of ALU/MUL (parse_stage); BN: MUL then ALU. */
-            if (s->mul)
-                x = floor_shift(x * s->mul_i, s->mul_shift);
-            if (s->alu)
+            /* BS: ALU then MUL; BN: MUL then ALU (parse_stage). */
+            const int alu_first = k == 0;
+            if (s->alu && alu_first)
+                x = alu_i(s->alu_algo, x, s->alu_vec ? (int64_t)s->alu_vec[c] : s->alu_i);
+            if (s->mul) {
+                /* The product is held wide under a shift, rounded half to even, then saturated
+                 * to int32; at shift 0 it saturates directly (out-cvt-converter.md, BS per-channel
+                 * multiplier sweep; the register operand and BN are inferences). */
+                const int64_t p = x * s->mul_i;
+                x = sat(round_shift(p, p >= 0 ? s->mul_shift : s->mul_shift_neg, 0), INT32_MIN, INT32_MAX);
+            }
+            if (s->alu && !alu_first)
                 x = alu_i(s->alu_algo, x, s->alu_vec ? (int64_t)s->alu_vec[c] : s->alu_i);
             if (s->relu && x < 0)
                 x = 0;
         }
-        /* OUT_CVT integer form (notes: out-cvt-converter.md): (acc * SCALE) >> SHIFT. */
-        x = floor_shift(x * (int64_t)cvt->scale, cvt->shift);
+        /* OUT_CVT integer form (parse_out_cvt): round((x * SCALE) >> SHIFT) + OFFSET. */
+        x = round_shift(x * (int64_t)cvt->scale_i, cvt->shift, cvt->round_away) + (int64_t)cvt->offset;
         switch (out_prec) {
-        /* Saturation to the output type: documented for int4's int16 output (notes:
-         * tile-layouts.md, "int4's int16 output saturates"); for int8/int32 an inference. */
+        /* Saturation to the output type: documented for int8 (out-cvt-converter.md, "saturation
+         * comes after the offset") and int4's int16 output (tile-layouts.md); for int32 an
+         * inference. */
         case RJ_PREC_INT32: x = sat(x, INT32_MIN, INT32_MAX); break;
         case RJ_PREC_INT16: x = sat(x, INT16_MIN, INT16_MAX); break;
         case RJ_PREC_INT8: x = sat(x, INT8_MIN, INT8_MAX); break;
+        case RJ_PREC_FP16:
+            /* fp16 of the integer accumulator: "range-limited |acc| <= 2048" (out-cvt-converter.md);
+             * beyond it silicon's value is not documented. */
+            if (strict(t) && (x > 2048 || x < -2048))
+                return rj_sim_hazard(t, "DPU_DATA_FORMAT", "fp16 output of an integer accumulator",
+                                     "element %llu is %lld after OUT_CVT; the integer path's fp16 writer is "
+                                     "documented only for |value| <= 2048 (notes: "
+                                     "encodings/out-cvt-converter.md)", (unsigned long long)e, (long long)x);
+            break;
         default: break;
         }
         r->vi[e] = x;
@@ -727,9 +833,8 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
                       "mask), 0 means the CORE accumulator", fmc,
                       RJ_GET(fmc, DPU_FEATURE_MODE_CFG, FLYING_MODE),
                       flying ? "DPU_RDMA (no CNA/CORE ran)" : "the CORE accumulator");
-    if (RJ_GET(fmt, DPU_DATA_FORMAT, EW_TRUNCATE_NEG) || RJ_GET(fmt, DPU_DATA_FORMAT, BN_MUL_SHIFT_VALUE_NEG) ||
-        RJ_GET(fmt, DPU_DATA_FORMAT, BS_MUL_SHIFT_VALUE_NEG) || RJ_GET(fmt, DPU_DATA_FORMAT, MC_SURF_OUT))
-        return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: the *_NEG shift fields and MC_SURF_OUT are not modelled", fmt);
+    if (RJ_GET(fmt, DPU_DATA_FORMAT, EW_TRUNCATE_NEG) || RJ_GET(fmt, DPU_DATA_FORMAT, MC_SURF_OUT))
+        return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: EW_TRUNCATE_NEG and MC_SURF_OUT are not modelled", fmt);
     if (notch)
         return UNSUPP(t, "DPU_DATA_CUBE_NOTCH_ADDR = 0x%x: a nonzero line/surface notch is not modelled", notch);
     if (RJ_GET(owcfg, DPU_BS_OW_CFG, TP_ORG_EN))
@@ -739,6 +844,7 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
     const uint32_t proc = RJ_GET(fmt, DPU_DATA_FORMAT, PROC_PRECISION);
     const uint32_t out_prec = RJ_GET(fmt, DPU_DATA_FORMAT, OUT_PRECISION);
     const int int_path = flying ? 0 : acc->is_int;
+    int32_t ow_op = 0; /* CPEND operand, when OD_BYPASS = 0 on the integer path */
     /* Precision values (notes: precision-field.md): float accumulators come from fp16 (2), bf16
      * (3) or tf32 (DPU 5) processing, int32 accumulators from int8 (0) or int4 (6). */
     if (int_path) {
@@ -754,15 +860,31 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
             return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: PROC_PRECISION = %u does not match the integer "
                           "accumulator the CORE produced (int8 = 0, int4 = 6)", fmt, proc);
         if (out_prec != RJ_PREC_INT32 && out_prec != RJ_PREC_INT16 && out_prec != RJ_PREC_INT8 &&
-            out_prec != RJ_PREC_FP32)
+            out_prec != RJ_PREC_FP32 && out_prec != RJ_PREC_FP16)
             return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: OUT_PRECISION = %u on the integer path is not modelled "
-                          "(int32 = 4, int16 = 1, int8 = 0, fp32 = 5 are)", fmt, out_prec);
-        /* Integer-path outputs stride as size_e = 7 whatever their width; another value leaves
-         * surfaces unwritten (notes: encodings/size-e-quirk.md; out-cvt-converter.md table: fp32
-         * cast of the int32 accumulator also uses 7). Not documented for int8 outputs. */
-        if (out_prec != RJ_PREC_INT8) {
-            uint32_t e0 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_0), e1 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_1),
-                     e2 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_2);
+                          "(int32 = 4, int16 = 1, int8 = 0, fp32 = 5, fp16 = 2 are)", fmt, out_prec);
+        uint32_t e0 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_0), e1 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_1),
+                 e2 = RJ_GET(owcfg, DPU_BS_OW_CFG, SIZE_E_2);
+        if (out_prec == RJ_PREC_FP16) {
+            /* fp16 of the int32 accumulator: writer geometry size_e = 3, C2 = 8, correct "for small
+             * single-tile shapes only (wrong or strided values at 64x128x64)" (notes:
+             * out-cvt-converter.md). Strict mode takes one output surface (C <= 8) as the small
+             * shape -- an inference: the notes give no boundary. */
+            if (strict(t) && (e0 != 3 || e1 != 3 || e2 != 3))
+                return rj_sim_hazard(t, "DPU_BS_OW_CFG", "size_e integer-output quirk",
+                                     "SIZE_E = %u/%u/%u for the fp16 output of an integer accumulator; its "
+                                     "documented writer geometry is size_e = 3 (notes: "
+                                     "encodings/out-cvt-converter.md)", e0, e1, e2);
+            if (strict(t) && C > 8u)
+                return rj_sim_hazard(t, "DPU_DATA_CUBE_CHANNEL", "fp16 output of an integer accumulator",
+                                     "%u channels: the integer path's fp16 writer is correct only for small "
+                                     "single-tile shapes (wrong or strided values at 64x128x64); keep one "
+                                     "output surface (<= 8 channels) or write int32/fp32 (notes: "
+                                     "encodings/out-cvt-converter.md)", C);
+        } else if (out_prec != RJ_PREC_INT8) {
+            /* Integer-path outputs stride as size_e = 7 whatever their width; another value leaves
+             * surfaces unwritten (notes: encodings/size-e-quirk.md; out-cvt-converter.md table: fp32
+             * cast of the int32 accumulator also uses 7). Not documented for int8 outputs. */
             if (strict(t) && (e0 != 7 || e1 != 7 || e2 != 7))
                 return rj_sim_hazard(t, "DPU_BS_OW_CFG", "size_e integer-output quirk",
                                      "SIZE_E = %u/%u/%u for an integer-path output (OUT_PRECISION %u); the "
@@ -770,9 +892,36 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
                                      "unwritten otherwise. Set SIZE_E_0..2 = 7 (notes: "
                                      "encodings/size-e-quirk.md)", e0, e1, e2, out_prec);
         }
-        if (!RJ_GET(owcfg, DPU_BS_OW_CFG, OD_BYPASS))
-            return UNSUPP(t, "DPU_BS_OW_CFG = 0x%x: OD_BYPASS = 0 (the weight-offset correction of Mesa's "
-                          "quantised path, DPU_BS_OW_OP) is not modelled on the integer path", owcfg);
+        if (!RJ_GET(owcfg, DPU_BS_OW_CFG, OD_BYPASS)) {
+            /* CPEND is documented on the int8-output writers (direct and depthwise, Mesa's requant
+             * programs); on the int32-raw writer "clearing OD_BYPASS to reach CPEND makes every
+             * value wrong" (notes: depthwise-conv.md). OW_SRC = 1 reads a per-channel operand
+             * through BRDMA (out-cvt-converter.md), not modelled. */
+            if (RJ_GET(owcfg, DPU_BS_OW_CFG, OW_SRC))
+                return UNSUPP(t, "DPU_BS_OW_CFG = 0x%x: OW_SRC = 1 (the per-channel CPEND operand read by "
+                              "BRDMA) is not modelled; use DPU_BS_OW_OP", owcfg);
+            uint32_t op;
+            RJ_SIM_REQUIRE(t, DPU_BS_OW_OP, &op);
+            /* OW_OP is read as signed 16-bit ("a read of the low byte alone, or as unsigned, does
+             * not match", depthwise-conv.md). */
+            ow_op = (int16_t)(RJ_GET(op, DPU_BS_OW_OP, OW_OP) & 0xffffu);
+            if (!acc->wsum)
+                return rj_sim_fail(t, RJ_EINVAL, "DPU: CPEND needs the CNA's window sums, which the CORE "
+                                   "did not hand over");
+            if (acc->clip_truncate && ow_op)
+                return UNSUPP(t, "DPU_BS_OW_OP = %d with CORE_CLIP_TRUNCATE = %u: whether CPEND's window "
+                              "sum is scaled by the accumulator's rounding shift is not documented",
+                              ow_op, acc->clip_truncate);
+            if (out_prec != RJ_PREC_INT8) {
+                if (strict(t))
+                    return rj_sim_hazard(t, "DPU_BS_OW_CFG", "CPEND on the int32-raw writer",
+                                         "OD_BYPASS = 0 with OUT_PRECISION %u: on the raw integer writer "
+                                         "CPEND makes every value wrong on hardware; set OD_BYPASS = 1, or "
+                                         "write int8 (notes: depthwise-conv.md)", out_prec);
+                return UNSUPP(t, "DPU_BS_OW_CFG = 0x%x: OD_BYPASS = 0 with a non-int8 integer output: what "
+                              "the hardware writes is not documented (notes: depthwise-conv.md)", owcfg);
+            }
+        }
     } else {
         if (proc != RJ_PREC_FP16 && proc != RJ_PREC_BF16 && proc != RJ_PREC_FP32)
             return UNSUPP(t, "DPU_DATA_FORMAT = 0x%x: PROC_PRECISION = %u does not match a float source "
@@ -878,12 +1027,13 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
                     r.vf[p * C + c] = acc->f[p * acc->channels + c];
     }
     if (!rc)
-        rc = int_path ? run_int(t, &r, C, n, &cvt, out_prec) : run_float(t, &r, n, &cvt);
+        rc = int_path ? run_int(t, &r, C, n, &cvt, out_prec, acc, ow_op) : run_float(t, &r, n, &cvt);
     if (!rc) {
         float *vf = r.vf;
-        if (int_path && out_prec == RJ_PREC_FP32) {
+        if (int_path && (out_prec == RJ_PREC_FP32 || out_prec == RJ_PREC_FP16)) {
             /* fp32 output of the int32 accumulator: a plain cast (notes: out-cvt-converter.md,
-             * "bit-exact cast of the int32 acc"). */
+             * "bit-exact cast of the int32 acc"); fp16: the writer rounds to nearest even (exact
+             * inside the documented |value| <= 2048). */
             vf = malloc((size_t)n * sizeof(float));
             if (!vf)
                 rc = rj_sim_fail(t, RJ_ENOMEM, "DPU: out of memory");

@@ -104,18 +104,26 @@ static void geom(const rj_sim *sim, int id, lut_geom *g)
         g->segs = (uint32_t)((g->end - g->start) >> g->sel);
 }
 
+/* DPU_LUT_CFG fields (rk3588-registers.xml): CAL_SEL 7, HYBRID_PRIORITY 6, OFLOW_PRIORITY 5,
+ * UFLOW_PRIORITY 4, LO_LE_MUX 3..2, EXPAND_EN 1, ROAD_SEL 0. The three priority bits are NVDLA's
+ * (0 = LE, 1 = LO; NVDLA v1 C model, nvdla/hw cmod NV_NVDLA_cdp.cpp lookup_lut: the SDP LUT
+ * shares the logic, NVDLA IAS "LUT programming"). LO_LE_MUX = 2 is the only value any public
+ * program uses (notes: dpu-lut-activation.md; rocket-userspace activations and conformance 05
+ * all write 0x68); the other values and the three remaining bits have no NVDLA counterpart and
+ * no documentation. */
+#define LUT_CFG_PRIORITY_BITS 0x70u
+#define LUT_CFG_MUX_HYBRID 0x08u
+
 int rj_sim_lut_validate(rj_sim_task *t)
 {
     const rj_sim *sim = t->sim;
     uint32_t cfg = rj_sim_reg(sim, RJ_REG_DPU_LUT_CFG);
-    /* The only LUT_CFG the notes document is the LE+LO hybrid:
-     * HYBRID_PRIORITY(1) | OFLOW_PRIORITY(1) | LO_LE_MUX(2) = 0x68 (dpu-lut-activation.md).
-     * Single-table modes, other priorities, EXPAND_EN/ROAD_SEL/CAL_SEL are not modelled. */
-    if (cfg != 0x68u)
+    if ((cfg & ~LUT_CFG_PRIORITY_BITS) != LUT_CFG_MUX_HYBRID)
         return rj_fail(t->err, RJ_EUNSUPP,
-                       "job %u task %u: DPU_LUT_CFG = 0x%x: only the LE/LO hybrid setting 0x68 "
-                       "(LUT_HYBRID_PRIORITY=1, LUT_OFLOW_PRIORITY=1, LUT_LO_LE_MUX=2) is "
-                       "modelled (notes: encodings/dpu-lut-activation.md)",
+                       "job %u task %u: DPU_LUT_CFG = 0x%x: only LUT_LO_LE_MUX=2 with any of "
+                       "LUT_HYBRID/OFLOW/UFLOW_PRIORITY is modelled (the NVDLA hybrid lookup; "
+                       "LUT_EXPAND_EN, LUT_ROAD_SEL, LUT_CAL_SEL and other LO_LE_MUX values are "
+                       "undocumented; notes: encodings/dpu-lut-activation.md)",
                        t->job_index, t->task_index, cfg);
     static const char *const names[2] = {"LE", "LO"};
     for (int id = 0; id < 2; id++) {
@@ -130,78 +138,96 @@ int rj_sim_lut_validate(rj_sim_task *t)
                            "encodings/dpu-lut-activation.md)",
                            t->job_index, t->task_index, names[id], (long long)g.start,
                            (long long)g.end, names[id], g.sel, RJ_LUT_ENTRIES - 1);
-        const int16_t *tab = table_ro(sim, id);
-        if (!tab)
+        if (!table_ro(sim, id))
             return rj_fail(t->err, RJ_EINVAL,
                            "job %u task %u: DPU_EW_CFG runs the LUT (EW_LUT_BYPASS=0) but no %s "
                            "table was ever uploaded (DPU_LUT_ACCESS_CFG with LUT_ACCESS_TYPE=1, then "
                            "DPU_LUT_ACCESS_DATA words)", t->job_index, t->task_index, names[id]);
-        if (!(sim->flags & RJ_SIM_STRICT))
-            continue;
-        for (uint32_t i = 0; i <= g.segs; i++) {
-            if (tab[i] != 0)
-                continue;
-            /* QUIRK 4: an entry of exactly 0 decodes to ~4.0 instead of 0 (notes:
-             * dpu-lut-activation.md, "a q=0 LUT table entry mis-decodes"). */
-            return rj_sim_hazard(t, "DPU_LUT_ACCESS_DATA", "QUIRK 4 (q=0 LUT entry)",
-                                 "%s table entry %u of 0..%u is exactly 0, which the hardware "
-                                 "decodes as ~4.0; floor every entry to q >= 1 "
-                                 "(notes: encodings/dpu-lut-activation.md)",
-                                 names[id], i, g.segs);
-        }
     }
+    /* QUIRK 4 (a q = 0 entry) is no longer refused here, at table load: the hardware evidence
+     * ties it to entries a lookup reads through a BN-ALU-biased index (dpu.c, lut_hazards). */
     return 0;
 }
 
 /* ---- lookup ---------------------------------------------------------------------------- */
 
-float rj_sim_lut_eval(const rj_sim *sim, float index, float mux, rj_lut_hit *hit)
+/* One table's own lookup of `x` (index units), as NVDLA's C model computes each of the pair
+ * before choosing: x <= START underflows and extrapolates from entry 0 with the UFLOW slope,
+ * x >= END overflows and extrapolates from entry N with the OFLOW slope, anything between
+ * interpolates linearly (NVDLA cmod lookup_lut; notes: dpu-lut-activation.md "Out-of-table
+ * inputs extrapolate linearly", "linearly interpolates between adjacent entries"). At START and
+ * END both forms give the entry itself. The fractional position is kept exact (inference: NVDLA
+ * keeps 16 fraction bits, more than the 2^5 step of every public RK3588 table needs). */
+static double table_lookup(const rj_sim *sim, int id, double x, rj_lut_hit *h)
 {
-    /* LE/LO selection follows the sign of the pre-BN-ALU value, not the table address
-     * (notes: dpu-lut-activation.md, "the mux selects on sign(x)"); x = 0 goes to LO, the
-     * table of inputs >= 0 (conformance 05 case.md). */
-    int id = mux < 0.0f ? RJ_LUT_LE : RJ_LUT_LO;
     lut_geom g;
     geom(sim, id, &g);
     const int16_t *tab = table_ro(sim, id);
-    double e0 = tab ? tab[0] : 0.0;
-    double en = (tab && g.segs < RJ_LUT_ENTRIES) ? tab[g.segs] : 0.0;
-    double x = index, q;
-    rj_lut_hit h = {id, 0, 0};
-    if (g.segs == 0 || g.segs >= RJ_LUT_ENTRIES) {
-        q = 0.0; /* rj_sim_lut_validate refuses this geometry before any lookup */
-    } else if (x < (double)g.start) {
-        /* underflow: LUT[0] + (X - START) * UFLOW_SCALE / 2^UFLOW_SHIFT */
-        h.region = -1;
-        q = e0 + (x - (double)g.start) * (double)g.uscale / ldexp(1.0, (int)g.ushift);
-    } else if (x > (double)g.end) {
-        /* overflow: LUT[N] + (X - END) * OFLOW_SCALE / 2^OFLOW_SHIFT */
-        h.region = 1;
-        q = en + (x - (double)g.end) * (double)g.oscale / ldexp(1.0, (int)g.oshift);
-    } else {
-        /* linear interpolation between adjacent entries (notes: "The hardware linearly
-         * interpolates between adjacent entries"); the fractional position is kept exact, an
-         * inference: the hardware's fraction width is not documented. */
-        double pos = (x - (double)g.start) / ldexp(1.0, (int)g.sel);
-        int32_t seg = (int32_t)floor(pos);
-        if (seg >= (int32_t)g.segs)
-            seg = (int32_t)g.segs - 1;
-        if (seg < 0)
-            seg = 0;
-        double frac = pos - seg;
-        double a = tab ? tab[seg] : 0.0, b = tab ? tab[seg + 1] : 0.0;
-        q = a + (b - a) * frac;
-        h.seg = seg;
+    h->table = id;
+    h->seg = 0;
+    h->zero_read = 0;
+    if (!tab || g.segs == 0 || g.segs >= RJ_LUT_ENTRIES) {
+        h->region = 0;
+        return 0.0; /* rj_sim_lut_validate refuses this geometry before any lookup */
     }
+    if (x <= (double)g.start) {
+        h->region = -1;
+        return tab[0] + (x - (double)g.start) * (double)g.uscale / ldexp(1.0, (int)g.ushift);
+    }
+    if (x >= (double)g.end) {
+        h->region = 1;
+        return tab[g.segs] + (x - (double)g.end) * (double)g.oscale / ldexp(1.0, (int)g.oshift);
+    }
+    h->region = 0;
+    double pos = (x - (double)g.start) / ldexp(1.0, (int)g.sel);
+    int32_t seg = (int32_t)floor(pos);
+    if (seg >= (int32_t)g.segs)
+        seg = (int32_t)g.segs - 1;
+    if (seg < 0)
+        seg = 0;
+    double frac = pos - seg;
+    double a = tab[seg], b = tab[seg + 1];
+    h->seg = seg;
+    /* An entry the interpolation gives weight to is "read" (QUIRK 4 bookkeeping). */
+    h->zero_read = (a == 0.0 && frac < 1.0) || (b == 0.0 && frac > 0.0);
+    return a + (b - a) * frac;
+}
+
+float rj_sim_lut_eval(const rj_sim *sim, float index, rj_lut_hit *hit)
+{
+    /* Both tables look the *index* up (the value after the whole BN stage, BN-ALU bias
+     * included) and the result is chosen as NVDLA's hybrid LUT does (cmod lookup_lut): the one
+     * table that hits; both underflowing -> UFLOW_PRIORITY; both overflowing -> OFLOW_PRIORITY;
+     * otherwise (both hit, or one under- and one overflows) -> HYBRID_PRIORITY; 0 = LE, 1 = LO.
+     * Evidence that RK3588 selects on the index and not on the pre-bias sign of x: the
+     * shifted single-table programs (rocket-userspace rocket_activation.c build_lut_shifted:
+     * the function in LO over [0, 16384], LE flat at LO[0], BN_ALU = -x_lo*scale) compute exp
+     * over [-16, 0], softplus, ELU and abs on silicon to their references (seed 000,
+     * notes dpu-lut-activation.md "EXP", "More activation kinds"); with a sign(x) choice every
+     * x < 0 would read the flat LE table. With conformance 05's geometry (LE [-16384, 0], LO
+     * [0, 16384], LUT_CFG 0x68) this rule picks LE for index < 0 and LO for index >= 0. */
+    rj_lut_hit le, lo;
+    const double x = index;
+    const double q_le = table_lookup(sim, RJ_LUT_LE, x, &le);
+    const double q_lo = table_lookup(sim, RJ_LUT_LO, x, &lo);
+    uint32_t cfg = rj_sim_reg(sim, RJ_REG_DPU_LUT_CFG);
+    int use_lo;
+    if (le.region < 0 && lo.region < 0)
+        use_lo = RJ_GET(cfg, DPU_LUT_CFG, LUT_UFLOW_PRIORITY);
+    else if (le.region > 0 && lo.region > 0)
+        use_lo = RJ_GET(cfg, DPU_LUT_CFG, LUT_OFLOW_PRIORITY);
+    else if ((le.region == 0) != (lo.region == 0))
+        use_lo = lo.region == 0;
+    else
+        use_lo = RJ_GET(cfg, DPU_LUT_CFG, LUT_HYBRID_PRIORITY);
     if (hit)
-        *hit = h;
-    return (float)q;
+        *hit = use_lo ? lo : le;
+    return (float)(use_lo ? q_lo : q_le);
 }
 
 float rj_sim_lut_apply(const rj_sim *sim, float x)
 {
-    /* Without a BN ALU bias the mux value is the table address itself. */
-    return rj_sim_lut_eval(sim, x, x, NULL);
+    return rj_sim_lut_eval(sim, x, NULL);
 }
 
 uint32_t rj_sim_lut_flat_run(const rj_sim *sim, int table, int32_t seg, int16_t *value)

@@ -36,6 +36,12 @@ enum {
     /* Refuse programs the hardware is known to mishandle (default). Without it the
      * simulator still computes, but hazards are not checked. */
     RJ_SIM_STRICT = 1u << 0,
+    /* Reproduce what silicon computes for a documented quirk that has a model (QUIRK 2's x~0
+     * spike, QUIRK 4's ~4.0 decode) instead of refusing it, even in strict mode: for foreign
+     * programs that tolerate or repair the quirk (design.md convention 9). rockjit's own
+     * programs never set it. rj_sim_create also sets it when RJ_SIM_FAITHFUL=1 is in the
+     * environment (csrc/runtime/envflags.c). */
+    RJ_SIM_FAITHFUL = 1u << 1,
 };
 
 typedef struct rj_sim rj_sim;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/rj_runtime.h" /* rj_env_on: RJ_SIM_FAITHFUL from the environment */
 #include "sim_internal.h"
 
 #define OP_LOW_WRITE 0x01u
@@ -130,9 +131,12 @@ int rj_sim_create(rj_sim **out, uint32_t flags, rj_err *err)
     if (!out)
         return rj_fail(err, RJ_EINVAL, "rj_sim_create: out must not be NULL");
     *out = NULL;
-    if (flags & ~(uint32_t)RJ_SIM_STRICT)
-        return rj_fail(err, RJ_EINVAL, "rj_sim_create: unknown flag bits 0x%x (only RJ_SIM_STRICT = 1 exists)",
-                       flags & ~(uint32_t)RJ_SIM_STRICT);
+    const uint32_t known = RJ_SIM_STRICT | RJ_SIM_FAITHFUL;
+    if (flags & ~known)
+        return rj_fail(err, RJ_EINVAL, "rj_sim_create: unknown flag bits 0x%x (RJ_SIM_STRICT = 1 and "
+                       "RJ_SIM_FAITHFUL = 2 exist)", flags & ~known);
+    if (rj_env_on(RJ_ENV_SIM_FAITHFUL))
+        flags |= RJ_SIM_FAITHFUL;
     rj_sim *sim = calloc(1, sizeof *sim);
     if (!sim)
         return rj_fail(err, RJ_ENOMEM, "rj_sim_create: out of memory for the simulator state");

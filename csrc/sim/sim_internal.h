@@ -72,6 +72,13 @@ typedef struct rj_sim_acc {
     int is_int;
     float *f;
     int32_t *i;
+    /* Integer path with DPU_BS_OW_CFG.OD_BYPASS = 0 (CPEND): the window sum S of the CNA's input
+     * at each output position, pad taps at the pad value, over every programmed input channel
+     * ([width*height]) or, for depthwise, per channel ([width*height*channels]); NULL otherwise
+     * (notes: depthwise-conv.md "DPU_BS_OW_OP is the CPEND operand"). */
+    int64_t *wsum;
+    int wsum_per_channel;
+    uint32_t clip_truncate; /* CORE_CLIP_TRUNCATE the integer sums were rounded by (cna.c) */
 } rj_sim_acc;
 
 /* cna.c: run CNA+CORE for the current task and hand the accumulator to rj_sim_dpu_run. */

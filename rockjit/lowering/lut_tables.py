@@ -4,8 +4,13 @@ The DPU LUT (notes: encodings/dpu-lut-activation.md) holds two 513-entry tables,
 unsigned Q0.15 values; the BN stage turns x into a table index (index = x * BN_MUL + BN_ALU,
 MUL then ALU, BN_MUL an fp16 operand, BN_ALU an fp32 bias in the index domain), the table is
 linearly interpolated between entries, and the affine OUT_CVT decodes the entry
-(out = (q + OFFSET) * 2^-MINUS_EXP * SCALE). The LE/LO mux picks a table by the sign of
-x * BN_MUL (the value before the BN ALU).
+(out = (q + OFFSET) * 2^-MINUS_EXP * SCALE). Both tables look the *index* up (after the BN ALU
+bias) and DPU_LUT_CFG's NVDLA priorities choose: the table that hits; both underflowing ->
+UFLOW_PRIORITY, both overflowing -> OFLOW_PRIORITY, otherwise HYBRID_PRIORITY (NVDLA cmod
+lookup_lut; csrc/sim/lut.c). Silicon shows it: the shifted single-table programs (the function
+in LO, LE flat and never read, a BN-ALU bias) compute exp over [-16, 0] correctly (seed 000,
+notes "EXP"), which a choice by sign(x) could not. (This module once assumed the notes' "the mux
+selects on sign(x)" and built its shifted tables around it, see ``shifted``.)
 
 Two geometries, both with a non-negative OUT_CVT offset so no table needs the signed decode
 that spikes near x = 0 (QUIRK 2, "Which kinds spike: signed-output only"):
@@ -15,12 +20,13 @@ that spikes near x = 0 (QUIRK 2, "Which kinds spike: signed-output only"):
   inputs [-R, 0], LO [0, R], 512 segments each, index step 2^5 = 32, BN_MUL = fp16(16384 / R)
   (2596 for R = 6.31 in conformance 05), BN_ALU = -0.0, q = round(32768 f) and
   out = q * 2^-15.
-* ``shifted`` -- for any positive function on [lo, hi] (exp, rsqrt, reciprocal): the whole
-  domain maps onto the index range [0, 16384] (index = (x - lo) * scale, BN_ALU = -lo * scale,
-  notes "BN-ALU bias works in the index domain"), 512 segments. Because the mux still looks
-  at sign(x) (which the bias cannot move), LE and LO are loaded with the *same* table over the
-  same index range, so whichever the mux picks gives the same value (inference: the notes
-  state the mux rule and that exp over [-16, 0] works standalone, not which table they load).
+* ``shifted`` -- for any positive function on [lo, hi] (exp, rsqrt, reciprocal): a BN-ALU bias
+  (notes "BN-ALU bias works in the index domain") maps the whole domain onto the index range
+  [-16384, 16384], LE holding its lower half and LO its upper half, 1024 segments: below
+  -16384 both tables underflow and UFLOW_PRIORITY = 0 reads LE[0] (slope 0: the lower end is
+  held), above 16384 both overflow and OFLOW_PRIORITY = 1 reads LO[512]. (Until issue 12 this
+  form loaded one 512-segment table into both LE and LO, a workaround for the sign(x)
+  misreading that wasted half the table; see ``build_shifted_table``.)
   q = round(f * 32768 / 2^S) with 2^S >= max f, decoded with MINUS_EXP = 15 - S (or, for
   S > 15, SCALE = 2^(S - 15)).
 
@@ -98,9 +104,9 @@ FP16_MAX = float(np.finfo(np.float16).max)   # 65504
 
 def _largest_fp16_at_most(v: float) -> float:
     """The BN_MUL index scale is an fp16 operand: the largest fp16 <= ``v``. A ``v`` past
-    fp16's range (a very narrow domain: INDEX_SPAN / width > 65504, i.e. width < 0.25, e.g. a
-    calibrated near-constant input) saturates at 65504 on purpose: a smaller scale only widens
-    the covered domain (to INDEX_SPAN / 65504 = 0.25), which still contains the requested one."""
+    fp16's range (a very narrow domain: index span / width > 65504, e.g. a calibrated
+    near-constant input) saturates at 65504 on purpose: a smaller scale only widens the covered
+    domain (to index span / 65504), which still contains the requested one."""
     if v >= FP16_MAX:
         return FP16_MAX
     h = np.float16(v)
@@ -115,22 +121,33 @@ def _decode_factor(cvt: OutCvt) -> float:
     return 2.0 ** -cvt.minus_exp * cvt.scale
 
 
+def _lookup(idx: np.ndarray, tab, start: int, end: int, slope) -> tuple[np.ndarray, np.ndarray]:
+    """One table's value and region (-1 under, 0 hit, +1 over) for index ``idx``."""
+    e = np.asarray(tab, np.float64)
+    nseg = e.size - 1
+    pos = np.clip((idx - start) / (1 << INDEX_SELECT), 0, nseg)
+    seg = np.minimum(np.floor(pos).astype(np.int64), nseg - 1)
+    v = e[seg] + (e[seg + 1] - e[seg]) * (pos - seg)
+    us, os_, ush, osh = slope
+    v = np.where(idx <= start, e[0] + (idx - start) * us / 2.0 ** ush, v)
+    v = np.where(idx >= end, e[-1] + (idx - end) * os_ / 2.0 ** osh, v)
+    return v, np.where(idx <= start, -1, np.where(idx >= end, 1, 0))
+
+
 def _evaluate(t: LutTable, x: np.ndarray) -> np.ndarray:
-    """The simulator's lookup (csrc/sim/lut.c): fp32 BN stage, mux on sign(x*scale), linear
-    interpolation on the quantised entries, end entries held outside."""
+    """The simulator's lookup (csrc/sim/lut.c): fp32 BN stage, both tables looked up at the
+    biased index, NVDLA's priorities choose, linear interpolation on the quantised entries."""
     scale = np.float32(float(np.float16(np.array(t.bn.mul, np.uint16).view(np.float16))))
     bias = np.array(t.bn.alu[1], np.uint32).view(np.float32) if t.bn.alu else np.float32(0)
-    xs = x.astype(np.float32) * scale
-    idx = (xs + bias).astype(np.float64)
-    use_le = xs < 0
-    out = np.empty_like(idx)
-    for tab, start, end, mask in ((t.lut.le, t.lut.le_start, t.lut.le_end, use_le),
-                                  (t.lut.lo, t.lut.lo_start, t.lut.lo_end, ~use_le)):
-        e = np.asarray(tab, np.float64)
-        pos = np.clip((idx[mask] - start) / (1 << INDEX_SELECT), 0, SEGMENTS)
-        seg = np.minimum(np.floor(pos).astype(np.int64), SEGMENTS - 1)
-        fr = pos - seg
-        out[mask] = e[seg] + (e[seg + 1] - e[seg]) * fr
+    idx = (x.astype(np.float32) * scale + bias).astype(np.float64)
+    vle, rle = _lookup(idx, t.lut.le, t.lut.le_start, t.lut.le_end, t.lut.le_slope)
+    vlo, rlo = _lookup(idx, t.lut.lo, t.lut.lo_start, t.lut.lo_end, t.lut.lo_slope)
+    cfg = t.lut.cfg
+    use_lo = np.where((rle < 0) & (rlo < 0), cfg.get("LUT_UFLOW_PRIORITY", 0),
+                      np.where((rle > 0) & (rlo > 0), cfg.get("LUT_OFLOW_PRIORITY", 0),
+                               np.where((rle == 0) != (rlo == 0), rlo == 0,
+                                        cfg.get("LUT_HYBRID_PRIORITY", 0)))).astype(bool)
+    out = np.where(use_lo, vlo, vle)
     return (out + t.out_cvt.offset) * _decode_factor(t.out_cvt)
 
 
@@ -172,18 +189,32 @@ def build_unit_table(name: str, f: Fn, radius: float, df: Fn | None = None) -> L
 
 
 def build_shifted_table(name: str, f: Fn, lo: float, hi: float, df: Fn | None = None) -> LutTable:
-    """One table of a positive function over [lo, hi], loaded into both LE and LO.
+    """A positive function over [lo, hi] on both tables: the BN stage maps [lo, hi] onto the index
+    range [-16384, 16384] (BN_MUL = fp16(32768 / (hi - lo)), BN_ALU = -mid * BN_MUL with mid the
+    domain centre), LE holds the lower half on [-16384, 0] and LO the upper half on [0, 16384]
+    (LE[512] and LO[0] are the same sample), 1024 segments in all.
+
+    Why both tables: the hardware chooses the table from the biased index by the NVDLA
+    priorities (module docstring), so a biased index below 0 reads LE and one at or above 0
+    reads LO, exactly as in conformance 05's unbiased hybrid. The earlier form loaded one
+    512-segment table into both LE and LO because this module assumed a sign(x) choice that no
+    bias could steer; using both halves halves the grid step, a quarter of the interpolation
+    error. The join at index 0 is the hybrid's own (conformance 05, hardware-validated); the
+    decode is unsigned, so QUIRK 2 does not apply. The biased two-table arrangement itself is
+    not among the programs validated on silicon (inference from the two that are: the unbiased
+    hybrid and the biased single table).
 
     Bound: h^2/8 * max|f''| + 2^S/65536 (entry rounding) + the floor at q = 1 where f falls
-    under 2^(S-15), h = (hi - lo) / 512; computed for the concrete table. For the steep
+    under 2^(S-15), h = (hi - lo) / 1024; computed for the concrete table. For the steep
     functions the h^2 term dominates at the small end: reciprocal's relative error there is
     about h^2 / (4 lo^2), rsqrt's 3 h^2 / (32 lo^2) (notes: "uniform-grid accuracy is
     domain-bounded")."""
     if not (math.isfinite(lo) and math.isfinite(hi) and hi > lo):
         raise LoweringError(f"{name}: LUT domain [{lo!r}, {hi!r}] must be finite with hi > lo")
-    scale = _largest_fp16_at_most(INDEX_SPAN / (hi - lo))
-    bias = np.float32(-lo * scale)
-    x = (np.arange(ENTRIES) * (1 << INDEX_SELECT) - float(bias)) / scale
+    scale = _largest_fp16_at_most(2 * INDEX_SPAN / (hi - lo))
+    bias = np.float32(-(lo + hi) / 2 * scale)
+    index = np.arange(-SEGMENTS, SEGMENTS + 1) * (1 << INDEX_SELECT)      # 1025 samples
+    x = (index - float(bias)) / scale
     y = f(x)
     if not np.all(np.isfinite(y)) or np.any(y < 0):
         raise LoweringError(f"{name}: the function is not finite and non-negative over [{lo}, {hi}]; "
@@ -193,18 +224,17 @@ def build_shifted_table(name: str, f: Fn, lo: float, hi: float, df: Fn | None = 
     if s_exp > 16:
         raise LoweringError(f"{name}: values up to {ymax:g} over [{lo}, {hi}] exceed what an fp16 "
                             f"output can hold; narrow the domain")
-    q = _quantise(y, s_exp)
+    q = [int(v) for v in _quantise(y, s_exp)]
     cvt = OutCvt(offset=0, scale=1 << max(0, s_exp - 15), minus_exp=max(0, 15 - s_exp), affine=True)
     if cvt.minus_exp > 255:
         raise LoweringError(f"{name}: values over [{lo}, {hi}] are too small for the output decode")
-    tab = tuple(int(v) for v in q)
-    lut = LutProgram(le=tab, lo=tab, le_start=0, le_end=INDEX_SPAN, lo_start=0, lo_end=INDEX_SPAN,
-                     le_select=INDEX_SELECT, lo_select=INDEX_SELECT)
+    lut = LutProgram(le=tuple(q[:ENTRIES]), lo=tuple(q[SEGMENTS:]), le_start=-INDEX_SPAN, le_end=0,
+                     lo_start=0, lo_end=INDEX_SPAN, le_select=INDEX_SELECT, lo_select=INDEX_SELECT)
     bn = SdpStage(alu=(2, fp32_bits(float(bias))), mul=fp16_bits(scale))
+    lo_eff = (-INDEX_SPAN - float(bias)) / scale
     hi_eff = (INDEX_SPAN - float(bias)) / scale
-    lo_eff = -float(bias) / scale
     t = LutTable(name, lut, bn, cvt, lo_eff, hi_eff, 0.0)
-    return LutTable(name, lut, bn, cvt, lo_eff, hi_eff, *_bound(t, f, df, SEGMENTS))
+    return LutTable(name, lut, bn, cvt, lo_eff, hi_eff, *_bound(t, f, df, 2 * SEGMENTS))
 
 
 # ---------------------------------------------------------------------------------------------

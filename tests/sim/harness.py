@@ -16,7 +16,11 @@ import numpy as np
 from rockjit._rjc import ffi, lib
 
 REPO = Path(__file__).resolve().parents[2]
-CONFORMANCE = REPO.parent / "shared" / "conformance"
+# next to the checkout (/work/main -> /work/shared); a git worktree one level deeper
+# (/work/wt/NAME) finds the same set one more level up
+CONFORMANCE = next((p for p in (REPO.parent / "shared" / "conformance",
+                                REPO.parent.parent / "shared" / "conformance") if p.is_dir()),
+                   REPO.parent / "shared" / "conformance")
 
 CASE_NAMES = (
     "01_matmul_fp16",
@@ -59,12 +63,14 @@ def open_case(name: str):
 
 
 class Simulator:
-    """One ``rj_sim`` instance (register file and CBUF persist across its jobs)."""
+    """One ``rj_sim`` instance (register file and CBUF persist across its jobs). ``faithful``
+    reproduces the documented quirks the simulator models instead of refusing them."""
 
-    def __init__(self, strict: bool = True) -> None:
+    def __init__(self, strict: bool = True, faithful: bool = False) -> None:
         self._err = ffi.new("rj_err *")
         out = ffi.new("rj_sim **")
-        rc = lib.rj_sim_create(out, lib.RJ_SIM_STRICT if strict else 0, self._err)
+        flags = (lib.RJ_SIM_STRICT if strict else 0) | (lib.RJ_SIM_FAITHFUL if faithful else 0)
+        rc = lib.rj_sim_create(out, flags, self._err)
         if rc:
             raise SimError(rc, ffi.string(self._err.msg).decode())
         self._sim = ffi.gc(out[0], lib.rj_sim_destroy)

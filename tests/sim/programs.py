@@ -288,3 +288,64 @@ def retarget(words: np.ndarray, g: ConvGeometry, feature: int, weights: int, out
 
 def banks_for(nbytes: int) -> int:
     return math.ceil(nbytes / CBUF_BANK)
+
+
+# ---- other precisions of the matmul (notes: encodings/precision-field.md, tile-layouts.md) ----
+
+def nibble_pack(v: np.ndarray) -> bytes:
+    """Signed int4 values (flat, even count) two per byte, element 2i in the low nibble."""
+    u = (np.asarray(v, np.int64) & 0xF).astype(np.uint8)
+    return (u[0::2] | (u[1::2] << 4)).tobytes()
+
+
+def tf32_matmul(tmpl01: np.ndarray, a: np.ndarray, b: np.ndarray, feature: int, weights: int,
+                output: int) -> tuple[np.ndarray, bytes, bytes]:
+    """Conformance 01's fp16 matmul (M 8, K 64, N 32) as tf32: CNA/CORE precision 7, DPU fp32 (5),
+    fp32 output (size_e 3, FP32TOFP16_EN 0); feature [K/4][M][4] fp32, weights (N/16, K/16, 16,
+    16) fp32, output [N/4][M][4] fp32. Returns (words, feature bytes, weight bytes)."""
+    M, K = a.shape
+    N = b.shape[0]
+    assert (M, K, N) == (8, 64, 32), "the geometry of conformance 01"
+    feat = np.ascontiguousarray(np.asarray(a, np.float32).reshape(M, K // 4, 4).transpose(1, 0, 2)).tobytes()
+    wt = np.ascontiguousarray(np.asarray(b, np.float32).reshape(N // 16, 16, K // 16, 16)
+                              .transpose(0, 2, 1, 3)).tobytes()
+    w = set_fields(tmpl01, "CNA_CONV_CON1", IN_PRECISION=7, PROC_PRECISION=7)
+    w = set_fields(w, "CORE_MISC_CFG", PROC_PRECISION=7)
+    w = set_fields(w, "DPU_DATA_FORMAT", IN_PRECISION=5, PROC_PRECISION=5, OUT_PRECISION=5)
+    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=1, FP32TOFP16_EN=0)
+    w = set_fields(w, "DPU_BS_OW_CFG", SIZE_E_0=3, SIZE_E_1=3, SIZE_E_2=3)
+    w = set_fields(w, "DPU_RDMA_RDMA_FEATURE_MODE_CFG", IN_PRECISION=5, PROC_PRECISION=5)
+    w = set_raw(w, "CNA_WEIGHT_SIZE0", K * 4 * N)
+    w = set_raw(w, "CNA_WEIGHT_SIZE1", K * 4)
+    w = set_fields(w, "CNA_CBUF_CON1", DATA_ENTRIES=K // 16)      # 64 B entries / 4 B (tile-layouts.md)
+    w = set_raw(w, "CNA_FEATURE_DATA_ADDR", feature)
+    w = set_raw(w, "CNA_DCOMP_ADDR0", weights)
+    w = set_raw(w, "DPU_DST_BASE_ADDR", output)
+    return w, feat, wt
+
+
+def int4_matmul(tmpl03: np.ndarray, a: np.ndarray, b: np.ndarray, feature: int, weights: int,
+                output: int) -> tuple[np.ndarray, bytes, bytes]:
+    """Conformance 03's int8 matmul (M 8, K 64) as int4 with N kernels (a multiple of 64):
+    CNA/CORE/DPU precision 6, int16 output (size_e 7, C2 8); feature [K/32][M][32] and weights
+    (N/64, K/32, 64, 32) nibble-packed; output [N/8][M][8] int16."""
+    M, K = a.shape
+    N = b.shape[0]
+    assert (M, K) == (8, 64) and N % 64 == 0, "conformance 03's M and K, N a multiple of 64"
+    feat = nibble_pack(np.asarray(a).reshape(M, K // 32, 32).transpose(1, 0, 2).ravel())
+    wt = nibble_pack(np.asarray(b).reshape(N // 64, 64, K // 32, 32).transpose(0, 2, 1, 3).ravel())
+    w = set_fields(tmpl03, "CNA_CONV_CON1", IN_PRECISION=6, PROC_PRECISION=6)
+    w = set_fields(w, "CORE_MISC_CFG", PROC_PRECISION=6)
+    w = set_fields(w, "DPU_DATA_FORMAT", IN_PRECISION=6, PROC_PRECISION=6, OUT_PRECISION=1)
+    w = set_fields(w, "DPU_RDMA_RDMA_FEATURE_MODE_CFG", IN_PRECISION=6, PROC_PRECISION=6)
+    w = set_fields(w, "CNA_WEIGHT_SIZE2", WEIGHT_KERNELS=N)
+    w = set_raw(w, "CNA_WEIGHT_SIZE0", K // 2 * N)
+    w = set_raw(w, "CNA_WEIGHT_SIZE1", K // 2)
+    w = set_fields(w, "CORE_DATAOUT_SIZE_1", DATAOUT_CHANNEL=N - 1)
+    w = set_fields(w, "DPU_DATA_CUBE_CHANNEL", CHANNEL=N - 1, ORIG_CHANNEL=N - 1)
+    w = set_fields(w, "DPU_WDMA_SIZE_0", CHANNEL_WDMA=N - 1)
+    w = set_fields(w, "DPU_RDMA_RDMA_DATA_CUBE_CHANNEL", CHANNEL=N - 1)
+    w = set_raw(w, "CNA_FEATURE_DATA_ADDR", feature)
+    w = set_raw(w, "CNA_DCOMP_ADDR0", weights)
+    w = set_raw(w, "DPU_DST_BASE_ADDR", output)
+    return w, feat, wt

@@ -12,7 +12,7 @@ import pytest
 
 from harness import CONFORMANCE, Simulator, open_case
 from programs import (ConvGeometry, conv_ref, dwconv_ref, pack_feature, pack_weights_direct, pack_weights_dw,
-                      retarget, set_fields, unpack_output)
+                      int4_matmul, retarget, set_fields, tf32_matmul, unpack_output)
 
 pytestmark = pytest.mark.skipif(not CONFORMANCE.is_dir(),
                                 reason=f"conformance set not present at {CONFORMANCE}")
@@ -226,3 +226,50 @@ def test_int8_depthwise_conv():
     words = set_fields(words, "CORE_MISC_CFG", DW_EN=1)
     sim, out = run_program(words, g, pack_feature(x, np.int8), pack_weights_dw(w, np.int8))
     check(sim, out, g, ref.astype(np.int64), np.int32)
+
+
+def tf32(x: np.ndarray) -> np.ndarray:
+    """fp32 -> tf32 (10-bit mantissa), round to nearest even, in numpy."""
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0xFFF + ((u >> 13) & 1)) & ~np.uint64(0x1FFF)
+    return u.astype(np.uint32).view(np.float32)
+
+
+def test_tf32_matmul():
+    """tf32 (CNA/CORE precision 7, DPU fp32 = 5): raw fp32 operands, the MAC rounds each to a
+    10-bit mantissa and accumulates in fp32; feature C2 = 4, weight tile (N/16, K/16, 16, 16),
+    fp32 output C2 = 4 with size_e 3 (notes: encodings/precision-field.md "tf32", HW sweep).
+    Operands span more than fp16's range. Regression: precision 7 used to be refused (issue 12)."""
+    M, K, N = 8, 64, 32
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal((M, K)) * 3e5).astype(np.float32)
+    b = rng.standard_normal((N, K)).astype(np.float32)
+    w, feat, wt = tf32_matmul(template("01_matmul_fp16"), a, b, FEATURE, WEIGHT, OUTPUT)
+    mem = {"regcmd": (REGCMD, bytearray(8 * len(w) + 64)), "feature": (FEATURE, bytearray(feat) + bytearray(64)),
+           "weight": (WEIGHT, bytearray(wt)), "output": (OUTPUT, bytearray(N // 4 * M * 16))}
+    mem["regcmd"][1][:8 * len(w)] = w.tobytes()
+    Simulator().run_job(mem, [(REGCMD, len(w))])
+    got = np.frombuffer(bytes(mem["output"][1]), np.float32).reshape(N // 4, M, 4).transpose(1, 0, 2).reshape(M, N)
+    want = tf32(a).astype(np.float64) @ tf32(b).astype(np.float64).T
+    full = a.astype(np.float64) @ b.astype(np.float64).T
+    scale = np.abs(tf32(a)).astype(np.float64) @ np.abs(tf32(b)).astype(np.float64).T
+    assert np.max(np.abs(got - want) / scale) < 1e-6      # fp32 accumulation of exact products
+    assert np.max(np.abs(want - full) / scale) > 1e-5     # the tf32 rounding is visible
+
+
+def test_int4_matmul():
+    """int4 (precision 6): feature [K/32][M][32] and weights (N/64, K/32, 64, 32) nibble-packed,
+    int32 accumulation, int16 output [N/8][M][8] with size_e 7, saturating (notes:
+    encodings/tile-layouts.md, precision-field.md). K = 64 is two K-groups and N = 128 two N-groups
+    (the notes' single-group trap). Regression: precision 6 used to be refused (issue 12)."""
+    M, K, N = 8, 64, 128
+    rng = np.random.default_rng(6)
+    a = rng.integers(-8, 8, size=(M, K))
+    b = rng.integers(-8, 8, size=(N, K))
+    w, feat, wt = int4_matmul(template("03_matmul_int8"), a, b, FEATURE, WEIGHT, OUTPUT)
+    mem = {"regcmd": (REGCMD, bytearray(8 * len(w) + 64)), "feature": (FEATURE, bytearray(feat) + bytearray(4096)),
+           "weight": (WEIGHT, bytearray(wt)), "output": (OUTPUT, bytearray(N // 8 * M * 16))}
+    mem["regcmd"][1][:8 * len(w)] = w.tobytes()
+    Simulator().run_job(mem, [(REGCMD, len(w))])
+    got = np.frombuffer(bytes(mem["output"][1]), np.int16).reshape(N // 8, M, 8).transpose(1, 0, 2).reshape(M, N)
+    assert np.array_equal(got.astype(np.int64), a @ b.T)

@@ -1,0 +1,672 @@
+#!/usr/bin/env python3
+"""Build the extra conformance cases under tests/sim/conformance_extra/ from public facts.
+
+Each case has the layout of /work/shared/conformance (README there): ``case.md``, a standalone
+numpy ``reference.py`` that turns the input blob into ``expected_output.bin`` from the maths of
+the op (never from a simulator), and ``program/`` with ``buffers.json``, the regcmd words and the
+blobs. One optional field is new: ``simulator_flags`` in buffers.json (``["faithful"]`` = the
+case shows a documented hardware quirk and passes only on a simulator that reproduces it, i.e.
+rj_sim with RJ_SIM_FAITHFUL; a strict simulator must refuse it).
+
+The programs are the standalone flying DPU LUT program of conformance 05 (rocket-userspace's
+``gen_lut_activation_fp16``: the same register set and framing), with the register values and
+table constructions that rocket-userspace's ``rocket_activation.c`` documents for its shifted
+single-table kinds (``build_lut_shifted``, ``act_shifted_domain``; notes
+encodings/dpu-lut-activation.md "Positive-domain kinds", "EXP", "More activation kinds").
+Facts only: the words are built here through rockjit.lowering.registers.
+
+    python tools/gen_conformance_extra.py            # (re)write every case
+    python tools/gen_conformance_extra.py --check    # exit 1 if any file would change
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import runpy
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from rockjit.lowering.registers import OP_40, OP_ENABLE, emit, emit_raw, word  # noqa: E402
+
+OUT_DIR = REPO / "tests" / "sim" / "conformance_extra"
+
+# buffer placement of conformance 05 (a 4 KB guard first, as rocket-userspace allocates it)
+GUARD, INPUT, OUTPUT, REGCMD = 0x01000000, 0x01002000, 0x01005000, 0x01008000
+PAD = 4096          # rocket-userspace pads LUT BOs by one CBUF bank (CBUF_BANK)
+
+
+def f16_bits(v: float) -> int:
+    return int(np.array(v, np.float16).view(np.uint16))
+
+
+def f32_bits(v: float) -> int:
+    return int(np.array(v, np.float32).view(np.uint32))
+
+
+@dataclass
+class LutCase:
+    name: str
+    summary: str
+    x: np.ndarray                 # fp16 inputs (a multiple of 8)
+    le: np.ndarray                # 513 entries
+    lo: np.ndarray
+    bn_mul: float
+    bn_alu_bits: int
+    out_offset: int
+    minus_exp: int
+    tolerance: dict
+    reference_src: str            # body of reference.py's compute(x) -> float64 array
+    doc: str                      # case.md body
+    flags: list[str] = field(default_factory=list)
+
+
+def lut_words(c: LutCase) -> list[int]:
+    """The flying LUT task of conformance 05 with this case's values (n = len(x))."""
+    n = c.x.size
+    assert n % 8 == 0 and n // 8 - 1 < 8191
+    w = [emit("DPU_S_POINTER", POINTER_PP_EN=1, EXECUTER_PP_EN=1, POINTER_PP_MODE=1),
+         emit("DPU_RDMA_RDMA_S_POINTER", POINTER_PP_EN=1, EXECUTER_PP_EN=1, POINTER_PP_MODE=1),
+         emit("DPU_LUT_ACCESS_CFG", LUT_ACCESS_TYPE=1, LUT_TABLE_ID=0)]
+    w += [emit("DPU_LUT_ACCESS_DATA", LUT_ACCESS_DATA=int(v)) for v in c.le]
+    w.append(emit("DPU_LUT_ACCESS_CFG", LUT_ACCESS_TYPE=1, LUT_TABLE_ID=1))
+    w += [emit("DPU_LUT_ACCESS_DATA", LUT_ACCESS_DATA=int(v)) for v in c.lo]
+    width = n // 8 - 1
+    w += [
+        emit("DPU_FEATURE_MODE_CFG", FLYING_MODE=1, OUTPUT_MODE=2, BURST_LEN=15),
+        emit("DPU_DATA_FORMAT", PROC_PRECISION=2, IN_PRECISION=2, OUT_PRECISION=2),
+        emit_raw("DPU_DST_BASE_ADDR", OUTPUT),
+        emit("DPU_DST_SURF_STRIDE", DST_SURF_STRIDE=n // 8),
+        emit("DPU_DATA_CUBE_WIDTH", WIDTH=width),
+        emit("DPU_DATA_CUBE_HEIGHT"),
+        emit("DPU_DATA_CUBE_CHANNEL", CHANNEL=7, ORIG_CHANNEL=7),
+        emit("DPU_BS_CFG", BS_BYPASS=1, BS_ALU_BYPASS=1, BS_MUL_BYPASS=1, BS_RELU_BYPASS=1),
+        emit("DPU_BS_OW_CFG", OD_BYPASS=1),
+        emit("DPU_WDMA_SIZE_0", CHANNEL_WDMA=7),
+        emit("DPU_WDMA_SIZE_1", WIDTH_WDMA=width),
+        emit("DPU_BN_CFG", BN_RELU_BYPASS=1, BN_ALU_ALGO=2),
+        emit_raw("DPU_BN_ALU_CFG", c.bn_alu_bits),
+        emit("DPU_BN_MUL_CFG", BN_MUL_OPERAND=f16_bits(c.bn_mul)),
+        emit("DPU_EW_CFG", EW_OP_CVT_BYPASS=1, EW_RELU_BYPASS=1),
+        emit("DPU_EW_CVT_SCALE_VALUE", EW_OP_CVT_SCALE=1),
+        emit_raw("DPU_OUT_CVT_OFFSET", c.out_offset & 0xFFFFFFFF),
+        emit("DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=1, FP32TOFP16_EN=1),
+        emit("DPU_OUT_CVT_SHIFT", MINUS_EXP=c.minus_exp, CVT_TYPE=1),
+        emit("DPU_SURFACE_ADD", SURF_ADD=n // 8),
+        emit_raw("DPU_UNDOC_40C4", 0),
+        emit("DPU_LUT_CFG", LUT_LO_LE_MUX=2, LUT_OFLOW_PRIORITY=1, LUT_HYBRID_PRIORITY=1),
+        emit("DPU_LUT_INFO", LUT_LE_INDEX_SELECT=5, LUT_LO_INDEX_SELECT=5),
+        emit_raw("DPU_LUT_LE_START", (-16384) & 0xFFFFFFFF),
+        emit_raw("DPU_LUT_LO_END", 16384),
+        # shifted tables: every out-of-table slope 0 (rocket_lut_epilogue_build zero-fills them)
+        emit("DPU_LUT_LE_SLOPE_SCALE"), emit("DPU_LUT_LE_SLOPE_SHIFT"),
+        emit("DPU_LUT_LO_SLOPE_SCALE"), emit("DPU_LUT_LO_SLOPE_SHIFT"),
+        emit("DPU_RDMA_RDMA_DATA_CUBE_WIDTH", WIDTH=width),
+        emit("DPU_RDMA_RDMA_DATA_CUBE_HEIGHT"),
+        emit("DPU_RDMA_RDMA_DATA_CUBE_CHANNEL", CHANNEL=7),
+        emit_raw("DPU_RDMA_RDMA_SRC_BASE_ADDR", INPUT),
+        emit("DPU_RDMA_RDMA_ERDMA_CFG", ERDMA_DISABLE=1),
+        emit("DPU_RDMA_RDMA_FEATURE_MODE_CFG", FLYING_MODE=1, MRDMA_FP16TOFP32_EN=1,
+             PROC_PRECISION=2, BURST_LEN=15, IN_PRECISION=2),
+        emit("DPU_RDMA_RDMA_WEIGHT", M_WEIGHT=1, B_WEIGHT=1, N_WEIGHT=1, E_WEIGHT=1),
+    ]
+    # trailer: OP_NONE, PC_REGISTER_AMOUNTS, OP_40, OP_ENABLE (conformance README)
+    w += [0, emit("PC_REGISTER_AMOUNTS"), word(OP_40, 0, 0), word(OP_ENABLE, 0x18, 0x0008)]
+    return w
+
+
+# ---- table construction (rocket_activation.c build_lut_shifted, as facts) --------------------
+
+def shifted(f, x_lo: float, x_hi: float, out_lo: float, s_exp: int, qfloor: int = 1):
+    """LO = q((f - out_lo) / 2^S) on 513 samples of [x_lo, x_hi], LE flat at LO[0]; BN maps x to
+    index (x - x_lo) * 16384 / (x_hi - x_lo) with the bias in the index domain."""
+    S = 2.0 ** s_exp
+    xs = x_lo + np.arange(513) * ((x_hi - x_lo) / 512.0)
+    q = np.clip(np.rint((f(xs) - out_lo) / S * 32768.0), qfloor, 32767).astype(np.int64)
+    scale = 16384.0 / (x_hi - x_lo)
+    return dict(le=np.full(513, q[0]), lo=q, bn_mul=scale, bn_alu_bits=f32_bits(-x_lo * scale),
+                out_offset=int(round(out_lo * 32768.0 / S)), minus_exp=int(round(15 - math.log2(S))))
+
+
+def elu(x):
+    x = np.asarray(x, np.float64)
+    return np.where(x >= 0, x, np.expm1(np.minimum(x, 0)))
+
+
+def pad8(x: np.ndarray) -> np.ndarray:
+    n = -(-x.size // 8) * 8
+    return np.concatenate([x, np.full(n - x.size, x[-1])]).astype(np.float16)
+
+
+REF_HEADER = '''#!/usr/bin/env python3
+"""{name}: expected output from the maths of the op (numpy, float64), independent of any
+simulator. Reads program/blobs/input.bin, writes expected_output.bin (fp16)."""
+import os
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def compute(x):
+{body}
+
+if __name__ == "__main__":
+    x = np.fromfile(os.path.join(HERE, "program", "blobs", "input.bin"), dtype="<f2")[:{n}]
+    compute(x.astype(np.float64)).astype("<f2").tofile(os.path.join(HERE, "expected_output.bin"))
+'''
+
+
+def cases() -> list[LutCase]:
+    out = []
+
+    # 10: exp over the softmax domain [-16, 0] (act_shifted_domain EXP: out_lo 0, S = 2^0)
+    x = pad8(np.linspace(-17.0, 0.25, 1024))
+    t = shifted(np.exp, -16.0, 0.0, 0.0, 0)
+    out.append(LutCase(
+        "10_lut_exp_shifted_fp16", "exp over [-16, 0] through the shifted single-table LUT", x, **t,
+        tolerance={"kind": "abs", "atol": 1e-3},
+        reference_src="    # inputs outside the table domain [-16, 0] hold the end entry (slopes 0)\n"
+                      "    return np.exp(np.clip(x, -16.0, 0.0))",
+        doc="exp(x) for 1024 fp16 inputs on [-17, 0.25] (outside [-16, 0] the table holds its end "
+            "value: the reference clamps). Every input is negative or ~0, and the BN-ALU bias "
+            "(fp32 16384 = -x_lo*scale, BN_MUL fp16(1024)) maps [-16, 0] onto index [0, 16384], the "
+            "LO table; LE is flat at LO[0] and only read below the domain.\n\n"
+            "Tolerance abs 1e-3: linear interpolation of exp on a 1/32 grid (h^2/8 max|f''| = 1.2e-4), "
+            "entry rounding 2^-16, the q >= 1 floor (3e-5), fp16 output rounding (<= 2.4e-4 for "
+            "values <= 1).\n\n"
+            "What it pins: the LE/LO choice follows the biased index (NVDLA hybrid priorities), "
+            "not sign(x). A simulator choosing by sign(x) reads the flat LE table for every x < 0 "
+            "and fails by up to 1.0.\n\n"
+            "Source of the program: rocket-userspace rocket_activation.c (build_lut_shifted, "
+            "act_shifted_domain EXP, rocket_lut_epilogue_build) on the conformance-05 framing; "
+            "hardware: seed 000 'EXP', notes dpu-lut-activation.md 'EXP' (max_abs 5.5e-4)."))
+
+    # 11: ELU (alpha 1) on the symmetric shifted table [-8, 8], signed decode
+    xe = np.linspace(-9.0, 9.0, 1024)
+    xe = xe[np.abs(xe) > 0.01]            # the x~0 band is case 12's subject
+    x = pad8(xe)
+    t = shifted(elu, -8.0, 8.0, -1.0, 4)
+    out.append(LutCase(
+        "11_lut_elu_shifted_fp16", "ELU over [-8, 8] through the symmetric shifted single-table LUT",
+        x, **t, tolerance={"kind": "abs", "atol": 5e-3},
+        reference_src="    x = np.clip(x, -8.0, 8.0)\n"
+                      "    return np.where(x >= 0, x, np.expm1(np.minimum(x, 0)))",
+        doc="ELU(x) = x >= 0 ? x : e^x - 1 for 1016 fp16 inputs on [-9, 9] away from 0 (|x| > 0.01). "
+            "Table over [-8, 8] (BN_MUL fp16(1024), BN_ALU fp32(8192): x = 0 at the table middle), "
+            "output range [-1, 15] decoded with OUT_CVT_OFFSET = -2048 and MINUS_EXP = 11 (S = 16).\n\n"
+            "Tolerance abs 5e-3: interpolation (h^2/8 = 1.2e-4), entry rounding (16/65536 = 2.4e-4), "
+            "fp16 rounding of outputs up to 8 (2^-8 = 3.9e-3 half an ulp at most 2e-3).\n\n"
+            "What it pins: negative inputs read LO through the biased index; the signed decode. "
+            "Source: rocket-userspace build_lut_shifted_elu (facts), notes 'More activation kinds'."))
+
+    # 12: the same ELU program on a dense band around 0 -- QUIRK 2, reproduced (faithful)
+    xq = np.arange(-2000, 2001) * 1e-6
+    x = pad8(xq)
+    out.append(LutCase(
+        "12_lut_elu_quirk2_faithful", "ELU near x = 0 with a signed decode: the QUIRK 2 spike",
+        x, **t, tolerance={"kind": "abs", "atol": 0.07},
+        reference_src="    y = np.where(x >= 0, x, np.expm1(np.minimum(x, 0)))\n"
+                      "    # QUIRK 2 (notes dpu-lut-activation.md): a signed decode spikes by +128 where\n"
+                      "    # the pre-bias index x*BN_MUL (BN_MUL = 1024) is within half an index unit of 0\n"
+                      "    bn_mul = float(np.float16(1024.0))\n"
+                      "    return np.where(np.abs(np.float32(x) * np.float32(bn_mul)) < 0.5, y + 128.0, y)",
+        doc="Case 11's program on 4008 fp16 inputs in [-0.002, 0.002]. On silicon a signed output "
+            "decode (OUT_CVT_OFFSET < 0) spikes at x ~ 0 (notes dpu-lut-activation.md QUIRK 2, "
+            "'Affected kinds': ELU/SELU 97 of 4001 probe points on [-0.02, 0.02] step 1e-5, i.e. "
+            "|x| <~ 4.85e-4 at BN_MUL 1024 = half an index unit; spike '+128', '~64-128').\n\n"
+            "Expected: ELU(x) + 128 where |x * 1024| < 0.5, ELU(x) elsewhere. The band in index units "
+            "and the exact +128 are inferences from those figures.\n\n"
+            "simulator_flags [\"faithful\"]: a strict simulator must refuse the program (QUIRK 2); "
+            "a faithful one reproduces the spike. Tolerance abs 0.07: half an fp16 ulp at 128 is "
+            "0.0625.", flags=["faithful"]))
+
+    # 13: exp with the q >= 1 floor off (ROCKET_LUT_QFLOOR=0) -- QUIRK 4, reproduced (faithful)
+    lo_x, hi_x = -16.0, 0.0
+    dx = (hi_x - lo_x) / 512
+    xm = lo_x + (np.arange(512) + 0.5) * dx          # one input per table cell, mid-cell
+    x = pad8(xm)
+    t = shifted(np.exp, lo_x, hi_x, 0.0, 0, qfloor=0)
+    out.append(LutCase(
+        "13_lut_exp_quirk4_faithful", "exp with q = 0 table entries: the QUIRK 4 ~4.0 decode",
+        x, **t, tolerance={"kind": "abs", "atol": 1e-3},
+        reference_src="    # the table rocket-userspace builds with ROCKET_LUT_QFLOOR=0: q = round(exp(x_j) 2^15)\n"
+                      "    dx = 16.0 / 512\n"
+                      "    q = np.clip(np.rint(np.exp(-16.0 + np.arange(513) * dx) * 32768.0), 0, 32767)\n"
+                      "    j = np.clip(np.floor((x + 16.0) / dx).astype(int), 0, 511)\n"
+                      "    # QUIRK 4 (notes dpu-lut-activation.md): reading a q = 0 entry emits ~4.0\n"
+                      "    return np.where((q[j] == 0) | (q[j + 1] == 0), 4.0, np.exp(x))",
+        doc="exp at the middle of each of the 512 cells of [-16, 0], table built without the q >= 1 "
+            "floor (rocket-userspace ROCKET_LUT_QFLOOR=0 'reproduces the raw glitch'). On silicon "
+            "the deep tail, where exp(x) < 1.5e-5 quantises to q = 0, reads ~4.0 (notes "
+            "dpu-lut-activation.md QUIRK 4, seed 000 'EXP': correct to x ~ -10, ~4.0 for x <= -11).\n\n"
+            "Expected: 4.0 where either entry of the input's cell is 0, exp(x) elsewhere. "
+            "simulator_flags [\"faithful\"]: a strict simulator must refuse the program (QUIRK 4). "
+            "Tolerance abs 1e-3 as case 10.", flags=["faithful"]))
+    return out
+
+
+# ---- an int8 requantizing conv (Mesa/Teflon's program, facts from depthwise-conv.md) ----------
+
+CONF_DIR = next((p for p in (REPO.parent / "shared" / "conformance",
+                             REPO.parent.parent / "shared" / "conformance") if p.is_dir()), None)
+C_REGCMD, C_FEATURE, C_WEIGHT, C_BIAS, C_OUTPUT = 0x01000000, 0x01100000, 0x01400000, 0x01A00000, 0x01800000
+
+CONV_REF = '''#!/usr/bin/env python3
+"""{name}: TFLite's int8 conv arithmetic in numpy (float64/int64), independent of any simulator:
+acc = sum over the valid taps of (x - in_zp)(w - w_zp) + bias; out = sat8(round_half_even(acc * SCALE
+/ 2^SHIFT) + out_zp). Reads the packed blobs (layouts in case.md), writes expected_output.bin."""
+import os
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+C, H, W, N, KH, KW, PAD = {C}, {H}, {W}, {N}, {KH}, {KW}, {PAD}
+IN_ZP, W_ZP, OUT_ZP, SCALE, SHIFT = {in_zp}, {w_zp}, {out_zp}, {scale}, {shift}
+
+
+def blob(name, dtype):
+    return np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype=dtype)
+
+
+def main():
+    # feature [C/16][H][W][16] int8; weights [N/32][C/32][KH][KW][32 kernels][32 channels] int8
+    x = blob("feature", np.int8)[:C * H * W].reshape(C // 16, H, W, 16).transpose(0, 3, 1, 2)
+    x = x.reshape(C, H, W).astype(np.int64)
+    w = blob("weight", np.int8)[:N * C * KH * KW].reshape(N // 32, C // 32, KH, KW, 32, 32)
+    w = w.transpose(0, 4, 1, 5, 2, 3).reshape(N, C, KH, KW).astype(np.int64)
+    bias = np.fromfile(os.path.join(HERE, "bias_tflite.bin"), dtype="<i4").astype(np.int64)
+    oh, ow = H + 2 * PAD - KH + 1, W + 2 * PAD - KW + 1
+    xp = np.zeros((C, H + 2 * PAD, W + 2 * PAD), np.int64)   # (x - in_zp) is 0 in the padding
+    xp[:, PAD:PAD + H, PAD:PAD + W] = x - IN_ZP
+    acc = np.zeros((N, oh, ow), np.int64)
+    for ky in range(KH):
+        for kx in range(KW):
+            acc += np.einsum("chw,nc->nhw", xp[:, ky:ky + oh, kx:kx + ow], w[:, :, ky, kx] - W_ZP)
+    acc += bias[:, None, None]
+    out = np.clip(np.round(acc * SCALE / 2.0 ** SHIFT).astype(np.int64) + OUT_ZP, -128, 127)
+    # output cube [N/16][OH][OW][16] int8
+    out.reshape(N // 16, 16, oh, ow).transpose(0, 2, 3, 1).astype(np.int8).tofile(
+        os.path.join(HERE, "expected_output.bin"))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def write_conv_case(root: Path) -> None:
+    """14: int8 3x3 pad-1 conv with an asymmetric weight zero point, Mesa's requant program."""
+    sys.path.insert(0, str(REPO / "tests" / "sim"))
+    from programs import (ConvGeometry, pack_feature, pack_weights_direct, retarget, set_fields,  # noqa: E402
+                          set_raw)
+    name = "14_int8_requant_cpend_conv"
+    g = ConvGeometry(C=32, H=6, W=5, N=32, KH=3, KW=3, pad=(1, 1), int8=True)
+    in_zp, w_zp, out_zp, scale, shift = 37, 25, -20, 17675, 25
+    rng = np.random.default_rng(14)
+    x = rng.integers(-128, 128, size=(g.C, g.H, g.W)).astype(np.int64)
+    wt = rng.integers(w_zp - 100, 128, size=(g.N, g.C, g.KH, g.KW)).astype(np.int64)
+    bias = rng.integers(-5000, 5000, size=g.N).astype(np.int64)
+    a = bias - in_zp * (wt - w_zp).sum(axis=(1, 2, 3))          # Mesa's bias fold
+    oh, ow = g.out_hw
+    (_iova, tmpl), = _conf_jobs("03_matmul_int8")
+    w = retarget(tmpl, g, C_FEATURE, C_WEIGHT, C_OUTPUT, in_zp & 0xFF)
+    w = set_raw(w, "CNA_PAD_CON1", (in_zp & 0xFF) * 0x01010101)
+    w = set_fields(w, "CORE_MISC_CFG", QD_EN=1)
+    w = set_fields(w, "DPU_DATA_FORMAT", OUT_PRECISION=0)
+    w = set_fields(w, "DPU_BS_OW_CFG", OD_BYPASS=0, SIZE_E_0=1, SIZE_E_1=1, SIZE_E_2=1)
+    w = set_raw(w, "DPU_BS_OW_OP", (-w_zp) & 0xFFFF)
+    w = set_fields(w, "DPU_SURFACE_ADD", SURF_ADD=oh * ow * 2)
+    w = set_raw(w, "DPU_BS_CFG", (2 << 16) | (1 << 8) | (1 << 6) | (1 << 4))
+    w = set_fields(w, "DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=1)
+    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
+    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=scale)
+    w = set_fields(w, "DPU_OUT_CVT_SHIFT", OUT_CVT_SHIFT=shift)
+    w = set_raw(w, "DPU_OUT_CVT_OFFSET", out_zp & 0xFFFFFFFF)
+    d = root / name
+    (d / "program" / "blobs").mkdir(parents=True, exist_ok=True)
+    words = np.asarray(w, dtype="<u8")
+    (d / "program" / "j0_t000.regcmd").write_bytes(words.tobytes())
+    feat = pack_feature(x.astype(np.int8), np.int8)
+    wts = pack_weights_direct(wt.astype(np.int8), np.int8)
+    out_bytes = g.N // 16 * oh * ow * 16
+    (d / "program" / "blobs" / "feature.bin").write_bytes(feat + bytes(64))
+    (d / "program" / "blobs" / "weight.bin").write_bytes(wts)
+    (d / "program" / "blobs" / "bias.bin").write_bytes(a.astype("<i4").tobytes())
+    (d / "program" / "blobs" / "output.initial.bin").write_bytes(bytes(out_bytes))
+    (d / "bias_tflite.bin").write_bytes(bias.astype("<i4").tobytes())
+    meta = {
+        "format": "rk3588-regcmd-conformance-case/1", "case": name,
+        "summary": "int8 3x3 conv, pad 1, asymmetric weight zero point, on-chip requant to int8",
+        "generator": {"script": "tools/gen_conformance_extra.py",
+                      "facts": "conformance 03 program (rocket-userspace) retargeted; Mesa's requant "
+                               "fields per notes depthwise-conv.md, out-cvt-converter.md"},
+        "simulator_flags": [],
+        "buffers": [
+            {"name": "regcmd", "iova": C_REGCMD, "size": 8 * len(words) + 64, "role": "regcmd", "file": None},
+            {"name": "feature", "iova": C_FEATURE, "size": len(feat) + 64, "role": "input",
+             "file": "blobs/feature.bin"},
+            {"name": "weight", "iova": C_WEIGHT, "size": len(wts), "role": "weight", "file": "blobs/weight.bin"},
+            {"name": "bias", "iova": C_BIAS, "size": 4 * g.N, "role": "weight", "file": "blobs/bias.bin"},
+            {"name": "output", "iova": C_OUTPUT, "size": out_bytes, "role": "output",
+             "file": "blobs/output.initial.bin"},
+        ],
+        "jobs": [{"index": 0, "tasks": [{"file": "j0_t000.regcmd", "regcmd_iova": C_REGCMD,
+                                         "words": len(words), "enable_mask": "0x1d"}],
+                  "in_buffers": ["feature", "weight", "bias", "regcmd"], "out_buffers": ["output"]}],
+        "expected_output": {"file": "../expected_output.bin", "buffer": "output", "offset": 0,
+                            "size": out_bytes, "dtype": "int8", "tolerance": {"kind": "exact"}},
+    }
+    (d / "program" / "buffers.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (d / "reference.py").write_text(CONV_REF.format(name=name, C=g.C, H=g.H, W=g.W, N=g.N, KH=g.KH,
+                                                    KW=g.KW, PAD=1, in_zp=in_zp, w_zp=w_zp,
+                                                    out_zp=out_zp, scale=scale, shift=shift))
+    (d / "case.md").write_text(
+        f"# {name}\n\nint8 conv 32x6x5 -> 32x6x5, 3x3, stride 1, pad 1; input zero point {in_zp}, "
+        f"weight zero point {w_zp}, output zero point {out_zp}, SCALE/SHIFT {scale}/{shift} (a Teflon "
+        "capture's multiplier, 8x finer shift so few outputs saturate). The program is Mesa's requantizing int8-output writer (notes depthwise-conv.md "
+        "\"The int8 domain\", \"DPU_BS_OW_OP is the CPEND operand\"): CNA pad = input zero point in every "
+        "byte lane, CORE QD_EN 1, DPU int8 out, size_e 1, SURF_ADD OH*OW*2, OD_BYPASS 0 with OW_OP = -w_zp, "
+        "a per-channel int32 bias through BRDMA folded as bias - in_zp*sum(w - w_zp), OUT_CVT offset = "
+        "output zero point.\n\nLayouts: feature [C/16][H][W][16] int8; weights [N/32][C/32][KH][KW][32][32] "
+        "int8; output [N/16][OH][OW][16] int8 (notes encodings/tile-layouts.md).\n\nExpected: TFLite's "
+        "arithmetic (reference.py; bias_tflite.bin is the unfolded bias). Exact: the program equals it only "
+        "if CPEND's window sum counts the padded taps at the pad value (-w_zp*in_zp per padded tap "
+        "otherwise).\n")
+    _run_reference(d)
+
+
+def write_program_case(root: Path, name: str, summary: str, doc: str, words: np.ndarray,
+                       buffers: list[tuple[str, int, bytes, str]], out: tuple[str, int, str, dict],
+                       reference: str, extra_files: dict[str, bytes] | None = None) -> None:
+    """One job, one task at C_REGCMD; ``buffers`` = (name, iova, initial bytes, role); ``out`` =
+    (buffer, size, dtype, tolerance); ``reference`` = the full text of reference.py."""
+    d = root / name
+    (d / "program" / "blobs").mkdir(parents=True, exist_ok=True)
+    words = np.asarray(words, dtype="<u8")
+    (d / "program" / "j0_t000.regcmd").write_bytes(words.tobytes())
+    blist = [{"name": "regcmd", "iova": C_REGCMD, "size": 8 * len(words) + 64, "role": "regcmd", "file": None}]
+    for bname, iova, data, role in buffers:
+        (d / "program" / "blobs" / f"{bname}.bin").write_bytes(data)
+        blist.append({"name": bname, "iova": iova, "size": len(data), "role": role, "file": f"blobs/{bname}.bin"})
+    for fname, data in (extra_files or {}).items():
+        (d / fname).write_bytes(data)
+    meta = {
+        "format": "rk3588-regcmd-conformance-case/1", "case": name, "summary": summary,
+        "generator": {"script": "tools/gen_conformance_extra.py",
+                      "facts": "a conformance program retargeted with the fields notes "
+                               "encodings/precision-field.md and tile-layouts.md document"},
+        "simulator_flags": [], "buffers": blist,
+        "jobs": [{"index": 0, "tasks": [{"file": "j0_t000.regcmd", "regcmd_iova": C_REGCMD,
+                                         "words": len(words), "enable_mask": "0x1d"}],
+                  "in_buffers": [b[0] for b in buffers if b[3] != "output"] + ["regcmd"],
+                  "out_buffers": [out[0]]}],
+        "expected_output": {"file": "../expected_output.bin", "buffer": out[0], "offset": 0, "size": out[1],
+                            "dtype": out[2], "tolerance": out[3]},
+    }
+    (d / "program" / "buffers.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (d / "reference.py").write_text(reference)
+    (d / "case.md").write_text(f"# {name}\n\n{summary}.\n\n{doc}\n")
+    _run_reference(d)
+
+
+TF32_REF = '''#!/usr/bin/env python3
+"""15_tf32_matmul: C = tf32(A) . tf32(B)^T in float64 (tf32 = fp32 rounded to a 10-bit mantissa,
+nearest even), independent of any simulator. Layouts in case.md."""
+import os
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+M, K, N = 8, 64, 32
+
+
+def tf32(x):
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0xFFF + ((u >> 13) & 1)) & ~np.uint64(0x1FFF)
+    return u.astype(np.uint32).view(np.float32)
+
+
+def blob(name):
+    return np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype="<f4")
+
+
+a = blob("feature")[:M * K].reshape(K // 4, M, 4).transpose(1, 0, 2).reshape(M, K)
+b = blob("weight")[:N * K].reshape(N // 16, K // 16, 16, 16).transpose(0, 2, 1, 3).reshape(N, K)
+c = tf32(a).astype(np.float64) @ tf32(b).astype(np.float64).T
+# output cube [N/4][M][4] fp32
+c.astype(np.float32).reshape(M, N // 4, 4).transpose(1, 0, 2).astype("<f4").tofile(
+    os.path.join(HERE, "expected_output.bin"))
+'''
+
+INT4_REF = '''#!/usr/bin/env python3
+"""16_int4_matmul: C = A . B^T in int64 from nibble-packed int4 operands, saturated to int16,
+independent of any simulator. Layouts in case.md."""
+import os
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+M, K, N = 8, 64, 128
+
+
+def nibbles(name, count):
+    raw = np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype=np.uint8)[:count // 2]
+    v = np.empty(count, np.int64)
+    v[0::2], v[1::2] = raw & 0xF, raw >> 4          # element 2i in the low nibble
+    return np.where(v >= 8, v - 16, v)
+
+
+a = nibbles("feature", M * K).reshape(K // 32, M, 32).transpose(1, 0, 2).reshape(M, K)
+b = nibbles("weight", N * K).reshape(N // 64, K // 32, 64, 32).transpose(0, 2, 1, 3).reshape(N, K)
+c = np.clip(a @ b.T, -32768, 32767)
+# output cube [N/8][M][8] int16
+c.reshape(M, N // 8, 8).transpose(1, 0, 2).astype("<i2").tofile(os.path.join(HERE, "expected_output.bin"))
+'''
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0xFFF + ((u >> 13) & 1)) & ~np.uint64(0x1FFF)).astype(np.uint32).view(np.float32)
+
+
+def write_precision_cases(root: Path) -> None:
+    sys.path.insert(0, str(REPO / "tests" / "sim"))
+    from programs import int4_matmul, tf32_matmul  # noqa: E402
+    rng = np.random.default_rng(15)
+    M, K, N = 8, 64, 32
+    a = (rng.standard_normal((M, K)) * 3e5).astype(np.float32)
+    b = rng.standard_normal((N, K)).astype(np.float32)
+    (_i, t01), = _conf_jobs("01_matmul_fp16")
+    w, feat, wt = tf32_matmul(t01, a, b, C_FEATURE, C_WEIGHT, C_OUTPUT)
+    # fp32 accumulation of K exact products: |error| <= K * 2^-24 * sum|a||b| (tf32-rounded operands)
+    bound = float(K * 2.0 ** -24 * (np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64).T).max())
+    atol = float(np.float32(bound * 2))
+    full = a.astype(np.float64) @ b.astype(np.float64).T
+    gap = float(np.abs(_tf32(a).astype(np.float64) @ _tf32(b).astype(np.float64).T - full).max())
+    assert gap > 10 * atol, "the case must tell tf32 from full fp32"
+    write_program_case(
+        root, "15_tf32_matmul", "tf32 matmul C[8,32] = A[8,64] . B[32,64]^T, raw fp32 operands past fp16's range",
+        "Conformance 01's program with CNA_CONV_CON1 / CORE_MISC_CFG precision 7 (tf32), DPU in/proc/out 5 "
+        "(fp32), FP32TOFP16_EN 0, size_e 3, DATA_ENTRIES K/16 (notes encodings/precision-field.md \"tf32\", "
+        "tile-layouts.md). Layouts: feature [K/4][M][4] fp32; weights (N/16, K/16, 16, 16) fp32; output "
+        f"[N/4][M][4] fp32.\n\nTolerance abs {atol:.4g}: twice K * 2^-24 * max sum|a||b| (fp32 accumulation of "
+        f"exact tf32 products, any order). The tf32 rounding moves the result by up to {gap:.4g}, so a "
+        "simulator that kept full fp32 operands fails.",
+        w, [("feature", C_FEATURE, feat + bytes(64), "input"), ("weight", C_WEIGHT, wt, "weight"),
+            ("output", C_OUTPUT, bytes(N // 4 * M * 16), "output")],
+        ("output", N // 4 * M * 16, "float32", {"kind": "abs", "atol": atol}), TF32_REF)
+
+    rng = np.random.default_rng(16)
+    M, K, N = 8, 64, 128
+    a = rng.integers(-8, 8, size=(M, K))
+    b = rng.integers(-8, 8, size=(N, K))
+    (_i, t03), = _conf_jobs("03_matmul_int8")
+    w, feat, wt = int4_matmul(t03, a, b, C_FEATURE, C_WEIGHT, C_OUTPUT)
+    write_program_case(
+        root, "16_int4_matmul", "int4 matmul C[8,128] = A[8,64] . B[128,64]^T to int16",
+        "Conformance 03's program with CNA/CORE/DPU precision 6 (int4) and an int16 output (OUT_PRECISION 1, "
+        "size_e 7) (notes encodings/precision-field.md \"int4\", tile-layouts.md). Layouts: feature "
+        "[K/32][M][32] and weights (N/64, K/32, 64, 32), two signed nibbles per byte, element 2i in the low "
+        "nibble (the notes: \"HILO=0 ... no swap\"; low-first is our reading); output [N/8][M][8] int16. "
+        "K = 64 and N = 128 span two K- and two N-groups (the notes' single-group trap).\n\nExact.",
+        w, [("feature", C_FEATURE, feat + bytes(4096), "input"), ("weight", C_WEIGHT, wt, "weight"),
+            ("output", C_OUTPUT, bytes(N // 8 * M * 16), "output")],
+        ("output", N // 8 * M * 16, "int16", {"kind": "exact"}), INT4_REF)
+
+
+BS_REF = '''#!/usr/bin/env python3
+"""17_int8_clip_bs_mul: conformance 03's int8 matmul with the integer DPU arithmetic written out in
+numpy (int64), independent of any simulator: acc -> CLIP_TRUNCATE round (half away) -> + bias ->
+x MUL -> shift by S_POS (product >= 0) or S_NEG (< 0), half to even -> sat int32. Layouts in case.md."""
+import os
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+M, K, N = 8, 64, 64
+T, MUL, S_POS, S_NEG = {t}, {mul}, {s_pos}, {s_neg}
+
+
+def blob(name, dtype):
+    return np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype=dtype)
+
+
+def rne(v, s):
+    return np.round(v.astype(np.float64) / 2.0 ** s).astype(np.int64)
+
+
+a = blob("feature", np.int8)[:M * K].reshape(K // 16, M, 16).transpose(1, 0, 2).reshape(M, K).astype(np.int64)
+b = blob("weight", np.int8)[:N * K].reshape(N // 32, K // 32, 32, 32).transpose(0, 2, 1, 3).reshape(N, K)
+acc = a @ b.astype(np.int64).T
+v = acc / 2.0 ** T
+acc = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
+p = (acc + blob("bias", "<i4").astype(np.int64)[None, :]) * MUL
+out = np.clip(np.where(p >= 0, rne(p, S_POS), rne(p, S_NEG)), -2 ** 31, 2 ** 31 - 1)
+# output cube [N/4][M][4] int32
+out.reshape(M, N // 4, 4).transpose(1, 0, 2).astype("<i4").tofile(os.path.join(HERE, "expected_output.bin"))
+'''
+
+
+def write_bs_case(root: Path) -> None:
+    sys.path.insert(0, str(REPO / "tests" / "sim"))
+    from programs import set_fields, set_raw  # noqa: E402
+    t, mul, s_pos, s_neg = 1, 77, 6, 3
+    rng = np.random.default_rng(17)
+    M, K, N = 8, 64, 64
+    a = rng.integers(-128, 128, size=(M, K)).astype(np.int8)
+    b = rng.integers(-128, 128, size=(N, K)).astype(np.int8)
+    bias = rng.integers(-30000, 30000, size=N).astype("<i4")
+    feat = np.ascontiguousarray(a.reshape(M, K // 16, 16).transpose(1, 0, 2)).tobytes()
+    wt = np.ascontiguousarray(b.reshape(N // 32, 32, K // 32, 32).transpose(0, 2, 1, 3)).tobytes()
+    (_i, w), = _conf_jobs("03_matmul_int8")
+    w = set_fields(w, "CORE_CLIP_TRUNCATE", CLIP_TRUNCATE=t)
+    w = set_raw(w, "DPU_BS_CFG", (2 << 16) | (1 << 8) | (1 << 6))
+    w = set_fields(w, "DPU_BS_MUL_CFG", BS_MUL_OPERAND=mul, BS_MUL_SHIFT_VALUE=s_pos)
+    w = set_fields(w, "DPU_DATA_FORMAT", BS_MUL_SHIFT_VALUE_NEG=s_neg)
+    w = set_fields(w, "DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=1)
+    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
+    w = set_raw(w, "CNA_FEATURE_DATA_ADDR", C_FEATURE)
+    w = set_raw(w, "CNA_DCOMP_ADDR0", C_WEIGHT)
+    w = set_raw(w, "DPU_DST_BASE_ADDR", C_OUTPUT)
+    write_program_case(
+        root, "17_int8_clip_bs_mul", "int8 matmul C[8,64] with CLIP_TRUNCATE 1 and a BS add-then-multiply "
+        "with a sign-split rounding shift, int32 output",
+        "Conformance 03's program with CORE_CLIP_TRUNCATE 1 (the CACC rounds by 2, ties away: NVDLA IAS and "
+        "cmod, used by Mesa rkt_coefs.c), DPU_BS_CFG ALU (int32 bias from BRDMA, DATA_USE 1) + MUL "
+        f"(operand {mul}, shift {s_pos} for a non-negative product), DATA_FORMAT.BS_MUL_SHIFT_VALUE_NEG {s_neg} "
+        "for a negative one (notes encodings/out-cvt-converter.md \"Per-channel requant on the BS "
+        "multiplier\": add before multiply, half-to-even shift split by sign, int32 saturation; the register "
+        "operand stands in for the per-channel one, an inference). Layouts: feature [K/16][M][16] int8, "
+        "weights (N/32, K/32, 32, 32) int8, bias int32[N], output [N/4][M][4] int32.\n\nExact.",
+        w, [("feature", C_FEATURE, feat + bytes(64), "input"), ("weight", C_WEIGHT, wt, "weight"),
+            ("bias", C_BIAS, bias.tobytes(), "weight"), ("output", C_OUTPUT, bytes(N // 4 * M * 16), "output")],
+        ("output", N // 4 * M * 16, "int32", {"kind": "exact"}),
+        BS_REF.format(t=t, mul=mul, s_pos=s_pos, s_neg=s_neg))
+
+
+def _conf_jobs(case: str):
+    meta = json.loads((CONF_DIR / case / "program" / "buffers.json").read_text())
+    t = meta["jobs"][0]["tasks"][0]
+    return [(t["regcmd_iova"], np.fromfile(CONF_DIR / case / "program" / t["file"], dtype="<u8"))]
+
+
+def _run_reference(d: Path) -> None:
+    """Run the case's standalone reference.py as a script (it writes expected_output.bin)."""
+    runpy.run_path(str(d / "reference.py"), run_name="__main__")
+
+
+def write_case(c: LutCase, root: Path) -> None:
+    d = root / c.name
+    (d / "program" / "blobs").mkdir(parents=True, exist_ok=True)
+    n = c.x.size
+    size = n * 2 + PAD
+    inp = bytearray(size)
+    inp[:n * 2] = c.x.astype("<f2").tobytes()
+    (d / "program" / "blobs" / "input.bin").write_bytes(bytes(inp))
+    (d / "program" / "blobs" / "output.initial.bin").write_bytes(bytes(size))
+    words = np.array(lut_words(c), dtype="<u8")
+    (d / "program" / "j0_t000.regcmd").write_bytes(words.tobytes())
+    meta = {
+        "format": "rk3588-regcmd-conformance-case/1",
+        "case": c.name,
+        "summary": c.summary,
+        "generator": {"script": "tools/gen_conformance_extra.py",
+                      "facts": "rocket-userspace rocket_activation.c / gen_lut_activation_fp16 register "
+                               "values (conformance 05 framing); notes encodings/dpu-lut-activation.md"},
+        "simulator_flags": c.flags,
+        "buffers": [
+            {"name": "guard", "iova": GUARD, "size": 4096, "role": "scratch", "file": None},
+            {"name": "input", "iova": INPUT, "size": size, "role": "input", "file": "blobs/input.bin"},
+            {"name": "output", "iova": OUTPUT, "size": size, "role": "output",
+             "file": "blobs/output.initial.bin"},
+            {"name": "regcmd", "iova": REGCMD, "size": 16384, "role": "regcmd", "file": None},
+        ],
+        "jobs": [{"index": 0, "tasks": [{"file": "j0_t000.regcmd", "regcmd_iova": REGCMD,
+                                         "words": len(words), "enable_mask": "0x18"}],
+                  "in_buffers": ["input", "regcmd"], "out_buffers": ["output"]}],
+        "expected_output": {"file": "../expected_output.bin", "buffer": "output", "offset": 0,
+                            "size": n * 2, "dtype": "float16", "tolerance": c.tolerance},
+    }
+    (d / "program" / "buffers.json").write_text(json.dumps(meta, indent=1) + "\n")
+    body = c.reference_src
+    (d / "reference.py").write_text(REF_HEADER.format(name=c.name, body=body, n=n))
+    (d / "case.md").write_text(f"# {c.name}\n\n{c.summary}.\n\n{c.doc}\n")
+    # the expected output comes from the case's own reference, run as a separate process
+    _run_reference(d)
+
+
+def generate(root: Path) -> None:
+    """Every case; the conv case derives its words from conformance 03 and is skipped (left as
+    committed) where that set is absent."""
+    root.mkdir(parents=True, exist_ok=True)
+    for c in cases():
+        write_case(c, root)
+    if CONF_DIR is not None:
+        write_conv_case(root)
+        write_precision_cases(root)
+        write_bs_case(root)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="fail if the committed cases differ")
+    args = ap.parse_args()
+    if not args.check:
+        generate(OUT_DIR)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        generate(Path(tmp))
+        bad = [str(p.relative_to(tmp)) for p in sorted(Path(tmp).rglob("*")) if p.is_file()
+               and "__pycache__" not in p.parts
+               and (not (OUT_DIR / p.relative_to(tmp)).is_file()
+                    or (OUT_DIR / p.relative_to(tmp)).read_bytes() != p.read_bytes())]
+    if bad:
+        print("out of date:", *bad, sep="\n  ")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
