@@ -482,6 +482,14 @@ class Compiled(_Traced):
             except WeightError as e:
                 raise self._named_weight_error(e) from None
 
+    def check(self, *args: Any, threshold: float | None = None, by: str = "auto") -> Any:
+        """Per-layer accuracy of this program on ``args`` against the fp32 interpreter
+        (``rockjit.check``): ``print(report)`` or ``report.html()``."""
+        from . import check as _check
+
+        return _check.check(self, *args, by=by, threshold=(
+            _check.DEFAULT_THRESHOLD if threshold is None else threshold))
+
     def stats(self) -> dict[str, int]:
         """The compiled program's counters (NPU backends; after compile() or the first call)."""
         stats = getattr(self._runner, "stats", None)
