@@ -208,28 +208,75 @@ def _mlp(p, x):
                                                                               keepdims=True)
 
 
-@pytest.mark.parametrize("model", ["mlp", "whisper"])
+def _encoder_case(model: str, rng):
+    """(fn, params, example inputs, their ShapeDtypeStructs) of a small config."""
+    if model == "whisper":
+        whisper, cfg, params = _whisper_small()
+        fn = partial(whisper.forward, config=cfg)
+        xs = (0.01 * rng.standard_normal((1, cfg.num_mel_bins, cfg.num_frames)).astype(
+            np.float32),)
+    elif model == "siglip":
+        from models import siglip
+        cfg = siglip.SiglipVisionConfig(hidden_size=64, intermediate_size=96,
+                                        num_hidden_layers=1, num_attention_heads=2,
+                                        image_size=32, patch_size=16)
+        params = seeded_weights(siglip.expected_shapes(cfg))
+        fn = partial(siglip.forward, config=cfg)
+        xs = (rng.standard_normal((1, 3, 32, 32)).astype(np.float32),)
+    else:
+        from models import modernbert
+        cfg = modernbert.ModernBertConfig(vocab_size=101, hidden_size=64, intermediate_size=96,
+                                          num_hidden_layers=1, num_attention_heads=4,
+                                          local_attention=8)
+        params = seeded_weights(modernbert.expected_shapes(cfg))
+        fn = partial(modernbert.forward, config=cfg)
+        ids = rng.integers(0, cfg.vocab_size, (1, 12)).astype(np.int32)
+        xs = (ids, np.ones((1, 12), np.int32))
+    return fn, params, xs
+
+
+@pytest.mark.parametrize("model", ["mlp", "whisper", "siglip", "modernbert"])
 def test_compile_from_shape_dtype_struct_is_the_program_compiled_after_a_call(model: str) -> None:
-    """lower(weights, ShapeDtypeStruct).compile() builds the program with no input data, and
-    it is word for word the program a call on small data and a call on wide data use."""
+    """lower(weights, ShapeDtypeStruct...).compile() builds the program with no input data,
+    and it is word for word the program a first call builds (on small data and, for the
+    float-input functions, on 100x wider data)."""
     rng = np.random.default_rng(6)
     if model == "mlp":
         params = {"w1": (rng.standard_normal((64, 96)) / 8).astype(np.float32),
                   "w2": (rng.standard_normal((96, 32)) / 10).astype(np.float32)}
         fn = _mlp
-        x = rng.uniform(-0.1, 0.1, (16, 64)).astype(np.float32)
+        xs = (rng.uniform(-0.1, 0.1, (16, 64)).astype(np.float32),)
     else:
-        whisper, cfg, params = _whisper_small()
-        fn = partial(whisper.forward, config=cfg)
-        x = 0.01 * rng.standard_normal((1, cfg.num_mel_bins, cfg.num_frames)).astype(np.float32)
-    sds = jax.ShapeDtypeStruct(x.shape, jnp.float32)
-    ahead = rockjit.compile(fn, resident_argnums=0, backend="sim").lower(params, sds).compile()
+        fn, params, xs = _encoder_case(model, rng)
+    sds = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs]
+    ahead = rockjit.compile(fn, resident_argnums=0, backend="sim").lower(params, *sds).compile()
     assert ahead._runner is not None and ahead._runner.program is not None, \
         "compile() with ShapeDtypeStruct inputs must build the program"
     fp = program_fingerprint(ahead._runner.program)
-    for xs in (x, 100 * x):
+    scales = (1, 100) if model in ("mlp", "whisper") else (1,)
+    for s in scales:
+        call = tuple(x * s if x.dtype.kind == "f" else x for x in xs)
         f = rockjit.compile(fn, resident_argnums=0, backend="sim")
-        got = f(params, xs)
-        assert program_fingerprint(f.compiled(params, xs)._runner.program) == fp
-    # and the ahead-of-time program runs
-    np.testing.assert_allclose(ahead(params, 100 * x), got, rtol=0, atol=0)
+        got = f(params, *call)
+        assert program_fingerprint(f.compiled(params, *call)._runner.program) == fp
+    # and the ahead-of-time program runs, giving the same result
+    for a, b in zip(jax.tree_util.tree_leaves(ahead(params, *call)),
+                    jax.tree_util.tree_leaves(got)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fingerprint_sees_a_different_table(monkeypatch) -> None:
+    """The fingerprint above can fail: a tanh table over another domain changes it."""
+    rng = np.random.default_rng(7)
+    params = {"w1": (rng.standard_normal((64, 96)) / 8).astype(np.float32),
+              "w2": (rng.standard_normal((96, 32)) / 10).astype(np.float32)}
+    sds = jax.ShapeDtypeStruct((16, 64), jnp.float32)
+
+    def build():
+        c = rockjit.compile(_mlp, resident_argnums=0, backend="sim").lower(params, sds).compile()
+        return program_fingerprint(c._runner.program)
+    first = build()
+    real = C.lut_domain
+    monkeypatch.setattr(C, "lut_domain",
+                        lambda kind, ms=False: (-3.0, 3.0) if kind == "tanh" else real(kind, ms))
+    assert build() != first
