@@ -11,6 +11,13 @@ A *signature* is what a call's arguments look like to the tracer: per argument i
 structure and its leaves' shapes and dtypes, or the value of a static argument.  Leaves of the
 arguments at ``resident_argnums`` become ``param`` nodes named by their pytree path; their
 values are bound to the Compiled object (as numpy copies) and are not part of the signature.
+
+A compiled program depends on the signature and the resident values only, never on the data
+of a call: ``lower(weights, jax.ShapeDtypeStruct(...)).compile()`` builds it without inputs.
+On the NPU backends (fp16), a float input holding NaN, +-Inf or |x| > 65504 is refused with
+``InputRangeError`` naming the argument and pytree path, and such a resident weight with
+``WeightError`` when the program is built (rockjit/lowering/value_checks.py); the interpreter
+backend computes in float32 and propagates NaN like JAX.
 """
 from __future__ import annotations
 
