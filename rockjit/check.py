@@ -282,21 +282,29 @@ def make_groups(graph: Graph, by: str = "auto") -> tuple[list[Group], str]:
 # ---------------------------------------------------------------------------------------------
 
 def _flat_inputs(compiled, args: Sequence[Any]) -> list[np.ndarray]:
-    """The graph inputs for a call with ``args`` (the Compiled object's own argument
-    handling; resident arguments are bound by the call)."""
-    inputs = []
+    """The graph inputs for a call with ``args``, checked against the signature like a call;
+    resident arguments are bound to ``compiled`` (without running its program)."""
+    inputs, resident = [], []
     for i, arg in compiled._split_args(tuple(args)):
         spec = compiled.signature.args[i]
-        if spec.kind == "resident":
-            continue
         for j, leaf in enumerate(compiled._check(i, arg)):
-            inputs.append(np.asarray(leaf, dtype=spec.leaves[j].dtype))
+            if spec.kind == "resident":
+                resident.append((compiled.signature.param_names[(i, j)], leaf, spec.leaves[j]))
+            else:
+                inputs.append(np.asarray(leaf, dtype=spec.leaves[j].dtype))
+    compiled._binding.update(resident)
     return inputs
 
 
-def _range_plan_records(compiled) -> list | None:
-    prog = getattr(getattr(compiled, "_runner", None), "program", None)
-    plan = getattr(prog, "range_plan", None)
+def _range_plan_records(*runners: Any) -> list | None:
+    """The range plan's records of the first runner whose program has one (None: the
+    compiler keeps no range plan)."""
+    for r in runners:
+        plan = getattr(getattr(r, "program", None), "range_plan", None)
+        if plan is not None:
+            break
+    else:
+        return None
     if plan is None:
         return None
     return list(plan() if callable(plan) else plan)
@@ -328,7 +336,6 @@ def check(compiled, *args: Any, threshold: float = DEFAULT_THRESHOLD, by: str = 
     from .api import BACKENDS
     from .ir.interpreter import run as interpret
 
-    compiled(*args)          # validates and binds the arguments; builds the program
     inputs = _flat_inputs(compiled, args)
     graph = compiled.graph
     groups, used = make_groups(graph, by)
@@ -336,14 +343,16 @@ def check(compiled, *args: Any, threshold: float = DEFAULT_THRESHOLD, by: str = 
                   tuple(graph.outputs) + tuple(g.value for g in groups))
     params = compiled.params
     ref = interpret(probe, inputs, params)[len(graph.outputs):]
+    # the same graph with the groups' values as extra outputs, on the same backend: every op
+    # is lowered by the same rules as in the compiled program
     runner = BACKENDS[compiled.backend](probe, params)
     try:
         got = runner(inputs)[len(graph.outputs):]
+        records = _range_plan_records(getattr(compiled, "_runner", None), runner)
     finally:
         close = getattr(getattr(runner, "program", None), "close", None)
         if close is not None:
             close()
-    records = _range_plan_records(compiled)
     rep = CheckReport(getattr(graph, "name", "main"), compiled.backend, threshold, used,
                       plan_available=records is not None)
     for g, r, o in zip(groups, ref, got):
