@@ -172,7 +172,7 @@ tr.bad td {{ background: #fdd; }}
             parts.append(f'<text x="{x:.1f}" y="{pad_t + h + 14}" text-anchor="middle">{i}'
                          f'</text>')
         parts.append(f'<text x="{pad_l + w / 2}" y="{height - 6}" text-anchor="middle">group'
-                     f' (blue: max rel err, orange: 1 - cosine, red dashes: threshold)</text>')
+                     f' (blue: max rel err, orange: 1 - cosine, red dashes: 1 - threshold)</text>')
         parts.append("</svg>")
         return "\n".join(parts)
 
