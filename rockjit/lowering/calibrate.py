@@ -102,14 +102,9 @@ def is_max_subtracted(producer, const, v: Value) -> bool:
             b = producer(nxt[0])
         else:
             b = producer(b.inputs[0])
-    return b is not None and b.op is Op.REDUCE_MAX and _same_value(producer, b.inputs[0],
-                                                                     p.inputs[0])
-
-
-def _same_value(producer, a: Value, b: Value) -> bool:
-    """The max was taken over the value it is subtracted from (through shape-preserving
-    no-ops), so every difference is <= 0."""
-    return a.id == b.id
+    # the max must be over the very value it is subtracted from: only then is every
+    # difference <= 0 (x - max(y) can be positive, and the [EXP_FLOOR, 0] table would clamp it)
+    return b is not None and b.op is Op.REDUCE_MAX and b.inputs[0].id == p.inputs[0].id
 
 
 def npu_lut_domain(ctx: RuleContext, kind: str, x: Value) -> tuple[float, float] | None:

@@ -4,7 +4,6 @@ that is too narrow, the bug this issue removed) is found in the group that has i
 from __future__ import annotations
 
 import html.parser
-import math
 from functools import partial
 
 import jax
