@@ -67,6 +67,13 @@ def fill_abstract(spec: Any, seed: int = 0) -> tuple:
     return tuple(out)
 
 
+def _abstract_resident(spec: Any, call_args: tuple) -> tuple:
+    import jax
+
+    return tuple(jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), a)
+                 if i in spec.resident_argnums else a for i, a in enumerate(call_args))
+
+
 def _run(args: argparse.Namespace) -> int:
     from .. import compile as rj_compile
     from ..errors import RockjitError
@@ -78,7 +85,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         f = rj_compile(spec.fn, static_argnums=spec.static_argnums,
                        resident_argnums=spec.resident_argnums, backend=args.backend)
-        compiled = f.lower(*call_args).compile()
+        # lowered with the resident weights abstract, so compile() defers the program: the
+        # check builds (and runs) only its probe program, the same graph with extra outputs
+        compiled = f.lower(*_abstract_resident(spec, call_args)).compile()
         report = compiled.check(*call_args, threshold=args.threshold, by=args.by)
     except (RockjitError, ValueError) as e:
         print(f"rockjit check: {type(e).__name__}: {e}", file=sys.stderr)
