@@ -188,6 +188,7 @@ def _whisper_small():
     return whisper, cfg, seeded_weights(whisper.expected_shapes(cfg))
 
 
+@pytest.mark.slow
 def test_small_encoder_on_inputs_100x_wider_than_the_first_call() -> None:
     """A one-layer Whisper encoder (conv + GELU stem, attention, GELU MLP, LayerNorms)
     compiled by a call on log-mels scaled to 0.01 and then run on unscaled ones."""
