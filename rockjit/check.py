@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .errors import InputRangeError
 from .ir.graph import Graph, Node, Value
 from .ir.ops import Op
 
@@ -281,10 +282,13 @@ def make_groups(graph: Graph, by: str = "auto") -> tuple[list[Group], str]:
 # running
 # ---------------------------------------------------------------------------------------------
 
-def _flat_inputs(compiled, args: Sequence[Any]) -> list[np.ndarray]:
-    """The graph inputs for a call with ``args``, checked against the signature like a call;
-    resident arguments are bound to ``compiled`` (without running its program)."""
-    inputs, resident = [], []
+def _flat_inputs(compiled, args: Sequence[Any]) -> tuple[list[np.ndarray], list[str]]:
+    """The graph inputs for a call with ``args`` and where each came from (argument, pytree
+    path), checked against the signature like a call; resident arguments are bound to
+    ``compiled`` (without running its program)."""
+    from .api import _where
+
+    inputs, where, resident = [], [], []
     for i, arg in compiled._split_args(tuple(args)):
         spec = compiled.signature.args[i]
         for j, leaf in enumerate(compiled._check(i, arg)):
@@ -292,8 +296,9 @@ def _flat_inputs(compiled, args: Sequence[Any]) -> list[np.ndarray]:
                 resident.append((compiled.signature.param_names[(i, j)], leaf, spec.leaves[j]))
             else:
                 inputs.append(np.asarray(leaf, dtype=spec.leaves[j].dtype))
+                where.append(_where(compiled.signature.fn, i, spec.leaves[j].path))
     compiled._binding.update(resident)
-    return inputs
+    return inputs, where
 
 
 def _range_plan_records(*runners: Any) -> list | None:
@@ -336,7 +341,7 @@ def check(compiled, *args: Any, threshold: float = DEFAULT_THRESHOLD, by: str = 
     from .api import BACKENDS
     from .ir.interpreter import run as interpret
 
-    inputs = _flat_inputs(compiled, args)
+    inputs, where = _flat_inputs(compiled, args)
     graph = compiled.graph
     groups, used = make_groups(graph, by)
     probe = Graph(f"{graph.name}_check", graph.inputs, list(graph.nodes),
@@ -349,6 +354,10 @@ def check(compiled, *args: Any, threshold: float = DEFAULT_THRESHOLD, by: str = 
     try:
         got = runner(inputs)[len(graph.outputs):]
         records = _range_plan_records(getattr(compiled, "_runner", None), runner)
+    except InputRangeError as e:
+        if e.index is None or not 0 <= e.index < len(where):
+            raise
+        raise InputRangeError(f"{where[e.index]}: {e}", e.index) from None
     finally:
         close = getattr(getattr(runner, "program", None), "close", None)
         if close is not None:

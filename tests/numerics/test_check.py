@@ -147,3 +147,12 @@ def test_cli_check_exit_status_names_the_defect(capsys, monkeypatch) -> None:
 def test_cli_check_usage_errors(capsys) -> None:
     assert cli_main(["check", "check_targets:three_lines_spec", "--threshold", "2"]) == 2
     assert cli_main(["check", "no_such_module_xyz:spec"]) == 2
+
+
+def test_check_refuses_a_nan_input_naming_it() -> None:
+    p = mlp_params()
+    x = np.random.default_rng(2).standard_normal((16, 64)).astype(np.float32)
+    c = rockjit.compile(three_lines, resident_argnums=0, backend="sim").lower(p, x).compile()
+    x[0, 1] = np.nan
+    with pytest.raises(rockjit.InputRangeError, match=r"argument 1 \('x'\).*\[0, 1\]"):
+        c.check(p, x)
