@@ -66,7 +66,10 @@ def check_inputs(graph: Graph, inputs: Sequence[np.ndarray]) -> None:
     for k, (v, a) in enumerate(zip(graph.inputs, inputs)):
         if not v.type.dtype.is_float:
             continue
-        why = fp16_problem(np.asarray(a))
+        a = np.asarray(a)
+        if a.dtype.kind != "f":        # bfloat16 (ml_dtypes): checked through float32
+            a = a.astype(np.float32)
+        why = fp16_problem(a)
         if why is not None:
             raise InputRangeError(
                 f"input {k} ({v.type}): {why}. NaN/Inf and out-of-range inputs are refused on "

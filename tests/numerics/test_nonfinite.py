@@ -43,6 +43,13 @@ def test_bad_input_is_refused_naming_the_argument(bad: float, what: str) -> None
     f(p, {"tokens": x})
 
 
+def test_bfloat16_input_beyond_fp16_is_refused() -> None:
+    f = rockjit.compile(lambda x: x * 2.0, backend="sim")
+    x = jnp.ones((4, 32), jnp.bfloat16).at[1, 2].set(1e6)
+    with pytest.raises(InputRangeError, match=r"argument 0 \('x'\).*\[1, 2\]"):
+        f(x)
+
+
 def test_fp16_largest_value_is_accepted() -> None:
     f = rockjit.compile(lambda x: x * 0.5, backend="sim")
     x = np.full((4, 32), 65504.0, np.float32)
