@@ -1,11 +1,11 @@
 """rockjit: a JAX-style tracing compiler for the Rockchip RK3588 NPU."""
 from __future__ import annotations
 
-from .errors import (IRSyntaxError, RockjitError, TraceError, UnsupportedError, VerifyError,
-                     WeightError)
+from .errors import (InputRangeError, IRSyntaxError, RockjitError, TraceError, UnsupportedError,
+                     VerifyError, WeightError)
 
 __all__ = ["RockjitError", "UnsupportedError", "TraceError", "WeightError", "IRSyntaxError",
-           "VerifyError", "compile"]
+           "VerifyError", "InputRangeError", "compile"]
 __version__ = "0.1.0"
 
 

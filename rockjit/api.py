@@ -11,6 +11,13 @@ A *signature* is what a call's arguments look like to the tracer: per argument i
 structure and its leaves' shapes and dtypes, or the value of a static argument.  Leaves of the
 arguments at ``resident_argnums`` become ``param`` nodes named by their pytree path; their
 values are bound to the Compiled object (as numpy copies) and are not part of the signature.
+
+A compiled program depends on the signature and the resident values only, never on the data
+of a call: ``lower(weights, jax.ShapeDtypeStruct(...)).compile()`` builds it without inputs.
+On the NPU backends (fp16), a float input holding NaN, +-Inf or |x| > 65504 is refused with
+``InputRangeError`` naming the argument and pytree path, and such a resident weight with
+``WeightError`` when the program is built (rockjit/lowering/value_checks.py); the interpreter
+backend computes in float32 and propagates NaN like JAX.
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ import jax
 import numpy as np
 from jax.tree_util import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 
-from .errors import TraceError
+from .errors import InputRangeError, TraceError, WeightError
 from .ir.graph import Graph
 from .ir.types import DType, TensorType
 
@@ -422,6 +429,7 @@ class Compiled(_Traced):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = _bind_kwargs(self.signature.fn, args, kwargs)
         inputs: list[np.ndarray] = []
+        input_where: list[str] = []
         resident: list[tuple[str, Any, LeafSpec]] = []
         for i, arg in self._split_args(args):
             spec = self.signature.args[i]
@@ -433,6 +441,27 @@ class Compiled(_Traced):
                         raise TraceError(f"{_where(self.signature.fn, i, spec.leaves[j].path)}: "
                                          f"a ShapeDtypeStruct has no value to run on")
                     inputs.append(np.asarray(leaf, dtype=spec.leaves[j].dtype))
+                    input_where.append(_where(self.signature.fn, i, spec.leaves[j].path))
+        try:
+            return self._run(resident, inputs)
+        except InputRangeError as e:
+            if e.index is None or not 0 <= e.index < len(input_where):
+                raise
+            raise InputRangeError(f"{input_where[e.index]}: {e}", e.index) from None
+        except WeightError as e:
+            raise self._named_weight_error(e) from None
+
+    def _named_weight_error(self, e: WeightError) -> WeightError:
+        """The backend names a refused weight by its param name; add the argument and pytree
+        path the user passed it at."""
+        sig = self.signature
+        for (i, j), name in sig.param_names.items():
+            if e.param is not None and name == e.param:
+                return WeightError(f"{_where(sig.fn, i, sig.args[i].leaves[j].path)}: {e}",
+                                   e.param)
+        return e
+
+    def _run(self, resident: list[tuple[str, Any, LeafSpec]], inputs: list[np.ndarray]) -> Any:
         changed = self._binding.update(resident)
         runner = self._runner
         if runner is None:
@@ -447,8 +476,29 @@ class Compiled(_Traced):
         outs = runner(inputs)
         return tree_unflatten(self.out_tree, [np.asarray(o) for o in outs])
 
+    def _build(self) -> None:
+        """Make the backend's runner now and let it compile its program (NPU backends), from
+        the graph and the bound resident values alone: a program never depends on a call's
+        inputs (lowering/calibrate.py), so no example data is needed."""
+        if self._runner is None:
+            self._runner = BACKENDS[self.backend](self.graph, self._binding.values)
+        build = getattr(self._runner, "compile", None)
+        if build is not None and getattr(self._runner, "program", True) is None:
+            try:
+                build()
+            except WeightError as e:
+                raise self._named_weight_error(e) from None
+
+    def check(self, *args: Any, threshold: float | None = None, by: str = "auto") -> Any:
+        """Per-layer accuracy of this program on ``args`` against the fp32 interpreter
+        (``rockjit.check``): ``print(report)`` or ``report.html()``."""
+        from . import check as _check
+
+        return _check.check(self, *args, by=by, threshold=(
+            _check.DEFAULT_THRESHOLD if threshold is None else threshold))
+
     def stats(self) -> dict[str, int]:
-        """The compiled program's counters (NPU backends; after the first call)."""
+        """The compiled program's counters (NPU backends; after compile() or the first call)."""
         stats = getattr(self._runner, "stats", None)
         if stats is None:
             raise TraceError(f"backend {self.backend!r} keeps no program stats"
@@ -465,15 +515,24 @@ class Lowered(_Traced):
         self._args = args
 
     def compile(self) -> Compiled:
+        """Bind the resident values and, when all of them have values, build the program now
+        (inputs may be jax.ShapeDtypeStruct: the program does not depend on them); resident
+        leaves given as ShapeDtypeStruct defer the build to the first call."""
         binding = _ResidentBinding()
         items = []
         flat = {i: tree_flatten(self._args[i])[0] for i in self.signature.resident_argnums}
+        missing = False
         for (i, j), name in self.signature.param_names.items():
             leaf = flat[i][j]
             if not isinstance(leaf, jax.ShapeDtypeStruct):  # lowered without values: bind later
                 items.append((name, leaf, self.signature.args[i].leaves[j]))
+            else:
+                missing = True
         binding.update(items)
-        return Compiled(self.graph, self.signature, self.out_tree, self.backend, binding)
+        compiled = Compiled(self.graph, self.signature, self.out_tree, self.backend, binding)
+        if not missing:
+            compiled._build()
+        return compiled
 
 
 # ------------------------------------------------------------------ the decorator

@@ -15,7 +15,12 @@ class TraceError(RockjitError):
 
 
 class WeightError(RockjitError):
-    """A safetensors file lacks a tensor, or holds one of the wrong shape or dtype."""
+    """A safetensors file lacks a tensor, or holds one of the wrong shape or dtype; or a
+    resident weight holds values the backend cannot compute with (``param``: its name)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class IRSyntaxError(RockjitError):
@@ -24,3 +29,12 @@ class IRSyntaxError(RockjitError):
 
 class VerifyError(RockjitError):
     """An IR graph breaks a typing, ordering or shape rule."""
+
+
+class InputRangeError(RockjitError):
+    """A call's float input holds NaN, Inf or a value beyond what the backend computes in
+    (fp16 on the NPU backends: |x| <= 65504). ``index`` is the graph input's position."""
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index

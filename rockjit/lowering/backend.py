@@ -9,12 +9,14 @@ The bare names compile for the RK3588; ``KIND:PROFILE`` compiles for another reg
 profile (its CBUF, atoms and core count), so a second chip needs no change here.
 
 Each factory lowers the graph once per bound parameter set (``pipeline.lower_graph`` +
-``program.NpuProgram``); LUT domains are calibrated on the first call's inputs (the runner
-compiles lazily on its first call, when those exist).
+``program.NpuProgram``). The program depends on the graph and the resident values only (LUT
+domains come from the functions, calibrate.py), so it is built by ``compile()`` without any
+input -- ``Lowered.compile()`` does that when the resident values are bound -- or else on the
+first call.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -23,8 +25,9 @@ from ..ir.graph import Graph
 
 
 class NpuRunner:
-    """What a backend factory returns: compiles on the first call (calibrating on its inputs),
-    then runs the program. ``stats()``/``report()`` describe the compiled program."""
+    """What a backend factory returns: compiles (from the graph and params alone) when asked or
+    on the first call, then runs the program. ``stats()``/``report()`` describe the compiled
+    program."""
 
     def __init__(self, graph: Graph, params: Mapping[str, np.ndarray],
                  make_device: Callable[[int], Any], profile: str) -> None:
@@ -35,7 +38,7 @@ class NpuRunner:
         self.device = None
         self.program = None
 
-    def compile(self, example_inputs: Sequence[np.ndarray] | None = None):
+    def compile(self):
         from .pipeline import lower_graph
         from .program import NpuProgram
 
@@ -43,19 +46,22 @@ class NpuRunner:
 
         if self.device is None:
             self.device = self._make_device(get_profile(self.profile).cores)
-        lowered = lower_graph(self.graph, self.params, example_inputs=example_inputs,
-                              profile=self.profile)
+        lowered = lower_graph(self.graph, self.params, profile=self.profile)
         self.program = NpuProgram(lowered, self.device)
         return self.program
 
     def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        from .value_checks import check_inputs
+
+        check_inputs(self.graph, inputs)      # NaN / Inf / |x| > 65504: refused, not packed
         if self.program is None:
-            self.compile(inputs)
+            self.compile()
         return self.program.run(inputs)
 
     def stats(self) -> dict[str, int]:
         if self.program is None:
-            raise RuntimeError("the program is compiled on its first call; call it first")
+            raise RuntimeError("the program is not compiled yet; call it, or compile it with "
+                               "lower(...).compile()")
         return self.program.stats()
 
     def report(self) -> str:

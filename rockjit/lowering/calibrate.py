@@ -1,84 +1,90 @@
-"""Value ranges for LUT domains.
+"""LUT table domains, chosen from the function alone: no result depends on the first call.
 
-With concrete example arguments (the first call's), the IR interpreter's op references run the
-graph once and record each float value's (min, max). With abstract arguments
-(jax.ShapeDtypeStruct) no data exists, so conservative static bounds are used instead:
+The DPU LUT clamps its input to the table's domain (emitters/lut.py: the result is
+f(clamp(x)), or x * gate(clamp(x)) for GELU/SiLU). A domain taken from the first call's data
+(what this module used to do) was exact for that call and wrong for a later, wider one: tanh
+compiled on [-0.5, 0.5] and called on [-50, 50] came out 37 % off, silently. So the domain is
+now a property of the function, and compile needs no data at all (``lower(ShapeDtypeStruct)``
+gives the same program as compiling after a call; no interpreter run at compile time):
 
-* ``exp`` whose input is ``x - broadcast(reduce_max(x))`` (softmax): the input is <= 0; below
-  the LUT's default floor (-16) exp is under 2^-23, beneath fp16's resolution next to the row
-  maximum's exp(0) = 1, so clamping there changes no softmax output by more than that. This
-  table is [-16, 0] with example arguments too: an attention mask (or a later call's wider
-  scores) puts inputs far below anything the example showed, and they are clamped to the
-  table's start, which must therefore be where exp is already ~0.
-* saturating functions (tanh, sigmoid, GELU gates): the emitter's default domain, outside which
-  the function equals its limit to fp16 precision.
-* anything else: the emitter's default domain.
+* **saturating functions** (sigmoid, tanh, and the gates of GELU, tanh-GELU and SiLU): the
+  table covers [-R, R] with R the smallest radius at which the gate is within ``SATURATION``
+  of its limits 0 and 1 (``saturation_radius``). ``SATURATION`` is half a Q0.15 table step,
+  below what a table entry can resolve (and under the QUIRK 4 floor entry 2^-15), so clamping
+  a wider input changes the gate by less than the table's own rounding: exact to the table's
+  precision for every input. sigmoid/SiLU R = 11.09, tanh 5.55, GELU (Phi) 4.17, tanh-GELU 4.03.
+* **exp after a row-max subtraction** (softmax: ``x - broadcast(reduce_max(x))``, inputs <= 0):
+  the fixed table [EXP_FLOOR, 0]. Below EXP_FLOOR exp is under 2^-23, beneath fp16's resolution
+  next to the row maximum's exp(0) = 1, so the clamp changes no softmax output by more than
+  that; an attention mask's -2^15 (fp16_range.py) lands on the floor entry.
+* **everything else** (exp of an arbitrary value, rsqrt, reciprocal): no domain follows from
+  the function, and the only other source would be data. ``lut_domain`` returns None and the
+  rule refuses the NPU form (``rules.eltwise.lut_result``): the op runs on the host in fp32
+  (host_rules), correct for every input. In the three encoders every exp is a softmax's and
+  every rsqrt a LayerNorm's per-row tail (already on the host), so this costs them nothing.
 
-The LUT emitter is given the calibrated range widened by ``MARGIN`` of its width on each side
-(later inputs may exceed the example's). Inputs outside the domain are **clamped** to it by
-the emitter (lut.py: the result is f(clamp(x))), which is exact for saturating functions and
-bounded by the function's change over the excess otherwise.
+tolerance.graph_bound uses the same ``lut_domain`` so the bound describes the program.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import math
+from functools import lru_cache
+from typing import Callable
 
 import numpy as np
+from scipy import optimize, special
 
-from ..ir.graph import Graph, Value
+from ..ir.graph import Value
 from ..ir.ops import Op
-from ..ir.reference import evaluate
-from .rules.base import Calibration, RuleContext
+from .rules.base import RuleContext
 
-MARGIN = 0.25          # of the calibrated width, on each side
 # The softmax exp table never reaches below this (module docstring): exp(-16) < 2^-23, and
 # every input under ln(2^-16) ~ -11.1 already quantises to the table's floor entry q = 1
 # (lut_tables: QUIRK 4), so a lower start only coarsens the table. A masked score
 # (fp16_range.MASK_MAGNITUDE below its row) is far under it: clamped to the floor entry.
 EXP_FLOOR = -16.0
-_MIN_WIDTH = 1e-3      # a constant input still gets a non-degenerate table
+
+# Half of one Q0.15 table step (lut_tables.Q_ONE = 2^15): a gate closer than this to its limit
+# is stored as the limit's entry anyway, so the table's domain ends where the gate gets there.
+SATURATION = 0.5 / (1 << 15)
+
+_GT_A = math.sqrt(2.0 / math.pi)   # tanh-GELU's published constants (jax.nn.gelu, HF)
+_GT_B = 0.044715
+
+# The gate each saturating kind's table holds (values in [0, 1], 0 at -inf, 1 at +inf). These
+# are the functions' definitions, kept here so the domain does not depend on how the emitter
+# builds its tables.
+GATES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "sigmoid": special.expit,
+    "silu": special.expit,                                        # x * sigmoid(x)
+    "tanh": lambda x: special.expit(2.0 * np.asarray(x, np.float64)),   # (1 + tanh x) / 2
+    "gelu": special.ndtr,                                         # x * Phi(x)
+    "gelu_tanh": lambda x: special.expit(2.0 * _GT_A * (np.asarray(x, np.float64)
+                                                        + _GT_B * np.asarray(x, np.float64) ** 3)),
+}
+# the kinds whose result is x * gate(x) (the rest are a function of the gate alone)
+GATED = frozenset({"silu", "gelu", "gelu_tanh"})
 
 
-def calibrate(graph: Graph, inputs: Sequence[Any] | None,
-              params: Mapping[str, np.ndarray]) -> Calibration:
-    """Ranges of every float value on the example ``inputs`` (None or abstract: empty,
-    ``source='static'``)."""
-    if inputs is None or any(not isinstance(x, np.ndarray) and not np.isscalar(x)
-                             and not hasattr(x, "__array__") for x in inputs):
-        return Calibration({}, "static")
-    try:
-        arrays = [np.asarray(x) for x in inputs]
-    except Exception:
-        return Calibration({}, "static")
-    env: dict[int, np.ndarray] = {}
-    ranges: dict[int, tuple[float, float]] = {}
-    last: dict[int, int] = {}
-    for i, n in enumerate(graph.nodes):
-        for v in n.inputs:
-            last[v.id] = i
-    keep = {v.id for v in graph.outputs}
+@lru_cache(maxsize=None)
+def saturation_radius(kind: str) -> float:
+    """The smallest R with gate(-R) <= SATURATION and 1 - gate(R) <= SATURATION: beyond +-R the
+    clamped table's answer equals the function's to the table's resolution."""
+    g = GATES[kind]
+    return float(optimize.brentq(lambda r: max(float(g(-r)), 1.0 - float(g(r))) - SATURATION,
+                                 1e-3, 1e3, xtol=1e-9))
 
-    def record(v: Value, a: np.ndarray) -> None:
-        if v.type.dtype.is_float and a.size:
-            f = a.astype(np.float64)
-            fin = f[np.isfinite(f)]
-            if fin.size:
-                ranges[v.id] = (float(fin.min()), float(fin.max()))
 
-    for v, a in zip(graph.inputs, arrays):
-        env[v.id] = a
-        record(v, a)
-    for i, node in enumerate(graph.nodes):
-        if node.op is Op.PARAM:
-            res = np.asarray(params[node.attrs["name"]])
-        else:
-            res = evaluate(node.op, [env[v.id] for v in node.inputs], node.attrs, node.out.type)
-        env[node.out.id] = res
-        record(node.out, res)
-        for v in node.inputs:
-            if last.get(v.id) == i and v.id not in keep:
-                env.pop(v.id, None)
-    return Calibration(ranges, "example")
+def lut_domain(kind: str, max_subtracted: bool = False) -> tuple[float, float] | None:
+    """The (lo, hi) the LUT for ``kind`` covers, from the function alone; None when only data
+    could give one (the op then runs on the host; module docstring). ``max_subtracted``: the
+    input is ``a - broadcast(reduce_max(a))`` (``is_max_subtracted``)."""
+    if kind in GATES:
+        r = saturation_radius(kind)
+        return (-r, r)
+    if kind == "exp" and max_subtracted:
+        return (EXP_FLOOR, 0.0)
+    return None
 
 
 def is_max_subtracted(producer, const, v: Value) -> bool:
@@ -96,30 +102,26 @@ def is_max_subtracted(producer, const, v: Value) -> bool:
             b = producer(nxt[0])
         else:
             b = producer(b.inputs[0])
-    return b is not None and b.op is Op.REDUCE_MAX
+    # the max must be over the very value it is subtracted from: only then is every
+    # difference <= 0 (x - max(y) can be positive, and the [EXP_FLOOR, 0] table would clamp it)
+    return b is not None and b.op is Op.REDUCE_MAX and b.inputs[0].id == p.inputs[0].id
 
 
-def _is_max_subtracted(ctx: RuleContext, v: Value) -> bool:
-    return is_max_subtracted(ctx.producer, ctx.const, v)
+def npu_lut_domain(ctx: RuleContext, kind: str, x: Value) -> tuple[float, float] | None:
+    """``lut_domain`` for the LUT op of ``x`` at the rule's node."""
+    return lut_domain(kind, kind == "exp" and is_max_subtracted(ctx.producer, ctx.const, x))
 
 
-def lut_domain(ctx: RuleContext, kind: str, x: Value) -> tuple[float, float] | None:
-    """The (lo, hi) the LUT for ``kind`` of ``x`` covers; None = the emitter's default."""
-    r = ctx.calibration.get(x)
-    if kind == "exp" and _is_max_subtracted(ctx, x):
-        # always down to EXP_FLOOR, whatever the example showed: a later call's masked or
-        # far-below-max score is clamped to the table's start, and only a start where exp has
-        # reached the floor entry (~0 next to the row max's 1) makes that clamp harmless; a
-        # start at the example's smallest score (say -3) would give every masked key
-        # exp(-3) = 0.05 (module docstring)
-        return (EXP_FLOOR, 0.0)
-    if r is None:
-        return None
-    lo, hi = r
-    w = max(hi - lo, _MIN_WIDTH)
-    lo, hi = lo - MARGIN * w, hi + MARGIN * w
-    if kind in ("rsqrt", "reciprocal"):
-        if r[0] <= 0:
-            return None  # not a positive domain: let the emitter's default refuse or clamp
-        lo = max(lo, r[0] / 2)
-    return (lo, hi)
+def clamp_error(kind: str, x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """What clamping the input to the table's covered [lo, hi] changes, per element: for
+    x * gate(x) kinds |x| |gate(clamp x) - gate(x)|, else |f(clamp x) - f(x)| (for exp, the
+    function itself; tanh = 2 gate - 1)."""
+    x = np.asarray(x, np.float64)
+    xc = np.clip(x, lo, hi)
+    with np.errstate(all="ignore"):
+        if kind in GATES:
+            d = np.abs(GATES[kind](xc) - GATES[kind](x))
+            d = np.abs(x) * d if kind in GATED else (2.0 * d if kind == "tanh" else d)
+        else:
+            d = np.abs(np.exp(xc) - np.exp(x)) if kind == "exp" else np.zeros_like(x)
+    return np.nan_to_num(d, nan=0.0, posinf=0.0)

@@ -2,7 +2,6 @@
 
     graph (canonicalized + constfolded by the frontend)
       -> fold compile-time values (params, constants and shape ops over them)
-      -> calibrate (example arguments through the IR interpreter, or static bounds)
       -> partition + lower node by node (partition.py, rules/): emitter OpCalls or views
       -> residency: bind each OpCall buffer to a stored tensor of the form it asks for; an fp16
          op's output cube is the next op's input cube when the layouts agree (no host trip);
@@ -30,7 +29,6 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.ops import Group, Op
 from ..ir.reference import evaluate
 from ..ir.types import DType
-from .calibrate import calibrate
 from .fp16_range import saturate_consts
 from .layouts import CubeLayout, WeightLayout
 from .opprogram import BufferSpec, HostStep, NpuStep, OpProgram, Slice
@@ -38,7 +36,7 @@ from .partition import Decision, host_result, lower_node
 from .profile import ChipProfile, get_profile
 from .rules import forms as F
 from .rules.shape import SLICE_PLACEMENTS
-from .rules.base import (Calibration, CubeForm, Form, NoNpuForm, OpCall, RowForm, RuleContext,
+from .rules.base import (CubeForm, Form, NoNpuForm, OpCall, RowForm, RuleContext,
                          RuleResult, Tensor, Use, WeightForm)
 
 # Ops whose value is known at compile time when all their inputs are.
@@ -104,7 +102,6 @@ class LoweredGraph:
     inputs: list[Boundary]
     outputs: list[Boundary]
     decisions: list[Decision]
-    calibration: Calibration
     retiles: int = 0
     groups: int = 0
     stats: dict[str, int] = field(default_factory=dict)
@@ -115,11 +112,9 @@ class ConversionError(NoNpuForm):
 
 
 class Lowerer:
-    def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], profile: ChipProfile,
-                 calibration: Calibration) -> None:
+    def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], profile: ChipProfile) -> None:
         self.graph = graph
         self.profile = profile
-        self.calibration = calibration
         self.producers = graph.producers()
         # a mask's finfo(f32).min or -inf would be -inf in fp16: saturated (fp16_range.py)
         self.consts = saturate_consts(fold_consts(graph, params))
@@ -156,8 +151,8 @@ class Lowerer:
         return [t.form for t in self.tensors.get(v.id, [])]
 
     def ctx(self, node: Node) -> RuleContext:
-        return RuleContext(self.profile, node, self.producers, self.consts, self.calibration,
-                           self.forms, fresh=self.fresh_value, graph_inputs=self.graph.inputs,
+        return RuleContext(self.profile, node, self.producers, self.consts, self.forms,
+                           fresh=self.fresh_value, graph_inputs=self.graph.inputs,
                            sliced=lambda v: v.id in self.slots and self._slot_open(v))
 
     def fresh_value(self, t) -> Value:
@@ -975,13 +970,18 @@ class Lowerer:
 
 
 def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
-                example_inputs: Sequence[Any] | None = None,
                 profile: ChipProfile | str = "rk3588") -> LoweredGraph:
     """Partition, lower and place every node of ``graph``; the memory plan and the program are
-    made by ``build_program`` (program.py)."""
+    made by ``build_program`` (program.py).
+
+    The result depends on the graph, the resident ``params`` and the profile only: no run-time
+    value is looked at (LUT domains come from the functions, calibrate.py), so compiling from
+    ``jax.ShapeDtypeStruct`` inputs and after a call give the same program."""
+    from .value_checks import check_weights
+
+    check_weights(graph, params)     # a NaN or > 65504 weight is refused, never saturated
     prof = get_profile(profile) if isinstance(profile, str) else profile
-    cal = calibrate(graph, example_inputs, params)
-    lw = Lowerer(graph, params, prof, cal)
+    lw = Lowerer(graph, params, prof)
     lw.run()
     try:
         outs = lw.finish()
@@ -989,6 +989,6 @@ def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
         raise UnsupportedError(str(e)) from None
     # graph-input boundaries: NPU users read the f32 rows through an fp16 pack; that pack wants
     # fp16 rows, so an input whose only row-major reader is a pack is written as fp16 directly
-    lg = LoweredGraph(graph, prof, lw.bufs, lw.calls, lw.inputs, outs, lw.decisions, cal,
+    lg = LoweredGraph(graph, prof, lw.bufs, lw.calls, lw.inputs, outs, lw.decisions,
                       lw.retiles, lw.group)
     return lg

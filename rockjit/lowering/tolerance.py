@@ -108,9 +108,9 @@ def lut_bound(ref: np.ndarray, table_error: np.ndarray | float) -> np.ndarray:
 #   reduce_sum over K (fp32 out)    S = sum S_x                V = sum V_x + K (2^-24 |x|)^2
 #   a LUT function f (exp, tanh, sigmoid, rsqrt; a fused GELU / SiLU, ir/passes/fuse.py)
 #                                   S = |f'|S_x + table error  V = f'^2 V_x + D(f)
-#                                   (table error: lut.activation_error over the data's range
-#                                   widened by 2 x calibrate.MARGIN, a wider table than the
-#                                   compiler's, hence a larger error)
+#                                   (table error: lut.activation_error over the domain the
+#                                   compiler gives the table, calibrate.lut_domain; none for
+#                                   an exp/rsqrt without one: host f32)
 #   any other float function f      S = |f'|S_x                V = f'^2 V_x + D(f)
 #   data movement                   S and V move with the data: shape ops, take (a gather
 #                                   moves table rows), select_n (each element is one case's)
@@ -135,24 +135,19 @@ def _lut_kind(op_text: str) -> str | None:
 
 
 def _lut_error(kind: str, x: np.ndarray, softmax: bool = False) -> np.ndarray:
-    from .calibrate import EXP_FLOOR, MARGIN
+    """The table error of ``kind`` on inputs ``x`` with the domain the compiler gives it
+    (calibrate.lut_domain, from the function alone), plus what the clamp to that domain
+    changes; zero where the op has no data-independent domain (it runs on the host in f32)."""
+    from .calibrate import clamp_error, lut_domain
     from .emitters import lut
 
-    lo, hi = float(np.min(x)), float(np.max(x))
-    w = max(hi - lo, 1e-3)
-    dom = (lo - 2 * MARGIN * w, hi + 2 * MARGIN * w)
-    if kind == "exp" and softmax:
-        # a max-subtracted exp always gets the table [EXP_FLOOR, 0] (calibrate.lut_domain)
-        dom = (EXP_FLOOR, 0.0)
-    elif kind == "exp" and hi <= 0:
-        dom = (dom[0], 0.0)
-    if kind == "rsqrt":
-        dom = (max(dom[0], lo / 2), dom[1])
+    dom = lut_domain(kind, softmax)
+    if dom is None:
+        return np.zeros_like(np.asarray(x, np.float64))
     # activation_error is against f(clamp(x)); inputs outside the table also carry the clamp
-    with np.errstate(all="ignore"):
-        clamp = np.abs(lut.activation_reference(kind, lut.clamp_to_domain(kind, x, dom))
-                       - lut.activation_reference(kind, x))
-    return lut.activation_error(kind, x, dom) + np.nan_to_num(clamp, nan=0.0, posinf=0.0)
+    # (for x * gate(x) kinds the gate is clamped, not x)
+    t = lut.activation_table(kind, dom)
+    return lut.activation_error(kind, x, dom) + clamp_error(kind, x, t.lo, t.hi)
 
 
 def _deriv(f, x: np.ndarray) -> np.ndarray:

@@ -244,7 +244,7 @@ def test_graph_jobs_spread_over_profile_cores(small) -> None:
     for name in ("rk3588", NAME):
         dev = SimDevice(cores=RK3588_CORES, strict=True)
         try:
-            lowered = lower_graph(c.graph, c.params, example_inputs=[x], profile=name)
+            lowered = lower_graph(c.graph, c.params, profile=name)
             assert lowered.profile is get_profile(name)
             prog = NpuProgram(lowered, dev)
             y, = prog.run([x])

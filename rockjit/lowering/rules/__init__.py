@@ -8,7 +8,7 @@ then takes the host rule (``rockjit.lowering.host_rules.HOST_RULES``) or raises
 from __future__ import annotations
 
 from ...ir.ops import Op
-from .base import (Calibration, CubeForm, NoNpuForm, OpCall, RowForm, Rule, RuleContext,
+from .base import (CubeForm, NoNpuForm, OpCall, RowForm, Rule, RuleContext,
                    RuleResult, Tensor, Use, ViewResult)
 from . import contract, conv, eltwise, pool, reduce, shape
 
@@ -18,5 +18,5 @@ for _m in (contract, conv, eltwise, pool, reduce, shape):
         assert _op not in LOWER_RULES, f"two lowering rules for {_op}"
         LOWER_RULES[_op] = _rule
 
-__all__ = ["LOWER_RULES", "Calibration", "CubeForm", "NoNpuForm", "OpCall", "RowForm", "Rule",
+__all__ = ["LOWER_RULES", "CubeForm", "NoNpuForm", "OpCall", "RowForm", "Rule",
            "RuleContext", "RuleResult", "Tensor", "Use", "ViewResult"]

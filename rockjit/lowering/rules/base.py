@@ -198,17 +198,6 @@ class RuleResult:
 
 
 @dataclass
-class Calibration:
-    """Per value id: the (min, max) seen on the example arguments or a static bound."""
-
-    ranges: dict[int, tuple[float, float]] = field(default_factory=dict)
-    source: str = "none"   # "example" | "static"
-
-    def get(self, v: Value) -> tuple[float, float] | None:
-        return self.ranges.get(v.id)
-
-
-@dataclass
 class RuleContext:
     """What a rule may ask about the graph around its node."""
 
@@ -216,7 +205,6 @@ class RuleContext:
     node: Node
     producers: Mapping[int, Node]
     consts: Mapping[int, np.ndarray]           # compile-time values by value id
-    calibration: Calibration
     forms: Callable[[Value], list[Form]]       # forms the value is already stored in
     npu_float: DType = DType.F16
     # a fresh value id for an intermediate a rule makes that the IR does not have (a per-row
@@ -229,15 +217,6 @@ class RuleContext:
 
     def const(self, v: Value) -> np.ndarray | None:
         return self.consts.get(v.id)
-
-    def range(self, v: Value, margin: float = 0.0) -> tuple[float, float] | None:
-        """The calibrated range widened by ``margin`` of its width on both sides."""
-        r = self.calibration.get(v)
-        if r is None:
-            return None
-        lo, hi = r
-        w = (hi - lo) * margin
-        return lo - w, hi + w
 
     def producer(self, v: Value) -> Node | None:
         return self.producers.get(v.id)

@@ -8,7 +8,8 @@ matmul and its bias add / activation. The operand shapes decide the datapath:
   x OP c, c a compile-time scalar          -> eltwise.lower_binary_scalar (flat view)
   x OP v[c], v a compile-time channel vector -> eltwise.lower_binary_channel (one cube)
   x OP s[row], s a run-time per-row vector  -> eltwise.lower_binary_row   (one cube)
-  f(x) for a LUT function                   -> lut emitter, domain from calibration
+  f(x) for a LUT function                   -> lut emitter, domain from the function
+                                              (calibrate.lut_domain), else the host
 
 Everything else (a division by a run-time tensor, pow, integer math) has no DPU form and goes
 to the host rules.
@@ -398,9 +399,10 @@ LUT_FUNCS = {Op.EXP: "exp", Op.TANH: "tanh", Op.LOGISTIC: "sigmoid", Op.RSQRT: "
 
 
 def lower_lut_op(ctx: RuleContext) -> RuleResult:
-    """A transcendental on the DPU LUT (emitters/lut.lower_activation) over the calibrated
-    domain widened by a margin (calibrate.lut_domain). Outside the domain the emitter clamps the
-    input to the table's ends (f(clamp(x)); lut.py module docstring)."""
+    """A transcendental on the DPU LUT (emitters/lut.lower_activation) over the domain the
+    function itself gives (calibrate.lut_domain). Outside the domain the emitter clamps the
+    input to the table's ends (f(clamp(x)); lut.py module docstring), which that domain makes
+    harmless."""
     node = ctx.node
     return lut_result(ctx, LUT_FUNCS[node.op], node.inputs[0], node.out)
 
@@ -408,13 +410,18 @@ def lower_lut_op(ctx: RuleContext) -> RuleResult:
 def lut_result(ctx: RuleContext, kind: str, x, out, note: str = "") -> RuleResult:
     """``out = kind(x)`` as one LUT activation (also the lowering of a fused composite
     activation, ir/passes/fuse.py: GELU in its erf or tanh spelling, SiLU)."""
-    from ..calibrate import lut_domain
+    from ..calibrate import npu_lut_domain
     from ..emitters import lut
 
     if npu_dtype_of(out.type.dtype) is not DType.F16:
         raise NoNpuForm("integer LUT")
     prefer_host(ctx, x)
-    domain = lut_domain(ctx, kind, x)
+    domain = npu_lut_domain(ctx, kind, x)
+    if domain is None:
+        # a table domain could only come from data, and a later call's wider input would be
+        # clamped silently: f32 on the host is right for every input (calibrate.py)
+        raise NoNpuForm(f"{kind} of a value with no data-independent table domain (only a "
+                        f"softmax's max-subtracted exp and saturating functions have one)")
     form = operand_form(ctx, x)
     flat = _flat_layout(form)
     if flat is None:
