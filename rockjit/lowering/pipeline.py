@@ -1,6 +1,8 @@
 """The lowering driver: IR graph -> placed calls -> memory plan -> schedule -> NpuProgram.
 
     graph (canonicalized + constfolded by the frontend)
+      -> range plan (range_plan.py): a bound for every float value; sums of squares that
+         could overflow fp16 rewritten into an exact per-row-scaled form
       -> fold compile-time values (params, constants and shape ops over them)
       -> calibrate (example arguments through the IR interpreter, or static bounds)
       -> partition + lower node by node (partition.py, rules/): emitter OpCalls or views
@@ -108,6 +110,7 @@ class LoweredGraph:
     retiles: int = 0
     groups: int = 0
     stats: dict[str, int] = field(default_factory=dict)
+    range_plan: Any = None         # range_plan.RangePlan of ``graph`` (the rewritten graph)
 
 
 class ConversionError(NoNpuForm):
@@ -918,7 +921,12 @@ def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
                 profile: ChipProfile | str = "rk3588") -> LoweredGraph:
     """Partition, lower and place every node of ``graph``; the memory plan and the program are
     made by ``build_program`` (program.py)."""
+    from .range_plan import finish_plan, plan_ranges
+
     prof = get_profile(profile) if isinstance(profile, str) else profile
+    # bounds, and the norm-statistics rewrite where a square could overflow fp16; the rest of
+    # the lowering sees the rewritten graph (equal to the original in exact arithmetic)
+    graph, plan = plan_ranges(graph, params)
     cal = calibrate(graph, example_inputs, params)
     lw = Lowerer(graph, params, prof, cal)
     lw.run()
@@ -928,6 +936,7 @@ def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
         raise UnsupportedError(str(e)) from None
     # graph-input boundaries: NPU users read the f32 rows through an fp16 pack; that pack wants
     # fp16 rows, so an input whose only row-major reader is a pack is written as fp16 directly
+    finish_plan(plan, graph, lw.decisions)
     lg = LoweredGraph(graph, prof, lw.bufs, lw.calls, lw.inputs, outs, lw.decisions, cal,
-                      lw.retiles, lw.group)
+                      lw.retiles, lw.group, range_plan=plan)
     return lg

@@ -373,6 +373,16 @@ class NpuProgram:
         }
         for c in range(ncores):
             self._static[f"jobs_core{c}"] = sum(1 for x in self.job_cores if x == c)
+        # numerics: how many values the range plan prescaled / keeps in fp32 / on the host
+        if lowered.range_plan is not None:
+            self._static.update(lowered.range_plan.counts())
+
+    @property
+    def range_plan(self) -> list:
+        """The range plan's records (value, op, source line, bound, action), one per float
+        value the program computes (range_plan.RangeRecord)."""
+        rp = self.lowered.range_plan
+        return list(rp.records) if rp is not None else []
 
     # ------------------------------------------------------------------ helpers
     def _spec(self, ci: int, name: str):
