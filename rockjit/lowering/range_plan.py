@@ -321,14 +321,16 @@ def _is_softmax_div(n: Node, ctx: BoundCtx) -> bool:
 
 
 def compute_bounds(graph: Graph, consts: Mapping[int, np.ndarray],
-                   known: Mapping[int, float] | None = None) -> dict[int, float]:
+                   known: Mapping[int, float] | None = None,
+                   input_bound: float = INPUT_BOUND) -> dict[int, float]:
     """A bound on |v| for every float value of ``graph`` (inf where no rule bounds it);
-    ``known``: bounds already established for some value ids (kept as they are)."""
+    ``known``: bounds already established for some value ids (kept as they are);
+    ``input_bound``: the assumed bound of every float graph input."""
     known = known or {}
     ctx = BoundCtx(graph, consts, graph.producers(), {})
     for v in graph.inputs:
         if v.type.dtype.is_float:
-            ctx.bounds[v.id] = INPUT_BOUND
+            ctx.bounds[v.id] = input_bound
     for n in graph.nodes:
         v = n.out
         if not v.type.dtype.is_float:
