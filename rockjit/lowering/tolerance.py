@@ -142,8 +142,10 @@ def _lut_error(kind: str, x: np.ndarray, softmax: bool = False) -> np.ndarray:
     w = max(hi - lo, 1e-3)
     dom = (lo - 2 * MARGIN * w, hi + 2 * MARGIN * w)
     if kind == "exp" and softmax:
-        # a max-subtracted exp always gets the table [EXP_FLOOR, 0] (calibrate.lut_domain)
+        # a max-subtracted exp always gets the table [EXP_FLOOR, 0] (calibrate.lut_domain),
+        # as the squared half-exponent table (rules/eltwise.lower_lut_op, lut.py exp_sq)
         dom = (EXP_FLOOR, 0.0)
+        kind = "exp_sq"
     elif kind == "exp" and hi <= 0:
         dom = (dom[0], 0.0)
     if kind == "rsqrt":
