@@ -24,3 +24,8 @@ class IRSyntaxError(RockjitError):
 
 class VerifyError(RockjitError):
     """An IR graph breaks a typing, ordering or shape rule."""
+
+
+class NumericsError(RockjitError):
+    """A program computed a non-finite value from finite inputs: an fp16 value left its range
+    where the range plan could only assume it would not (the message lists those values)."""

@@ -280,3 +280,26 @@ def test_long_softmax_on_the_simulator() -> None:
     np.testing.assert_allclose(got.sum(-1), 1.0, atol=5e-3)
     rep = f.compiled(s)._runner.report()
     assert "lut.lower_activation[exp_sq]" in rep
+
+
+def test_overflow_the_plan_could_not_bound_is_reported() -> None:
+    """A residual stream pushed past fp16 (65504) by the graph itself: finite inputs, an inf
+    inside the NPU program -> NumericsError naming the assumed values, not a plausible result
+    (before the norm rewrite the LayerNorm of such a row silently returned its bias)."""
+    from rockjit.errors import NumericsError
+
+    p = {"g": np.ones(H, np.float32), "b": np.zeros(H, np.float32)}
+
+    def fn(p, x):
+        y = x * 4.0 + x             # |x| = 30000 -> 150000: inf in fp16
+        return _ln(p, y)
+
+    x = np.ones((1, 8, H), np.float32)
+    x[0, :, 3] = 30000.0
+    f = rockjit.compile(fn, resident_argnums=0, backend="sim")
+    with pytest.raises(NumericsError, match="assumed") as e:
+        f(p, x)
+    assert "mul" in str(e.value) or "add" in str(e.value)
+    x[0, :, 3] = 300.0              # the same program on data in range is fine
+    got = np.asarray(f(p, x), np.float64)
+    np.testing.assert_allclose(got, _ln_np(x * 5.0, 1.0, 0.0), atol=8e-3)   # 1 ulp at 8
