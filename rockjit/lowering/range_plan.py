@@ -499,6 +499,83 @@ def rewrite_square_sums(graph: Graph, consts: Mapping[int, np.ndarray],
     return Graph(graph.name, graph.inputs, new_nodes, graph.outputs), sites
 
 
+@dataclass
+class ProductSite:
+    """One product prescaled into fp16 range, undone in the weights of the matmuls it feeds."""
+
+    scaled_operand: Value   # q * 2^-s
+    product: Value          # p * (q * 2^-s), the matmuls' new input
+    shift: int
+    bound: float            # the original product's bound
+    loc: str
+
+
+def rewrite_matmul_inputs(graph: Graph, consts: Mapping[int, np.ndarray],
+                          bounds: Mapping[int, float]) -> tuple[Graph, list[ProductSite]]:
+    """A product ``p * q`` of two in-range values whose bound exceeds fp16 (a gated MLP's
+    ``gelu(a) * b`` with large gains), consumed only by matmuls with resident weights (the
+    down-projection): computed as ``p * (q 2^-s)`` and each matmul's weights scaled by 2^s, so
+    the product stays in fp16 and the matmul's result is unchanged. Both scalings are exact
+    powers of two; the cost is an absolute error of 2^(s-25) per element where q 2^-s falls
+    into fp16's subnormals, far below the matmul's own rounding."""
+    producers = graph.producers()
+    users = graph.users()
+    outputs = {v.id for v in graph.outputs}
+    plans: dict[int, tuple[int, Value, Value, list[Node]]] = {}
+    for n in graph.nodes:
+        if n.op is not Op.MUL or _is_square(n) is not None or not n.out.type.dtype.is_float:
+            continue
+        b = bounds.get(n.out.id, INF)
+        if not (FP16_MAX < b < INF) or n.out.id in outputs:
+            continue
+        p, q = n.inputs
+        if any(v.id in consts or bounds.get(v.id, INF) > FP16_MAX for v in (p, q)):
+            continue
+        if p.type != q.type or p.type != n.out.type:
+            continue
+        us = users.get(n.out.id, [])
+        shift = math.ceil(math.log2(b / 32768.0))
+        ok = bool(us) and shift <= 24
+        for u in us:
+            w = consts.get(u.inputs[1].id) if u.op is Op.DOT_GENERAL else None
+            if w is None or u.inputs[0].id != n.out.id or u.inputs[1].id == n.out.id or \
+                    _absmax(w) * 2.0 ** shift > FP16_MAX:
+                ok = False
+                break
+        if not ok:
+            continue
+        if bounds.get(p.id, INF) > bounds.get(q.id, INF):
+            p, q = q, p
+        plans[n.out.id] = (shift, p, q, us)
+    if not plans:
+        return graph, []
+    ed = _Editor(graph)
+    sites: list[ProductSite] = []
+    redo: dict[int, tuple[Value, int]] = {}
+    out_nodes: list[Node] = []
+    for n in graph.nodes:
+        if id(n) in redo:
+            v2, shift = redo[id(n)]
+            w = n.inputs[1]
+            wv = (np.asarray(consts[w.id], np.float64) * 2.0 ** shift).astype(
+                w.type.dtype.to_numpy())
+            w2 = ed.node(out_nodes, Op.CONSTANT, (), {"value": wv}, w.type, n.loc)
+            ed.node(out_nodes, n.op, (v2, w2), dict(n.attrs), loc=n.loc, result=n.out)
+            continue
+        if n.out.id in plans:
+            shift, p, q, us = plans[n.out.id]
+            c = ed.const(out_nodes, 2.0 ** -shift, q.type, n.loc)
+            q2 = ed.node(out_nodes, Op.MUL, (q, c), loc=n.loc)
+            v2 = ed.node(out_nodes, Op.MUL, (p, q2), loc=n.loc)
+            for u in us:
+                redo[id(u)] = (v2, shift)
+            sites.append(ProductSite(q2, v2, shift, bounds[n.out.id],
+                                     str(n.loc) if n.loc else ""))
+            continue
+        out_nodes.append(n)
+    return Graph(graph.name, graph.inputs, out_nodes, graph.outputs), sites
+
+
 # ---------------------------------------------------------------------------------------------
 # the plan
 # ---------------------------------------------------------------------------------------------
@@ -523,11 +600,13 @@ class RangePlan:
     bounds: dict[int, float]
     sites: list[NormSite]
     records: list[RangeRecord] = field(default_factory=list)
+    products: list[ProductSite] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Counts for Program.stats(): prescaled / fp32 / host-kept / assumed values."""
         out = {"range_prescaled": 0, "range_fp32": 0, "range_host": 0, "range_fp16": 0,
-               "range_assumed": 0, "range_norm_rewrites": len(self.sites)}
+               "range_assumed": 0, "range_norm_rewrites": len(self.sites),
+               "range_matmul_input_rewrites": len(self.products)}
         for r in self.records:
             key = ("range_prescaled" if "prescale" in r.action else f"range_{r.action}")
             if key in out:
@@ -548,15 +627,24 @@ def plan_ranges(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, 
     consts = saturate_consts(fold_consts(graph, params))
     bounds = compute_bounds(graph, consts)
     g2, sites = rewrite_square_sums(graph, consts, bounds)
+    known = dict(bounds)
     if sites:
         # the rewrite equals the original in exact arithmetic: a value it kept keeps its bound
-        known = dict(bounds)
         for s in sites:
             # pass 2's operand is <= ROW_TARGET by construction (no bound rule can see it)
             known[s.scaled.id] = ROW_TARGET
             known[s.prescaled.id] = min(bounds.get(s.c.id, INF), FP16_MAX) * 2.0 ** -s.shift
-        bounds = compute_bounds(g2, saturate_consts(fold_consts(g2, params)), known)
-    return g2, RangePlan(bounds, sites)
+        consts = saturate_consts(fold_consts(g2, params))
+        bounds = compute_bounds(g2, consts, known)
+    g3, products = rewrite_matmul_inputs(g2, consts, bounds)
+    if products:
+        known = dict(bounds)
+        for ps in products:
+            known[ps.product.id] = ps.bound * 2.0 ** -ps.shift
+        bounds = compute_bounds(g3, saturate_consts(fold_consts(g3, params)), known)
+    plan = RangePlan(bounds, sites)
+    plan.products = products
+    return g3, plan
 
 
 def finish_plan(plan: RangePlan, graph: Graph, decisions) -> None:
@@ -568,7 +656,9 @@ def finish_plan(plan: RangePlan, graph: Graph, decisions) -> None:
         except ValueError:
             continue
         where[vid] = d.where
-    pre = {s.prescaled.id: s for s in plan.sites}
+    pre = {s.prescaled.id: (s.shift, "norm statistics, pass 1") for s in plan.sites if s.shift}
+    pre.update({ps.scaled_operand.id: (ps.shift, "a matmul input's operand; undone in its "
+                "weights") for ps in plan.products})
     scaled = {s.scaled.id for s in plan.sites}
     recs = []
     for n in graph.nodes:
@@ -583,9 +673,9 @@ def finish_plan(plan: RangePlan, graph: Graph, decisions) -> None:
             action = "host"
         elif n.op is Op.REDUCE_SUM:
             action = "fp32"       # the feature reduce's ones-matmul writes fp32
-        elif v.id in pre and pre[v.id].shift:
-            action = f"prescale 2^-{pre[v.id].shift}"
-            note = "norm statistics, pass 1"
+        elif v.id in pre:
+            action = f"prescale 2^-{pre[v.id][0]}"
+            note = pre[v.id][1]
         elif v.id in scaled:
             action = "row prescale"
             note = "norm statistics, pass 2: each row to <= 128"

@@ -303,3 +303,38 @@ def test_overflow_the_plan_could_not_bound_is_reported() -> None:
     x[0, :, 3] = 300.0              # the same program on data in range is fine
     got = np.asarray(f(p, x), np.float64)
     np.testing.assert_allclose(got, _ln_np(x * 5.0, 1.0, 0.0), atol=8e-3)   # 1 ulp at 8
+
+
+def _geglu(p, x):
+    """ModernBERT's MLP: LayerNorm, Wi, GeGLU, Wo (no biases)."""
+    h = L.layer_norm(x, p["g"], None, 1e-5)
+    wi = L.linear(h, p["wi"])
+    f = p["wo"].shape[1]
+    return L.linear(jax.nn.gelu(wi[..., :f], approximate=False) * wi[..., f:], p["wo"])
+
+
+def test_gated_mlp_product_past_fp16_is_prescaled() -> None:
+    """gelu(a) * b past 65504 (LayerNorm gain 50 on a channel the gate and value rows read
+    with weight 2): the product is computed as gelu(a) * (b 2^-s) and Wo scaled by 2^s."""
+    rng = np.random.default_rng(7)
+    f = 64
+    p = {"g": np.ones(H, np.float32),
+         "wi": (rng.standard_normal((2 * f, H)) * 0.02).astype(np.float32),
+         "wo": (rng.standard_normal((H, f)) * 0.02).astype(np.float32)}
+    p["g"][9] = 50.0
+    p["wi"][3, 9] = p["wi"][f + 3, 9] = 2.0
+    x = rng.standard_normal((1, 16, H)).astype(np.float32)
+    x[0, :, 9] += 8.0            # channel 9 after the norm: ~sqrt(H) * 50 -> a, b ~ 700-800
+    hn = _ln_np(x, p["g"], 0.0)
+    a, b = hn @ p["wi"][:f].T, hn @ p["wi"][f:].T
+    prod = a * 0.5 * (1 + __import__("scipy").special.erf(a / np.sqrt(2))) * b
+    assert np.abs(prod).max() > 65504         # the product would be inf in fp16
+    ref = prod @ p["wo"].T
+    fc = rockjit.compile(_geglu, resident_argnums=0, backend="sim")
+    got = np.asarray(fc(p, x), np.float64)
+    assert np.isfinite(got).all()
+    err = np.abs(got - ref).max() / np.abs(ref).max()
+    assert err < 5e-3, err
+    c = fc.compiled(p, x)
+    assert c.stats()["range_matmul_input_rewrites"] == 1
+    assert any(r.action.startswith("prescale") and "weights" in r.note for r in c.range_plan())
