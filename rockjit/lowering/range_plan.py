@@ -36,6 +36,19 @@ fp16 input, and prescales by a bound only where the bound is tight enough to use
   not have overflowed, the output is what it would have been.
   The mean path needs nothing: the NPU's feature reduce sums fp16 inputs in fp32.
 
+* Gated-MLP products (the down-projection's input). ``p * q`` of two in-range values whose
+  bound passes fp16, read only by matmuls with resident weights, becomes ``p * (q 2^-s)`` with
+  the weights scaled by 2^s (``rewrite_matmul_inputs``): exact powers of two, the matmul's
+  result unchanged. This one is driven by the bound (finite here: LayerNorm output bound x the
+  weights' L1 norms), so it may prescale where real data would not need it; the cost is an
+  absolute error of 2^(s-25) per element, below the matmul's own rounding.
+
+What the plan guarantees: no fp16 overflow in a norm's statistics for any fp16 input, none in a
+value whose bound is finite and below 65504 (``fp16``), none in a prescaled product; values it
+cannot bound (``assumed``: the residual stream and what is computed from it before a norm)
+stay within fp16 only if the data does -- and if they do not, the program raises
+``NumericsError`` (program.py) instead of returning the result.
+
 Every record says what the plan decided for one value: ``fp16`` (bound within fp16), ``fp32``
 (the NPU writes it in fp32: the feature reduce), ``host`` (computed on the host in f32),
 ``prescale 2^-s`` / ``row prescale`` (the rewrite above), or ``assumed`` (an NPU fp16 value
