@@ -431,7 +431,7 @@ def rewrite_square_sums(graph: Graph, consts: Mapping[int, np.ndarray],
         return graph, []
 
     ed = _Editor(graph)
-    # per-row multiplies to redo: node id(old user) -> (c2, t16 rows value)
+    # per-row multiplies to redo: node id(old user) -> (c2, the per-row power of two t)
     redo: dict[int, tuple[Value, Value]] = {}
     drop: set[int] = set()
     sites: list[NormSite] = []
@@ -442,13 +442,13 @@ def rewrite_square_sums(graph: Graph, consts: Mapping[int, np.ndarray],
         if id(n) in drop:
             continue
         if id(n) in redo:
-            c2, t16 = redo[id(n)]
+            c2, tp = redo[id(n)]
             c = next(u for u in n.inputs if u.id != c2.id and _row_factor(n, u, producers)
                      is not None)
             g_b = n.inputs[1] if n.inputs[0].id == c.id else n.inputs[0]
             g = producers[g_b.id].inputs[0]
-            t_g = ed.node(new_nodes, Op.RESHAPE, (t16,), {}, TensorType(f32, g.type.shape), n.loc) \
-                if g.type.shape != t16.type.shape else t16
+            t_g = ed.node(new_nodes, Op.RESHAPE, (tp,), {}, TensorType(f32, g.type.shape), n.loc) \
+                if g.type.shape != tp.type.shape else tp
             gt = ed.node(new_nodes, Op.DIV, (g, t_g), loc=n.loc)
             bp = producers[g_b.id]
             gb = ed.node(new_nodes, Op.BROADCAST_IN_DIM, (gt,), dict(bp.attrs), g_b.type, n.loc)
@@ -463,7 +463,6 @@ def rewrite_square_sums(graph: Graph, consts: Mapping[int, np.ndarray],
             bound = bounds.get(c.id, INF)
             s0 = MAX_PRESCALE if not math.isfinite(bound) else \
                 min(MAX_PRESCALE, max(0, math.ceil(math.log2(max(bound, 1.0) / 255.0))))
-            s0 = max(s0, 0)
             # pass 1: an exact power-of-two prescale, squares in fp16 range, fp32 reduce
             c1 = ed.node(new_nodes, Op.MUL, (c, ed.const(new_nodes, 2.0 ** -s0, c.type, loc)),
                          loc=loc) if s0 else c
@@ -491,21 +490,21 @@ def rewrite_square_sums(graph: Graph, consts: Mapping[int, np.ndarray],
                         loc=loc)
             t = ed.node(new_nodes, Op.MAX, (t, ed.const(new_nodes, T_MIN_LOG2, rows_t, loc)),
                         loc=loc)
-            t16 = ed.node(new_nodes, Op.POW, (ed.const(new_nodes, 2.0, rows_t, loc), t), loc=loc)
+            tp = ed.node(new_nodes, Op.POW, (ed.const(new_nodes, 2.0, rows_t, loc), t), loc=loc)
             # pass 2: every row scaled so its largest element is <= ROW_TARGET
             r = len(shape)
-            tb = ed.node(new_nodes, Op.BROADCAST_IN_DIM, (t16,),
+            tb = ed.node(new_nodes, Op.BROADCAST_IN_DIM, (tp,),
                          {"broadcast_dimensions": tuple(range(r - 1))}, c.type, loc)
             c2 = ed.node(new_nodes, Op.MUL, (c, tb), loc=loc)
             q2 = ed.node(new_nodes, Op.MUL, (c2, c2), loc=loc)
             r2 = ed.node(new_nodes, Op.REDUCE_SUM, (q2,), dict(red.attrs), loc=loc)
             # two divisions by a power of two (exact; t * t could leave fp16 if the host
             # product were ever placed on the NPU)
-            r2t = ed.node(new_nodes, Op.DIV, (r2, t16), loc=loc)
-            ed.node(new_nodes, Op.DIV, (r2t, t16), loc=red.loc, result=red.out)
+            r2t = ed.node(new_nodes, Op.DIV, (r2, tp), loc=loc)
+            ed.node(new_nodes, Op.DIV, (r2t, tp), loc=red.loc, result=red.out)
             drop.add(id(red))
             for u in others:
-                redo[id(u)] = (c2, t16)
+                redo[id(u)] = (c2, tp)
             sites.append(NormSite(sq.out, c, bound, s0, c2, c1, str(loc) if loc else ""))
             continue
         new_nodes.append(n)
