@@ -505,6 +505,16 @@ class Compiled(_Traced):
                              + ("" if self._runner else "; call the function first"))
         return stats()
 
+    def range_plan(self) -> list:
+        """The compiled program's range plan: one record per float value it computes (value,
+        op, source line, bound, action; rockjit.lowering.range_plan.RangeRecord). NPU
+        backends, after the first call."""
+        plan = getattr(self._runner, "range_plan", None)
+        if plan is None:
+            raise TraceError(f"backend {self.backend!r} keeps no range plan"
+                             + ("" if self._runner else "; call the function first"))
+        return plan()
+
 
 class Lowered(_Traced):
     """A traced function in rockjit IR (after import and simplification)."""

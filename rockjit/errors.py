@@ -38,3 +38,8 @@ class InputRangeError(RockjitError):
     def __init__(self, message: str, index: int | None = None) -> None:
         super().__init__(message)
         self.index = index
+
+
+class NumericsError(RockjitError):
+    """A program computed a non-finite value from finite inputs: an fp16 value left its range
+    where the range plan could only assume it would not (the message lists those values)."""

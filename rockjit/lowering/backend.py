@@ -67,6 +67,12 @@ class NpuRunner:
     def report(self) -> str:
         return self.program.report() if self.program is not None else ""
 
+    def range_plan(self) -> list:
+        """The compiled program's range-plan records (range_plan.RangeRecord)."""
+        if self.program is None:
+            raise RuntimeError("the program is compiled on its first call; call it first")
+        return self.program.range_plan
+
 
 def _factory(make_device: Callable[[int], Any], profile: str):
     def factory(graph: Graph, params: Mapping[str, np.ndarray]) -> NpuRunner:

@@ -49,3 +49,9 @@ def saturate(a: np.ndarray) -> np.ndarray:
 def saturate_consts(consts: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
     """The compile-time values with fp16-unrepresentable floats saturated (a new dict)."""
     return {k: saturate(v) for k, v in consts.items()}
+
+
+# The bound the range plan (range_plan.py) assumes for every float graph input: a float32
+# argument's dtype range says nothing useful, and the NPU reads inputs as fp16 anyway, so
+# inputs are taken to lie within fp16's finite range (the call-time input check enforces it).
+INPUT_BOUND = FP16_MAX

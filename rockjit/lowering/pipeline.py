@@ -1,6 +1,8 @@
 """The lowering driver: IR graph -> placed calls -> memory plan -> schedule -> NpuProgram.
 
     graph (canonicalized + constfolded by the frontend)
+      -> range plan (range_plan.py): a bound for every float value; sums of squares that
+         could overflow fp16 rewritten into an exact per-row-scaled form
       -> fold compile-time values (params, constants and shape ops over them)
       -> partition + lower node by node (partition.py, rules/): emitter OpCalls or views
       -> residency: bind each OpCall buffer to a stored tensor of the form it asks for; an fp16
@@ -105,6 +107,7 @@ class LoweredGraph:
     retiles: int = 0
     groups: int = 0
     stats: dict[str, int] = field(default_factory=dict)
+    range_plan: Any = None         # range_plan.RangePlan of ``graph`` (the rewritten graph)
 
 
 class ConversionError(NoNpuForm):
@@ -977,10 +980,14 @@ def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
     The result depends on the graph, the resident ``params`` and the profile only: no run-time
     value is looked at (LUT domains come from the functions, calibrate.py), so compiling from
     ``jax.ShapeDtypeStruct`` inputs and after a call give the same program."""
+    from .range_plan import finish_plan, plan_ranges
     from .value_checks import check_weights
 
     check_weights(graph, params)     # a NaN or > 65504 weight is refused, never saturated
     prof = get_profile(profile) if isinstance(profile, str) else profile
+    # bounds, and the norm-statistics rewrite where a square could overflow fp16; the rest of
+    # the lowering sees the rewritten graph (equal to the original in exact arithmetic)
+    graph, plan = plan_ranges(graph, params)
     lw = Lowerer(graph, params, prof)
     lw.run()
     try:
@@ -989,6 +996,7 @@ def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
         raise UnsupportedError(str(e)) from None
     # graph-input boundaries: NPU users read the f32 rows through an fp16 pack; that pack wants
     # fp16 rows, so an input whose only row-major reader is a pack is written as fp16 directly
+    finish_plan(plan, graph, lw.decisions)
     lg = LoweredGraph(graph, prof, lw.bufs, lw.calls, lw.inputs, outs, lw.decisions,
-                      lw.retiles, lw.group)
+                      lw.retiles, lw.group, range_plan=plan)
     return lg

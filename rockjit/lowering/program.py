@@ -396,6 +396,16 @@ class NpuProgram:
         }
         for c in range(ncores):
             self._static[f"jobs_core{c}"] = sum(1 for x in self.job_cores if x == c)
+        # numerics: how many values the range plan prescaled / keeps in fp32 / on the host
+        if lowered.range_plan is not None:
+            self._static.update(lowered.range_plan.counts())
+
+    @property
+    def range_plan(self) -> list:
+        """The range plan's records (value, op, source line, bound, action), one per float
+        value the program computes (range_plan.RangeRecord)."""
+        rp = self.lowered.range_plan
+        return list(rp.records) if rp is not None else []
 
     # ------------------------------------------------------------------ helpers
     def _spec(self, ci: int, name: str):
@@ -435,7 +445,34 @@ class NpuProgram:
             bo, base = self._where(t.buf)
             a = self.program.read_array(bo, t.form.dtype.to_numpy(), t.form.shape, base + t.offset)
             outs.append(a.astype(bd.value.type.dtype.to_numpy()))
+        self._check_finite(inputs, outs)
         return outs
+
+    def _check_finite(self, inputs: Sequence[np.ndarray], outs: list[np.ndarray]) -> None:
+        """Finite inputs must give finite outputs: an inf/NaN then means an fp16 value
+        overflowed where the range plan had only the input assumption to go on (the norm
+        rewrite turns an overflowed deviation into NaN rather than the LayerNorm bias), so it is
+        reported, never returned as a result."""
+        def finite(a) -> bool:
+            a = np.asarray(a)
+            return a.dtype.kind != "f" or bool(np.isfinite(a).all())
+
+        if getattr(self.device, "kind", "") == "null":
+            return              # the null device computes nothing: its outputs mean nothing
+        if all(finite(o) for o in outs) or not all(finite(x) for x in inputs):
+            return
+        from ..errors import NumericsError
+        bad = [i for i, o in enumerate(outs) if not finite(o)]
+        rp = self.lowered.range_plan
+        suspects = [r for r in (rp.records if rp is not None else []) if r.action == "assumed"]
+        lines = "\n".join(f"  {r}" for r in suspects[:12])
+        more = f"\n  ... and {len(suspects) - 12} more" if len(suspects) > 12 else ""
+        raise NumericsError(
+            f"output(s) {bad} of {self.lowered.graph.name!r} hold inf/NaN although every input "
+            f"is finite: a value computed in fp16 on the NPU left fp16's range (65504). The "
+            f"range plan could not bound these values and assumed they stay in range:\n{lines}"
+            f"{more}\nScale the inputs (or the weights feeding them) down, or keep the "
+            f"computation in float32 outside the compiled function.")
 
     __call__ = run
 

@@ -144,6 +144,9 @@ def _lut_error(kind: str, x: np.ndarray, softmax: bool = False) -> np.ndarray:
     dom = lut_domain(kind, softmax)
     if dom is None:
         return np.zeros_like(np.asarray(x, np.float64))
+    if kind == "exp" and softmax:
+        # softmax's exp is the squared half-exponent table (rules/eltwise.lower_lut_op, exp_sq)
+        kind = "exp_sq"
     # activation_error is against f(clamp(x)); inputs outside the table also carry the clamp
     # (for x * gate(x) kinds the gate is clamped, not x)
     t = lut.activation_table(kind, dom)

@@ -302,7 +302,8 @@ def emit_conv_task(g: ConvTaskGeom, profile: ChipProfile, feature: Reloc, weight
     t.reads(weight, wbytes)
     g_out = -(-g.out_c // outf.c2)
     if ew_operand is not None:
-        t.reads(ew_operand, g_out * g.positions * atom)
+        # the partial's own atoms: an fp32 partial holds half the channels per atom
+        t.reads(ew_operand, -(-g.out_c // (atom // g.ew_esize)) * g.positions * atom)
     t.writes(out, g.positions * atom, g_out, g.dst_surf_stride)
     if not p.chainable:
         t.refuse_chaining(
@@ -369,17 +370,25 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
     outf = profile.output(s.in_dtype, s.out_dtype)
     c2_in = p.feature_c2
     nk = plan.k_steps
+    # K partials in fp32 even for an fp16 result: each fp16 partial would round the running sum
+    # to 11 bits once per K step (11 steps for whisper-base's fc2, K = 2048), the dominant
+    # matmul error on real weights. The intermediate steps write fp32 cubes; every step after
+    # the first reads the previous one as a 32-bit EW operand (EDATA_SIZE 3, [kacc]); only the
+    # last narrows to the output dtype.
+    part_dtype = DType.F32 if plan.kacc == KACC_DPU and s.in_dtype == DType.F16 else s.out_dtype
+    partf = profile.output(s.in_dtype, part_dtype)
     for r in plan.rows:
         for j, ks in enumerate(plan.kernels):
             steps = [plan.kernels[j]] if s.depthwise else list(plan.channels)
-            tile_out_bytes = r.out_rows * s.out_w * 16 * ceil_div(ks.size, outf.c2)
+            part_surf = r.out_rows * s.out_w * 16
+            tile_out_bytes = part_surf * ceil_div(ks.size, partf.c2)
             final_off = out.offset + (ks.start // outf.c2) * out.surf_pitch + r.out_row * s.out_w * 16
-            dense = out.surf_pitch == r.out_rows * s.out_w * 16
+            dense = out.surf_pitch == part_surf and partf.c2 == outf.c2
             slots: list[Reloc] = []
             if plan.kacc == KACC_DPU:
                 # ping-pong partials, never in place [kacc]. When this tile's part of the output
-                # cube is itself a dense tile cube it serves as one side (conformance 02 does the
-                # same), else two scratch slots.
+                # cube is itself a dense tile cube of the partials' dtype it serves as one side
+                # (conformance 02 does the same), else two scratch slots.
                 # slots[0] holds the steps of the final step's parity, slots[1] the others
                 odd = Reloc(scratch.name, scratch.take(tile_out_bytes))
                 if dense:
@@ -394,10 +403,12 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
             prev: Reloc | None = None
             for ki, cs in enumerate(steps):
                 last = ki == nk - 1
+                out_dtype = s.out_dtype
                 if plan.kacc == KACC_DPU:
                     # the final step lands in the output; earlier ones alternate backwards from it
                     dst = Reloc(out.buffer, final_off) if last else slots[(nk - 1 - ki) % 2]
-                    dsurf = out.surf_pitch if last else r.out_rows * s.out_w * 16
+                    dsurf = out.surf_pitch if last else part_surf
+                    out_dtype = s.out_dtype if last else part_dtype
                 elif plan.kacc == KACC_HOST and ki > 0:
                     assert host_partials is not None
                     dst = Reloc(host_partials[0], final_off + (ki - 1) * host_partials[1])
@@ -405,10 +416,10 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
                 else:
                     dst, dsurf = Reloc(out.buffer, final_off), out.surf_pitch
                 g = ConvTaskGeom(
-                    s.in_dtype, s.out_dtype, s.depthwise, r.in_rows, s.width, cs.size,
+                    s.in_dtype, out_dtype, s.depthwise, r.in_rows, s.width, cs.size,
                     feature.line_pitch, feature.surf_pitch, s.kh, s.kw, ks.size, s.sy, s.sx,
                     s.dy, s.dx, r.pad_top, s.pad_left, r.out_rows, s.out_w, dsurf,
-                    ew_esize=outf.esize if (plan.kacc == KACC_DPU and ki > 0) else 0)
+                    ew_esize=partf.esize if (plan.kacc == KACC_DPU and ki > 0) else 0)
                 feat = Reloc(feature.buffer, feature.offset + (cs.start // c2_in) * feature.surf_pitch
                              + r.in_row * feature.line_pitch)
                 wt = Reloc(weight_buffer, weight_offset(j, ki))

@@ -3,7 +3,14 @@
 Each activation is one or two passes over the flat view of the cube (eltwise.py):
 
   sigmoid      one flying LUT pass, ``unit`` table of sigmoid
-  exp          one flying LUT pass, ``shifted`` table (softmax: inputs <= 0 after the row max)
+  exp          one flying LUT pass, ``shifted`` table
+  exp_sq       softmax's exp (inputs <= 0 after the row max): a ``shifted`` table of exp(x/2),
+               then its square on the identity-conv EW multiply. The table's entries are Q0.15
+               (absolute step 2^-15, floor 2^-15: QUIRK 4), so a one-pass exp is exact only
+               near the row maximum: a key with exp = 1e-3 carries 1.5 % error, and every key
+               below e^-10.4 counts as 2^-15 -- over 1500 Whisper keys that alone adds ~3 % to
+               the row sum. Squaring the half-exponent table gives an absolute error ~2^-15
+               e^(x/2), i.e. relative 2^-15 / e^(x/2), and a floor of 2^-30.
   rsqrt        one flying LUT pass, ``shifted`` table, domain lo > 0
   reciprocal   one flying LUT pass, ``shifted`` table, domain lo > 0
   tanh         LUT pass of (1 + tanh x)/2 = sigmoid(2x) (unsigned decode: no QUIRK 2), then a
@@ -58,6 +65,7 @@ class Activation:
     table: Callable[[float, float], LT.LutTable]
     reference: Callable[[np.ndarray], np.ndarray]
     gate: bool = False          # out = x * table(x)
+    square: bool = False        # out = table(x) ** 2
     affine: tuple[float, float] | None = None   # out = a * table(x) + b
     default_range: tuple[float, float] = (-8.0, 8.0)
 
@@ -83,9 +91,18 @@ def _unit(name: str, radius: float) -> LT.LutTable:
 
 @lru_cache(maxsize=64)
 def _shifted(name: str, lo: float, hi: float) -> LT.LutTable:
-    f, df = {"exp": (np.exp, np.exp), "rsqrt": (LT.rsqrt, LT.d_rsqrt),
+    f, df = {"exp": (np.exp, np.exp), "exp_half": (_exp_half, _d_exp_half),
+             "rsqrt": (LT.rsqrt, LT.d_rsqrt),
              "reciprocal": (LT.reciprocal, LT.d_reciprocal)}[name]
     return LT.build_shifted_table(name, f, lo, hi, df)
+
+
+def _exp_half(x: np.ndarray) -> np.ndarray:
+    return np.exp(0.5 * np.asarray(x, np.float64))
+
+
+def _d_exp_half(x: np.ndarray) -> np.ndarray:
+    return 0.5 * _exp_half(x)
 
 
 def _positive_table(name: str) -> Callable[[float, float], LT.LutTable]:
@@ -116,6 +133,8 @@ ACTIVATIONS: dict[str, Activation] = {
     "tanh": Activation(lambda lo, hi: _unit("tanh_gate", _radius(lo, hi)), np.tanh,
                        affine=(2.0, -1.0), default_range=(-6.0, 6.0)),
     "exp": Activation(lambda lo, hi: _shifted("exp", lo, hi), np.exp, default_range=(-16.0, 0.0)),
+    "exp_sq": Activation(lambda lo, hi: _shifted("exp_half", lo, hi), np.exp, square=True,
+                         default_range=(-16.0, 0.0)),
     "gelu": Activation(lambda lo, hi: _unit("phi", _radius(lo, hi)), _gelu_ref, gate=True,
                        default_range=(-12.0, 12.0)),
     # tanh-GELU: the same 2-pass x * gate(x) route with its own (sigmoid-shaped) gate table
@@ -164,6 +183,12 @@ def activation_error(kind: str, x: np.ndarray, x_range: tuple[float, float] | No
         # x * gate: the gate's table error and its fp16 rounding, scaled by |x|; the product
         # itself is exact in fp32 before the final rounding
         return np.abs(x) * (t.error_at(x) + U16 * np.abs(g) + 2.0 ** -24)
+    if act.square:
+        g = t.emulate(x)
+        e = t.error_at(x)
+        # (g + e)(1 + d)^2 with d the fp16 rounding of g (<= U16): 2|g|e + e^2 + (2U16 + U16^2)
+        # g^2; the product of two fp16 values is exact in fp32 before the final rounding
+        return 2 * np.abs(g) * e + e * e + (2 * U16 + U16 * U16) * (np.abs(g) + e) ** 2
     if act.affine is not None:
         a = act.affine[0]
         # a * g + b: the table error and the fp16 rounding of g (g <= 1: half an ulp <= 2^-12)
@@ -199,6 +224,18 @@ def lower_activation(kind: str, layout: CubeLayout, x_range: tuple[float, float]
         lut_tasks = _lut_tasks(t, "x", "gate", span, profile, f"{kind}_gate")
         ew, span = full_ew_tasks("mul", "x", "gate", "out", "weights", layout.nbytes, profile,
                                  prefix=f"{kind}_mul")
+        bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
+                BufferSpec("out", "output", span, layout=layout, bind=0),
+                BufferSpec("gate", "scratch", span),
+                weights_buffer("mul", profile)]
+        return npu_program(bufs, [lut_tasks, ew], profile, ("x", "weights"), ("out",),
+                           span // 2 * EW_VIEW_CHANNELS)
+    if act.square:
+        # pass 1: g = table(x) over the EW span; pass 2: out = g * g (identity conv + EW)
+        _, span = ew_chunks(layout.nbytes, profile)
+        lut_tasks = _lut_tasks(t, "x", "gate", span, profile, f"{kind}_lut")
+        ew, span = full_ew_tasks("mul", "gate", "gate", "out", "weights", layout.nbytes, profile,
+                                 prefix=f"{kind}_sq")
         bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
                 BufferSpec("out", "output", span, layout=layout, bind=0),
                 BufferSpec("gate", "scratch", span),

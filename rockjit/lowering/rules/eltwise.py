@@ -403,11 +403,19 @@ def lower_lut_op(ctx: RuleContext) -> RuleResult:
     function itself gives (calibrate.lut_domain). Outside the domain the emitter clamps the
     input to the table's ends (f(clamp(x)); lut.py module docstring), which that domain makes
     harmless."""
+    from ..calibrate import is_max_subtracted
+
     node = ctx.node
-    return lut_result(ctx, LUT_FUNCS[node.op], node.inputs[0], node.out)
+    kind = LUT_FUNCS[node.op]
+    if kind == "exp" and is_max_subtracted(ctx.producer, ctx.const, node.inputs[0]):
+        # softmax's exp: the squared half-exponent table (emitters/lut.py, exp_sq): a one-pass
+        # Q0.15 exp table is off by percents for the many small keys of a long row
+        return lut_result(ctx, "exp_sq", node.inputs[0], node.out, domain_kind="exp")
+    return lut_result(ctx, kind, node.inputs[0], node.out)
 
 
-def lut_result(ctx: RuleContext, kind: str, x, out, note: str = "") -> RuleResult:
+def lut_result(ctx: RuleContext, kind: str, x, out, note: str = "",
+               domain_kind: str | None = None) -> RuleResult:
     """``out = kind(x)`` as one LUT activation (also the lowering of a fused composite
     activation, ir/passes/fuse.py: GELU in its erf or tanh spelling, SiLU)."""
     from ..calibrate import npu_lut_domain
@@ -416,7 +424,7 @@ def lut_result(ctx: RuleContext, kind: str, x, out, note: str = "") -> RuleResul
     if npu_dtype_of(out.type.dtype) is not DType.F16:
         raise NoNpuForm("integer LUT")
     prefer_host(ctx, x)
-    domain = npu_lut_domain(ctx, kind, x)
+    domain = npu_lut_domain(ctx, domain_kind or kind, x)
     if domain is None:
         # a table domain could only come from data, and a later call's wider input would be
         # clamped silently: f32 on the host is right for every input (calibrate.py)
