@@ -123,5 +123,7 @@ def clamp_error(kind: str, x: np.ndarray, lo: float, hi: float) -> np.ndarray:
             d = np.abs(GATES[kind](xc) - GATES[kind](x))
             d = np.abs(x) * d if kind in GATED else (2.0 * d if kind == "tanh" else d)
         else:
-            d = np.abs(np.exp(xc) - np.exp(x)) if kind == "exp" else np.zeros_like(x)
+            # exp_sq computes exp(x/2)^2 = exp(x): the same clamp
+            d = (np.abs(np.exp(xc) - np.exp(x)) if kind in ("exp", "exp_sq")
+                 else np.zeros_like(x))
     return np.nan_to_num(d, nan=0.0, posinf=0.0)
