@@ -1,7 +1,8 @@
 """A program as the cost model sees it: plain data, independent of the compiler.
 
-A program is an ordered list of steps. An NPU step is one submit (one ``ROCKET_SUBMIT`` and one
-fence wait) carrying independent jobs; a job runs on one core, its kicks in order. A kick is one
+A program is an ordered list of steps. An NPU step is a set of independent jobs fenced together
+(one ``ROCKET_SUBMIT`` and one fence wait per core it uses); a job runs on one core, its kicks in
+order. A kick is one
 hardware start of the datapath and one completion interrupt; a task is one register program
 inside a kick (seeds README, "Terms": submits, tasks and kicks vary independently). A host step
 is work the CPU does between submits, described by its kind and the bytes it moves.
@@ -41,7 +42,9 @@ class Job:
 
 @dataclass(frozen=True)
 class NpuStep:
-    """One submit + fence: its jobs are independent, cores run theirs side by side."""
+    """Independent jobs fenced together: one SUBMIT per core (context) that has jobs in the
+    step (rocket gives each fd its own context; csrc/rocket/rocket_device.c submits once per
+    fd), and the cores run their jobs side by side."""
 
     jobs: Sequence[Job]
     label: str = ""
@@ -78,7 +81,8 @@ class Program:
         npu = [s for s in self.steps if isinstance(s, NpuStep)]
         jobs = [j for s in npu for j in s.jobs]
         return {
-            "submits": len(npu), "jobs": len(jobs), "kicks": sum(j.kicks for j in jobs),
+            "npu_steps": len(npu), "submits": sum(len({j.core for j in s.jobs}) for s in npu),
+            "jobs": len(jobs), "kicks": sum(j.kicks for j in jobs),
             "tasks": sum(len(j.tasks) for j in jobs),
             "host_steps": sum(1 for s in self.steps if isinstance(s, HostStep)),
             "host_bytes": sum(s.nbytes for s in self.steps if isinstance(s, HostStep)),

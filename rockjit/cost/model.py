@@ -1,6 +1,6 @@
 """The cost model: modelled time of a ``description.Program`` at a given NPU clock.
 
-    NPU step   = submit + max over cores of  sum over the core's jobs of
+    NPU step   = submit x cores used + max over cores of  sum over the core's jobs of
                  [ job + kicks * kick + sum over tasks of (DMA bytes / dma_bw
                                                            + MACs / MAC rate(precision, clock)) ]
     host step  = bytes / (host bandwidth(kind) x threads sharing it)
@@ -91,7 +91,9 @@ def estimate(program: Program, clock_mhz: float = 600.0, constants: Constants | 
                         b["mac"] += n / mac_rate(c, p, clock_mhz) * 1e3
         crit = max(per_core.values(), key=lambda b: sum(b.values()),
                    default={"dispatch": 0.0, "dma": 0.0, "mac": 0.0})
-        buckets = {"dispatch": c.submit_us * us + crit["dispatch"], "dma": crit["dma"],
+        # one SUBMIT ioctl + fence wait per core used: the host issues and waits on them in turn
+        buckets = {"dispatch": c.submit_us * us * len(per_core) + crit["dispatch"],
+                   "dma": crit["dma"],
                    "mac": crit["mac"], "host": 0.0}
         est.steps.append(StepEstimate("npu", st.label or "npu", sum(buckets.values()), buckets))
     return est

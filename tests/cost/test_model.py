@@ -24,8 +24,8 @@ def test_cores_run_side_by_side_and_the_slowest_counts():
     big = Task({}, dma_read=2_000_000)
     small = Task({}, dma_read=1_000_000)
     p = Program([NpuStep([Job(0, [big], 1), Job(1, [small], 1), Job(1, [small], 1)])])
-    # core 0: 10+5 us + 1 ms; core 1: 2 x (10+5) us + 1 ms -> core 1 is critical
-    assert estimate(p, 600, C).ms == pytest.approx(0.020 + 0.030 + 1.0)
+    # two submits (one per core); core 0: 10+5 us + 1 ms; core 1: 2 x (10+5) us + 1 ms -> core 1
+    assert estimate(p, 600, C).ms == pytest.approx(2 * 0.020 + 0.030 + 1.0)
     one_core = Program([NpuStep([Job(0, [big], 1), Job(0, [small], 1), Job(0, [small], 1)])])
     assert estimate(one_core, 600, C).ms == pytest.approx(0.020 + 0.045 + 2.0)
 
