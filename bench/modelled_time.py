@@ -41,17 +41,17 @@ def main() -> int:
         per, fwd, how = per_layer_and_forward(enc, args.full, log=lambda s: print(s, file=sys.stderr))
         rows.append((m, enc, per, fwd, how))
     print(f"\nMODELLED ms per forward at 600 MHz (rockjit.cost)")
-    print(f"{'':38s}{'modelled':>10s}{'dispatch':>10s}{'dma':>10s}{'mac':>10s}{'host':>10s}"
+    print(f"{'':46s}{'modelled':>10s}{'dispatch':>10s}{'dma':>10s}{'mac':>10s}{'host':>10s}"
           f"{'steps':>8s}{'kicks':>8s}")
     for m, enc, per, fwd, how in rows:
         for tag, s in (("per layer", per), ("per forward", fwd)):
-            print(f"{enc.name + ', ' + tag:38s}{s['modelled_ms']:10.2f}"
+            print(f"{enc.name + ', ' + tag:46s}{s['modelled_ms']:10.2f}"
                   f"{s['modelled_dispatch_ms']:10.2f}{s['modelled_dma_ms']:10.2f}"
                   f"{s['modelled_mac_ms']:10.2f}{s['modelled_host_ms']:10.2f}"
                   f"{s['npu_steps'] + s['host_steps']:8.0f}{s['kicks']:8.0f}")
-        print(f"{'':38s}({how})")
+        print(f"{'':46s}({how})")
         if m in PUBLISHED:
-            print(f"{'':38s}[{PUBLISHED[m]}]")
+            print(f"{'':46s}[{PUBLISHED[m]}]")
     return 0
 
 

@@ -37,7 +37,7 @@ def main() -> int:
                                                    "whisper-base"], choices=sorted(ENCODERS))
     ap.add_argument("--full", action="store_true", help="lower the full depth (slow)")
     args = ap.parse_args()
-    header = f"{'':38s}" + "".join(f"{h:>12s}" for _, h in COLS)
+    header = f"{'':46s}" + "".join(f"{h:>12s}" for _, h in COLS)
     results = []
     for m in args.model:
         enc = ENCODERS[m]
@@ -46,9 +46,9 @@ def main() -> int:
     print("program shape (rockjit Program.stats(), null backend)")
     print(header)
     for enc, per, fwd, how in results:
-        print(f"{enc.name + ', per layer':38s}" + "".join(f"{v:>12s}" for v in row(per)))
-        print(f"{enc.name + ', per forward':38s}" + "".join(f"{v:>12s}" for v in row(fwd)))
-        print(f"{'':38s}({how}; useful/device MACs {fwd['macs'] / max(1, fwd['device_macs']):.2f})")
+        print(f"{enc.name + ', per layer':46s}" + "".join(f"{v:>12s}" for v in row(per)))
+        print(f"{enc.name + ', per forward':46s}" + "".join(f"{v:>12s}" for v in row(fwd)))
+        print(f"{'':46s}({how}; useful/device MACs {fwd['macs'] / max(1, fwd['device_macs']):.2f})")
     return 0
 
 
