@@ -41,11 +41,12 @@ def _solve(fig: Figure, c: Constants) -> Constants:
         return modelled_ms(fig, c.replace(**{name: v})) - fig.ms
 
     flo, fhi = f(lo), f(hi)
-    if (flo > 0 and rising) or (fhi > 0 and not rising):
-        raise ValueError(f"cost model fit: figure {fig.name!r} ({fig.ms} ms) is below what the "
-                         f"other constants already give ({modelled_ms(fig, c.replace(**{name: lo if rising else hi})):.4g} "
-                         f"ms) with {name} at its bound; the figure's description or the model "
-                         f"terms need revisiting")
+    if flo * fhi > 0:
+        floor = fig.ms + min(flo, fhi)
+        raise ValueError(f"cost model fit: no {name} in [{lo:g}, {hi:g}] gives figure "
+                         f"{fig.name!r} ({fig.ms:g} ms); the other constants give {floor:.4g} ms "
+                         f"at best. Revisit the figure's description or the model's terms "
+                         f"(rockjit/cost/published.py, model.py)")
     for _ in range(60):
         mid = (lo + hi) / 2 if rising else (lo * hi) ** 0.5
         if (f(mid) > 0) == rising:

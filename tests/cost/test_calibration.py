@@ -65,3 +65,14 @@ def test_network_descriptions_match_published_totals(name, macs, layers):
         # the README counts 81 compute layers (with its concatenation nodes); the
         # description has the 57 convolutions, 13 pools, the average pool and the classifier
         assert sum(l.kind == "conv" for l in ls) == 57 and sum(l.kind == "pool" for l in ls) == 14
+
+
+def test_an_impossible_figure_stops_the_fit_and_names_it():
+    import dataclasses
+
+    from rockjit.cost.calibrate import _solve
+
+    resnet = next(f for f in FIGURES if f.fits == "dma_gbps")
+    # faster than its MACs at the datapath's peak rate: no DMA bandwidth can explain it
+    with pytest.raises(ValueError, match="ResNet-18-224 int8, one kick"):
+        _solve(dataclasses.replace(resnet, ms=1.0), Constants.calibrated())
