@@ -477,8 +477,14 @@ class NpuProgram:
     __call__ = run
 
     def stats(self) -> dict[str, int]:
-        """Per-run counts from the plan, plus the runtime's cumulative counters (``rt_*``)."""
+        """Per-run counts from the plan, plus the runtime's cumulative counters (``rt_*``),
+        plus ``modelled_*``: the cost model's estimate at 600 MHz (rockjit.cost; a model, not
+        a measurement)."""
         out = dict(self._static)
+        if getattr(self, "_modelled", None) is None:
+            from ..cost import describe, estimate
+            self._modelled = estimate(describe(self)).summary()
+        out.update(self._modelled)
         for k, v in self.program.stats().items():
             out[f"rt_{k}"] = v
         return out

@@ -1,0 +1,130 @@
+"""Shared by the encoder benchmarks: the encoders at bench sizes, seeded weights in memory, and
+program stats per layer and per forward from two reduced-depth compiles.
+
+Whole encoders at full depth take minutes to lower on a shared 2-core machine, so by default a
+forward's program shape is extrapolated: compile at ``n1`` and ``n2`` layers, per layer =
+(stats(n2) - stats(n1)) / (n2 - n1), forward = stats(n1) + (L - n1) * per layer. Every counter
+(steps, jobs, kicks, bytes, MACs, modelled ms) is a sum over steps, and the layers of an encoder
+are the same program up to ModernBERT's global/local alternation (every third layer global), so
+its ``n2 - n1`` spans one whole period. ``--full`` compiles the full depth instead.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from models import modernbert, siglip, whisper  # noqa: E402
+from models.specs import configure  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Encoder:
+    name: str
+    module: Any
+    config: Any
+    layers_field: str
+    n1: int
+    n2: int
+    make_inputs: Callable[[np.random.Generator, Any], tuple]
+
+    @property
+    def layers(self) -> int:
+        return getattr(self.config, self.layers_field)
+
+    def at_depth(self, n: int) -> Any:
+        return configure(self.config, {self.layers_field: n})
+
+
+def _siglip_in(rng, cfg):
+    return (rng.standard_normal((1, cfg.num_channels, cfg.image_size, cfg.image_size),
+                                dtype=np.float32),)
+
+
+def _whisper_in(rng, cfg):
+    return (rng.standard_normal((1, cfg.num_mel_bins, cfg.num_frames), dtype=np.float32),)
+
+
+def _bert_in(seq):
+    def make(rng, cfg):
+        return (rng.integers(0, cfg.vocab_size, (1, seq), dtype=np.int32),
+                np.ones((1, seq), np.int32))
+    return make
+
+
+ENCODERS = {
+    "siglip-224": Encoder("SigLIP-B/16 224 (196 tokens)", siglip, siglip.SiglipVisionConfig(),
+                          "num_hidden_layers", 1, 2, _siglip_in),
+    "siglip-1024": Encoder("SigLIP-B/16 512 (1024 tokens)", siglip,
+                           configure(siglip.SiglipVisionConfig(), {"image_size": 512}),
+                           "num_hidden_layers", 1, 2, _siglip_in),
+    "modernbert-512": Encoder("ModernBERT-base 512 tokens", modernbert,
+                              modernbert.ModernBertConfig(), "num_hidden_layers", 1, 4,
+                              _bert_in(512)),
+    "whisper-base": Encoder("Whisper-base encoder (1500 frames)", whisper,
+                            whisper.WhisperEncoderConfig.base(), "encoder_layers", 1, 2,
+                            _whisper_in),
+    "whisper-tiny": Encoder("Whisper-tiny encoder (1500 frames)", whisper,
+                            whisper.WhisperEncoderConfig.tiny(), "encoder_layers", 1, 2,
+                            _whisper_in),
+}
+
+
+def seeded_params(module: Any, cfg: Any) -> dict[str, np.ndarray]:
+    """HF-named weights from a fixed seed (the repo's default-model initialisation)."""
+    rng = np.random.default_rng(0)
+    out = {}
+    for key, shape in module.expected_shapes(cfg).items():
+        if key.endswith(("norm.weight", "layer_norm.weight", "layernorm.weight")):
+            out[key] = (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
+        else:
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+            out[key] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+    return out
+
+
+def setup(enc: Encoder, depth: int):
+    """(fn, params, inputs) for the encoder at ``depth`` layers."""
+    cfg = enc.at_depth(depth)
+    params = seeded_params(enc.module, cfg)
+    inputs = enc.make_inputs(np.random.default_rng(1), cfg)
+    return partial(enc.module.forward, config=cfg), params, inputs
+
+
+def compile_stats(enc: Encoder, depth: int, backend: str = "null") -> tuple[dict, float]:
+    """Program.stats() of the encoder at ``depth`` layers and the wall time of its first call
+    (trace + lowering + program build + one run)."""
+    import rockjit
+
+    fn, params, inputs = setup(enc, depth)
+    f = rockjit.compile(fn, resident_argnums=0, backend=backend)
+    t0 = time.perf_counter()
+    f(params, *inputs)
+    dt = time.perf_counter() - t0
+    return f.compiled(params, *inputs).stats(), dt
+
+
+def per_layer_and_forward(enc: Encoder, full: bool, log=print) -> tuple[dict, dict, str]:
+    """(per-layer stats, per-forward stats, how the forward was obtained)."""
+    s1, t1 = compile_stats(enc, enc.n1)
+    log(f"  [{enc.name}: {enc.n1} layer(s) lowered in {t1:.1f} s]")
+    s2, t2 = compile_stats(enc, enc.n2)
+    log(f"  [{enc.name}: {enc.n2} layer(s) lowered in {t2:.1f} s]")
+    keys = [k for k in s1 if isinstance(s1[k], (int, float)) and not k.startswith(("rt_", "jobs_core"))]
+    span = enc.n2 - enc.n1
+    per = {k: (s2[k] - s1[k]) / span for k in keys}
+    if full:
+        sf, tf = compile_stats(enc, enc.layers)
+        log(f"  [{enc.name}: {enc.layers} layers lowered in {tf:.1f} s]")
+        return per, {k: sf[k] for k in keys}, f"compiled at full depth ({enc.layers} layers)"
+    fwd = {k: s1[k] + (enc.layers - enc.n1) * per[k] for k in keys}
+    return per, fwd, (f"extrapolated to {enc.layers} layers from {enc.n1} and {enc.n2} "
+                      f"(--full compiles all {enc.layers})")

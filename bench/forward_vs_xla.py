@@ -1,0 +1,49 @@
+"""Forward time against XLA's fp32 forward on the CPU, measured in the same run:
+the ``sim`` backend (the C functional simulator runs every NPU job, the C runtime every host
+step) and the ``null`` backend (host cost only: the runtime runs the host steps and counts the
+NPU jobs without computing them).
+
+    python bench/forward_vs_xla.py [--model siglip-224] [--layers 1] [--backend sim null]
+                                   [--reps 3]
+
+Warm medians: the first call (lowering, calibration) is excluded. Default depth 1 layer.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from _encoders import ENCODERS, setup
+from _timing import median_s, xla_compile_s, xla_forward_s
+
+import rockjit
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="siglip-224", choices=sorted(ENCODERS))
+    ap.add_argument("--layers", type=int, default=1)
+    ap.add_argument("--backend", nargs="+", default=["sim", "null"], choices=["sim", "null"])
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    enc = ENCODERS[args.model]
+    fn, params, inputs = setup(enc, args.layers)
+    _, exe = xla_compile_s(fn, params, inputs)
+    t_xla = xla_forward_s(exe, params, inputs, max(args.reps, 5))
+    print(f"{enc.name}, {args.layers} layer(s)")
+    print(f"  XLA fp32 forward (CPU, jit, warm median)  {t_xla * 1e3:10.2f} ms")
+    for be in args.backend:
+        f = rockjit.compile(fn, resident_argnums=0, backend=be)
+        t0 = time.perf_counter()
+        f(params, *inputs)
+        t_first = time.perf_counter() - t0
+        t = median_s(lambda: f(params, *inputs), args.reps)
+        what = "simulator forward" if be == "sim" else "host cost (null backend)"
+        print(f"  rockjit {what:28s} {t * 1e3:10.2f} ms  = {t / t_xla:8.1f} x XLA   "
+              f"(first call {t_first:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Modelled NPU time per forward (rockjit.cost) for SigLIP-B/16 at 224 and at 1024 tokens,
+ModernBERT-base at 512 tokens and the Whisper-base encoder, with the model's buckets (dispatch,
+DMA, MAC, host). MODELLED, not measured: no board runs here. The published figures printed
+beside SigLIP-1024 are other programs (the seeds' hand-written library, the vendor stack) and
+are there for scale only.
+
+    python bench/modelled_time.py [--model ...] [--full] [--clock 600]
+
+The forward is extrapolated from two reduced depths unless --full (see _encoders.py).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from _encoders import ENCODERS, per_layer_and_forward
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+from rockjit.cost import Constants  # noqa: E402
+
+PUBLISHED = {
+    "siglip-1024": "published, other programs: seeds library 1.39-2.71 s warm at 600 MHz "
+                   "(seeds/000 API reference + notes encodings/siglip-encoder.md), "
+                   "vendor stack 1.195 s at 1 GHz (issue 9)",
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", nargs="+", default=["siglip-224", "siglip-1024", "modernbert-512",
+                                                   "whisper-base"], choices=sorted(ENCODERS))
+    ap.add_argument("--full", action="store_true")
+    args = ap.parse_args()
+    c = Constants.calibrated()
+    print(f"cost model constants: submit {c.submit_us:.1f} us, job {c.job_us:.1f} us, kick "
+          f"{c.kick_us:.1f} us, DMA {c.dma_gbps:.2f} GB/s per core, host gather "
+          f"{c.host_gather_gbps:.2f} GB/s, copy {c.host_copy_gbps:.1f} GB/s; stock kernel")
+    rows = []
+    for m in args.model:
+        enc = ENCODERS[m]
+        per, fwd, how = per_layer_and_forward(enc, args.full, log=lambda s: print(s, file=sys.stderr))
+        rows.append((m, enc, per, fwd, how))
+    print(f"\nMODELLED ms per forward at 600 MHz (rockjit.cost)")
+    print(f"{'':46s}{'modelled':>10s}{'dispatch':>10s}{'dma':>10s}{'mac':>10s}{'host':>10s}"
+          f"{'steps':>8s}{'kicks':>8s}")
+    for m, enc, per, fwd, how in rows:
+        for tag, s in (("per layer", per), ("per forward", fwd)):
+            print(f"{enc.name + ', ' + tag:46s}{s['modelled_ms']:10.2f}"
+                  f"{s['modelled_dispatch_ms']:10.2f}{s['modelled_dma_ms']:10.2f}"
+                  f"{s['modelled_mac_ms']:10.2f}{s['modelled_host_ms']:10.2f}"
+                  f"{s['npu_steps'] + s['host_steps']:8.0f}{s['kicks']:8.0f}")
+        print(f"{'':46s}({how})")
+        if m in PUBLISHED:
+            print(f"{'':46s}[{PUBLISHED[m]}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

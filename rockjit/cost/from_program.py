@@ -1,0 +1,62 @@
+"""Adapter: rockjit's compiled ``NpuProgram`` (rockjit/lowering/program.py) -> the cost model's
+plain ``description.Program``. The only module of rockjit.cost that knows the compiler's types;
+retarget it here when the program becomes a plain-data image.
+
+What it reads, per schedule step: every NPU step is one submit; each of its jobs splits into the
+runtime's jobs exactly as the program builds them (schedule.runtime_jobs: a self-chained kick is
+one job of one kick, a run of single-task kicks is one job with one kick per task). A task's DMA
+bytes are its kick's declared streams (regcmd.Access, what the registers make the hardware move)
+shared evenly over the kick's tasks; a call's MACs (everything the MAC array runs,
+``device_macs``) are shared evenly over the call's tasks; precision int8 for integer jobs, fp16
+otherwise. Host steps carry the bytes the program's stats count for them (layout packs and
+unpacks and host ops: "gather"); the cross-context copies the program inserts between steps
+are added as "copy" steps of the program's average copy size.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .description import HostStep, Job, NpuStep, Program, Task
+
+
+def describe(prog: Any) -> Program:
+    """``prog``: a built ``rockjit.lowering.program.NpuProgram``."""
+    from ..lowering.schedule import runtime_jobs
+
+    calls = prog.lowered.calls
+    ncores = max(1, prog.ncores)
+    call_tasks: dict[int, int] = {}
+    for st in prog.steps:
+        for jr in st.jobs:
+            call_tasks[jr.call] = call_tasks.get(jr.call, 0) + jr.job.tasks
+    steps: list = []
+    for si, st in enumerate(prog.steps):
+        if st.kind == "host":
+            ci, hs = st.host
+            steps.append(HostStep("gather", int(prog._host_bytes(hs)),
+                                  f"{calls[ci].node}: {hs.kind}"))
+            continue
+        jobs: list[Job] = []
+        nodes = []
+        for jr in st.jobs:
+            pc = calls[jr.call]
+            nodes.append(pc.node)
+            per_task_macs = pc.call.program.macs / max(1, call_tasks[jr.call])
+            prec = "int8" if jr.job.integer else "fp16"
+            for kicks, chained in runtime_jobs(jr.job):
+                tasks = []
+                for k in kicks:
+                    n = max(1, k.task_number)
+                    rd = sum(a.nbytes for a in k.reads) / n
+                    wr = sum(a.nbytes for a in k.writes) / n
+                    tasks.extend(Task({prec: int(per_task_macs)}, int(rd), int(wr))
+                                 for _ in range(k.task_number))
+                jobs.append(Job(jr.core % ncores, tasks, kicks=1 if chained else len(tasks)))
+        label = ", ".join(dict.fromkeys(nodes))
+        steps.append(NpuStep(jobs, label=f"step {si}: {label}"))
+    s = prog._static
+    if s["host_copy_steps"]:
+        per = s["host_bytes_copied"] // s["host_copy_steps"]
+        steps.extend(HostStep("copy", per, "cross-context copy")
+                     for _ in range(s["host_copy_steps"]))
+    return Program(steps, name=prog.lowered.graph.name)
