@@ -206,3 +206,21 @@ def test_attention_over_196_keys_on_a_poisoned_arena(batch: int) -> None:
     (got,), (ref,), (bound,) = run_poisoned(fn, p, q, k, v)
     assert np.isfinite(got).all()
     check_bound(got, ref, bound, f"attention over 196 keys, batch {batch}, poisoned arena")
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3])
+def test_layer_norm_of_short_rows_on_a_poisoned_arena(batch: int) -> None:
+    """linear -> LayerNorm on [B, 1, D]: the per-row centring and scaling broadcast a 4-row
+    cube whose broadcast scratch is shorter than the element-wise span; its unwritten tail
+    made NaN padding results, which the per-channel scale's flat view mixed into real rows."""
+    rng = np.random.default_rng(330 + batch)
+    p = {"w": (rng.standard_normal((D_, D_)) / 8).astype(np.float32),
+         "g": (1 + 0.1 * rng.standard_normal(D_)).astype(np.float32)}
+    x = rng.standard_normal((batch, 1, D_)).astype(np.float32)
+
+    def fn(p, x):
+        return L.layer_norm(L.linear(x, p["w"]), p["g"], None, 1e-5)
+
+    (got,), (ref,), (bound,) = run_poisoned(fn, p, x)
+    assert np.isfinite(got).all()
+    check_bound(got, ref, bound, f"linear + LayerNorm on [{batch}, 1, {D_}], poisoned arena")
