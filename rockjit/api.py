@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -369,6 +370,9 @@ class Compiled(_Traced):
         super().__init__(graph, sig, out_tree, backend)
         self._binding = binding
         self._runner: Runner | None = None
+        # One call at a time per Compiled: the resident binding, the lazily built runner and
+        # the program's staging buffers (one arena per program) are shared by every call.
+        self._call_lock = threading.Lock()
 
     @property
     def params(self) -> Mapping[str, np.ndarray]:
@@ -433,6 +437,11 @@ class Compiled(_Traced):
                         raise TraceError(f"{_where(self.signature.fn, i, spec.leaves[j].path)}: "
                                          f"a ShapeDtypeStruct has no value to run on")
                     inputs.append(np.asarray(leaf, dtype=spec.leaves[j].dtype))
+        with self._call_lock:
+            return self._run_locked(inputs, resident)
+
+    def _run_locked(self, inputs: list[np.ndarray],
+                    resident: list[tuple[str, Any, LeafSpec]]) -> Any:
         changed = self._binding.update(resident)
         runner = self._runner
         if runner is None:
@@ -495,6 +504,8 @@ class CompiledFunction:
         self.backend = backend
         self._cache: dict[tuple, Compiled] = {}
         self.trace_count = 0
+        # Threads that miss the cache together trace and compile the signature once.
+        self._trace_lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
     def _signature(self, args: tuple) -> Signature:
@@ -510,30 +521,29 @@ class CompiledFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = _bind_kwargs(self.fn, args, kwargs)
+        return self._compiled_for(args)(*args)
+
+    def _compiled_for(self, args: tuple) -> "Compiled":
         sig = self._signature(args)
         key = sig.key()
         compiled = self._cache.get(key)
         if compiled is None:
-            self.trace_count += 1
-            graph, out_tree = _trace(sig, _graph_name(self.fn))
-            compiled = Lowered(graph, sig, out_tree, self.backend, args).compile()
-            self._cache[key] = compiled
-        return compiled(*args)
+            with self._trace_lock:
+                compiled = self._cache.get(key)
+                if compiled is None:
+                    self.trace_count += 1
+                    graph, out_tree = _trace(sig, _graph_name(self.fn))
+                    compiled = Lowered(graph, sig, out_tree, self.backend, args).compile()
+                    self._cache[key] = compiled
+        return compiled
 
     def clear_cache(self) -> None:
-        self._cache.clear()
+        with self._trace_lock:
+            self._cache.clear()
 
     def compiled(self, *args: Any, **kwargs: Any) -> "Compiled":
         """The Compiled object for these arguments' signature (traced if needed)."""
-        args = _bind_kwargs(self.fn, args, kwargs)
-        sig = self._signature(args)
-        c = self._cache.get(sig.key())
-        if c is None:
-            self.trace_count += 1
-            graph, out_tree = _trace(sig, _graph_name(self.fn))
-            c = Lowered(graph, sig, out_tree, self.backend, args).compile()
-            self._cache[sig.key()] = c
-        return c
+        return self._compiled_for(_bind_kwargs(self.fn, args, kwargs))
 
     def stats(self, *args: Any, **kwargs: Any) -> dict[str, int]:
         """Program stats of the most recently compiled signature (or of ``args``')."""

@@ -27,6 +27,7 @@ broadcast convolutions of element-wise ops, the ones-vector sums).
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -111,6 +112,9 @@ class NpuProgram:
         self.lowered = lowered
         self.device = device
         self.cores = cores or lowered.profile.cores
+        # write inputs -> run -> read outputs goes through one arena and one C step list
+        # (its job scratch included), so two calls at once would mix their tensors.
+        self._run_lock = threading.Lock()
         self.steps: list[Step] = schedule(lowered.calls, self.cores)
         calls = lowered.calls
         spans = call_spans(self.steps, len(calls))
@@ -399,6 +403,10 @@ class NpuProgram:
         if len(inputs) != len(g.inputs):
             from ..errors import TraceError
             raise TraceError(f"graph {g.name!r} takes {len(g.inputs)} input(s), got {len(inputs)}")
+        with self._run_lock:
+            return self._run_locked(inputs)
+
+    def _run_locked(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         for bd in self.lowered.inputs:
             t = bd.tensor
             arr = np.ascontiguousarray(np.asarray(inputs[bd.index]).astype(
