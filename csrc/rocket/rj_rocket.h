@@ -102,7 +102,9 @@ typedef struct rj_sys_ops {
 const rj_sys_ops *rj_sys_libc(void);
 const rj_sys_ops *rj_sys_fake_rocket(void);
 /* What a RocketDevice created now will use: the table set by rj_sys_set, else the fake when
- * RJ_FAKE_ROCKET=1, else libc. */
+ * RJ_FAKE_ROCKET is on, else libc. rj_sys_select says why when RJ_FAKE_ROCKET holds a value
+ * that is not a switch word (rj_sys_current then returns NULL). */
+int rj_sys_select(const rj_sys_ops **out, rj_err *err);
 const rj_sys_ops *rj_sys_current(void);
 void rj_sys_set(const rj_sys_ops *ops); /* NULL restores the default */
 

@@ -290,6 +290,10 @@ int rj_rocket_device_create(rj_device **out, const char *path, uint32_t nctx, ui
                        nctx);
     if (!path)
         path = RJ_ROCKET_DEFAULT_PATH;
+    const rj_sys_ops *sys = rj_sys_fake_rocket();
+    int rc;
+    if (!(flags & RJ_ROCKET_USE_FAKE) && (rc = rj_sys_select(&sys, err)))
+        return rc;
     rocket_dev *r = calloc(1, sizeof(*r));
     if (!r)
         return rj_fail(err, RJ_ENOMEM, "rocket: out of memory");
@@ -300,7 +304,7 @@ int rj_rocket_device_create(rj_device **out, const char *path, uint32_t nctx, ui
     }
     r->base.ops = &rocket_ops;
     r->base.nctx = 0;
-    r->sys = (flags & RJ_ROCKET_USE_FAKE) ? rj_sys_fake_rocket() : rj_sys_current();
+    r->sys = sys;
     strncpy(r->path, path, sizeof(r->path) - 1);
     for (uint32_t i = 0; i < nctx; i++) {
         int fd = r->sys->open(path, O_RDWR | O_CLOEXEC);

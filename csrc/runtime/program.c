@@ -603,7 +603,10 @@ int rj_program_load(rj_program *p, rj_err *err)
     for (uint32_t i = 0; i < p->nbos; i++)
         if ((rc = hand_to_device(p, &p->bos[i], err)))
             return rc;
-    p->trace = rj_env_on(RJ_ENV_TRACE_STEPS);
+    int trace;
+    if ((rc = rj_env_switch(RJ_ENV_TRACE_STEPS, &trace, err)))
+        return rc;
+    p->trace = trace;
     p->loaded = 1;
     return RJ_OK;
 }

@@ -81,7 +81,7 @@ def _null(cores: int):
 def _rocket(cores: int):
     from .. import debugflags
     from ..runtime import RocketDevice
-    return RocketDevice(fake=debugflags.enabled(debugflags.FAKE_ROCKET.name), cores=cores)
+    return RocketDevice(fake=debugflags.enabled(debugflags.FAKE_ROCKET), cores=cores)
 
 
 DEVICES = {"sim": _sim, "null": _null, "rocket": _rocket}
