@@ -69,6 +69,9 @@ def _check_backend(name: str) -> None:
             _npu.register_npu_backends(chip)
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; registered backends: {sorted(BACKENDS)}")
+    probe = getattr(BACKENDS[name], "probe", None)
+    if probe is not None:  # e.g. rocket: refuse at compile() when there is no device to run on
+        probe(name)
 
 
 # ------------------------------------------------------------------ signatures
@@ -137,8 +140,9 @@ def _leaf_dtype(leaf: Any, fn: Callable[..., Any], i: int, path: str) -> tuple[t
         DType.from_numpy(dt)
     except TypeError:
         names = ", ".join(d.value for d in DType)
+        from .frontend.context import dtype_advice
         raise TraceError(f"{_where(fn, i, path)}: dtype {dt.name} has no rockjit IR element type "
-                         f"(supported: {names}); cast it with .astype() before the call") from None
+                         f"(supported: {names}); {dtype_advice(dt, 'before the call')}") from None
     return shape, dt
 
 

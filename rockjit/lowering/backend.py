@@ -14,6 +14,7 @@ compiles lazily on its first call, when those exist).
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -42,7 +43,13 @@ class NpuRunner:
         from .profile import get_profile
 
         if self.device is None:
-            self.device = self._make_device(get_profile(self.profile).cores)
+            from ..runtime import DeviceError
+            try:
+                self.device = self._make_device(get_profile(self.profile).cores)
+            except DeviceError as e:
+                if self._make_device is not _rocket:
+                    raise
+                raise type(e)(f"{e.message} {_rocket_hint('rocket')}", e.code) from None
         lowered = lower_graph(self.graph, self.params, example_inputs=example_inputs,
                               profile=self.profile)
         self.program = NpuProgram(lowered, self.device)
@@ -65,7 +72,30 @@ class NpuRunner:
 def _factory(make_device: Callable[[int], Any], profile: str):
     def factory(graph: Graph, params: Mapping[str, np.ndarray]) -> NpuRunner:
         return NpuRunner(graph, params, make_device, profile)
+    factory.probe = PROBES.get(make_device)
     return factory
+
+
+ROCKET_NODE = "/dev/accel/accel0"
+
+
+def _rocket_hint(backend: str) -> str:
+    return (f'Without an NPU, compile with backend="sim" (the C simulator) instead of '
+            f'backend="{backend}", or set RJ_FAKE_ROCKET=1 to run the rocket code path on its '
+            f'in-process ioctl fake.')
+
+
+def _probe_rocket(backend: str) -> None:
+    """Refuse backend="rocket" at rockjit.compile() when the NPU node is missing, rather than
+    on the first call, whose error named runtime classes instead of the backend to use."""
+    from .. import debugflags
+    from ..runtime import DeviceError
+
+    if debugflags.enabled(debugflags.FAKE_ROCKET) or os.path.exists(ROCKET_NODE):
+        return
+    raise DeviceError(f'backend="{backend}" needs the NPU device node {ROCKET_NODE}, which does '
+                      f'not exist on this machine (is the rocket driver loaded? modprobe rocket). '
+                      + _rocket_hint(backend), DeviceError.code)
 
 
 def _sim(cores: int):
@@ -85,6 +115,7 @@ def _rocket(cores: int):
 
 
 DEVICES = {"sim": _sim, "null": _null, "rocket": _rocket}
+PROBES = {_rocket: _probe_rocket}
 
 
 def register_npu_backends(profile: str) -> None:
