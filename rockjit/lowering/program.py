@@ -184,6 +184,13 @@ class NpuProgram:
         slack = 4096  # emitters may read a padded span past the last tensor
         self.arena_bytes = self.plan.size + slack
         used = sorted({jr.core for st in self.steps for jr in st.jobs} | {0})
+        from .bounds import check_bo
+        g = lowered.graph
+        check_bo("activation arena", self.arena_bytes,
+                 [(b.name, b.size) for b in bufs if b.kind == "arena"], g)
+        check_bo("weights", max(wsize.values()), [(b.name, b.size) for b in wbufs], g)
+        check_bo("regcmd", max(rsize.values()), [(f"call {ci}", rspec[ci].nbytes)
+                                                 for ci in rspec if rspec[ci] is not None], g)
 
         b = ProgramBuilder(device)
         self._builder_stats = {}
