@@ -35,6 +35,7 @@ class NpuRunner:
         self.profile = profile
         self.device = None
         self.program = None
+        self.lowered = None
 
     def compile(self, example_inputs: Sequence[np.ndarray] | None = None):
         from .pipeline import lower_graph
@@ -43,22 +44,59 @@ class NpuRunner:
         from .profile import get_profile
 
         if self.device is None:
-            from ..runtime import DeviceError
-            try:
-                self.device = self._make_device(get_profile(self.profile).cores)
-            except DeviceError as e:
-                if self._make_device is not _rocket:
-                    raise
-                raise type(e)(f"{e.message} {_rocket_hint('rocket')}", e.code) from None
-        lowered = lower_graph(self.graph, self.params, example_inputs=example_inputs,
-                              profile=self.profile)
-        self.program = NpuProgram(lowered, self.device)
+            self.device = self._open_device(get_profile(self.profile).cores)
+        self.lowered = lower_graph(self.graph, self.params, example_inputs=example_inputs,
+                                   profile=self.profile)
+        self.program = NpuProgram(self.lowered, self.device)
         return self.program
 
+    def _open_device(self, cores: int):
+        from ..runtime import DeviceError
+
+        try:
+            return self._make_device(cores)
+        except DeviceError as e:
+            if self._make_device is not _rocket:
+                raise
+            raise type(e)(f"{e.message} {_rocket_hint('rocket')}", e.code) from None
+
     def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        from ..runtime import DeviceError
+
         if self.program is None:
-            self.compile(inputs)
-        return self.program.run(inputs)
+            if self.lowered is None:
+                self.compile(inputs)
+            else:
+                try:
+                    self._reload()
+                except DeviceError:
+                    self._drop_device()
+                    raise
+        try:
+            return self.program.run(inputs)
+        except DeviceError:
+            # A device fault (failed submit, timeout, a job that never finished, the device
+            # going away) leaves BOs possibly still owned by a hung job and fds possibly dead:
+            # drop the program and the device (every BO is freed), keep the lowering, and load
+            # it afresh on the next call.
+            self._drop_device()
+            raise
+
+    def _reload(self) -> None:
+        from .profile import get_profile
+        from .program import NpuProgram
+
+        if self.device is None:
+            self.device = self._open_device(get_profile(self.profile).cores)
+        self.program = NpuProgram(self.lowered, self.device)
+
+    def _drop_device(self) -> None:
+        program, device = self.program, self.device
+        self.program = self.device = None
+        if program is not None:
+            program.close()
+        if device is not None:
+            device.close()
 
     def stats(self) -> dict[str, int]:
         if self.program is None:
