@@ -64,14 +64,14 @@ class NpuRunner:
         from ..runtime import DeviceError
 
         if self.program is None:
-            if self.lowered is None:
-                self.compile(inputs)
-            else:
-                try:
+            try:
+                if self.lowered is None:
+                    self.compile(inputs)
+                else:
                     self._reload()
-                except DeviceError:
-                    self._drop_device()
-                    raise
+            except DeviceError:
+                self._drop_device()  # a half-built program's BOs go with the device
+                raise
         try:
             return self.program.run(inputs)
         except DeviceError:

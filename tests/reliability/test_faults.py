@@ -133,3 +133,15 @@ def test_device_goes_away_between_calls(warm):
         f(x)
     _no_bos_left()
     _recovers(f, x, want)
+
+
+def test_device_gone_at_the_first_call(fake):
+    x = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
+    f = rockjit.compile(_fn, backend="rocket")
+    fake_rocket.set_faults(device_gone=1)
+    with pytest.raises(DeviceError, match=r"CREATE_BO .* No such device.*went away"):
+        f(x)
+    _no_bos_left()  # the half-built program's BOs were freed with the device
+    fake_rocket.set_faults()
+    np.testing.assert_allclose(np.asarray(f(x)), np.tanh(2 * x) + x, atol=2e-2)
+    f.clear_cache()
