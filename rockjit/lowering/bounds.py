@@ -15,8 +15,8 @@ taken gigabytes:
   to ``MAX_TENSOR_ELEMENTS`` elements; beyond them the compile takes minutes and gigabytes.
 
 The example-argument calibration runs the whole graph in the numpy interpreter at full size; a
-graph with a tensor above ``CALIBRATION_MAX_ELEMENTS`` uses the static bounds instead
-(``calibration_inputs``).
+graph with a contraction above ``CALIBRATION_MAX_MACS`` uses the static bounds instead
+(``calibration_inputs``), so an oversized matmul is refused by the task bound in seconds.
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ from ..ir.types import TensorType
 ADDRESS_SPACE = 1 << 32
 MAX_TENSOR_ELEMENTS = 1 << 26       # 8192 x 8192; an elementwise op on it is ~8k tasks
 MAX_TASKS_PER_OP = 20_000           # ~40 s of emission on the 2-core CI machine
-CALIBRATION_MAX_ELEMENTS = 1 << 24  # a 64 MiB f32 tensor; the interpreter holds several
+CALIBRATION_MAX_ELEMENTS = 1 << 26  # = MAX_TENSOR_ELEMENTS: the element bound refuses first
+CALIBRATION_MAX_MACS = 1 << 36      # ~7e10 MACs, tens of seconds of numpy on 2 cores
 
 
 class CompileBoundError(UnsupportedError):
@@ -107,14 +108,34 @@ def check_tasks(tasks: int, what: str) -> None:
             f"take minutes and gigabytes; {_ADVICE}")
 
 
+def _macs(n) -> int:
+    """Multiply-accumulates of a contraction node (the interpreter's cost of running it)."""
+    if n.op is Op.DOT_GENERAL:
+        lhs = n.inputs[0].type.shape
+        k = int(np.prod([lhs[d] for d in n.attrs["lhs_contract"]], dtype=np.int64))
+        return n.out.type.size * k
+    if n.op is Op.CONV:
+        # the IR kernel is (O, I/groups, *window): each output element sums size / O products
+        kern = n.inputs[1].type
+        return n.out.type.size * max(1, kern.size // max(1, kern.shape[0]))
+    return 0
+
+
 def calibration_inputs(graph: Graph, inputs: Sequence[Any] | None) -> Sequence[Any] | None:
-    """The example inputs to calibrate on, or None (static bounds) when running the graph in
-    the interpreter at full size would allocate more than a compile should."""
+    """The example inputs to calibrate on, or None (the static bounds) when running the graph in
+    the numpy interpreter at full size would cost more than a compile should: a computed tensor
+    over ``CALIBRATION_MAX_ELEMENTS`` or a contraction over ``CALIBRATION_MAX_MACS`` (an
+    8192^3 matmul is 5.5e11). Params and constants are not computed, so they do not count;
+    the encoders (Whisper-base's 8x1500x1500 attention scores, 1.8e7 elements, ModernBERT's
+    3.9e7-element embedding param) stay calibrated."""
     if inputs is None:
         return None
-    biggest = max([v.type.size for v in graph.inputs]
-                  + [v.type.size for n in graph.nodes for v in n.outputs], default=0)
-    return None if biggest > CALIBRATION_MAX_ELEMENTS else inputs
+    for n in graph.nodes:
+        if n.op in (Op.PARAM, Op.CONSTANT):
+            continue
+        if n.out.type.size > CALIBRATION_MAX_ELEMENTS or _macs(n) > CALIBRATION_MAX_MACS:
+            return None
+    return inputs
 
 
 def check_bo(role: str, size: int, contents: Sequence[tuple[str, int]], graph: Graph) -> None:
