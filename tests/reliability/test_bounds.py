@@ -44,7 +44,9 @@ _CHILD = textwrap.dedent('''
     except CompileBoundError as e:
         out = {{"result": "refused", "message": str(e)}}
     out["seconds"] = time.monotonic() - t
-    out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    # VmHWM, not ru_maxrss: Linux carries the forking parent's peak into ru_maxrss across exec
+    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
+    out["maxrss_mb"] = int(hwm.split()[1]) // 1024
     print(json.dumps(out))
 ''').format(cap=MEM_CAP_MB)
 
