@@ -20,7 +20,7 @@ graph with a contraction above ``CALIBRATION_MAX_MACS`` uses the static bounds i
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 

@@ -2,10 +2,7 @@
 of C flags, the same verdict on any value, and an unknown value is an error naming the flag."""
 from __future__ import annotations
 
-import subprocess
-import sys
 
-import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
