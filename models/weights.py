@@ -18,6 +18,10 @@ from rockjit.errors import WeightError
 
 Shapes = Mapping[str, tuple[int, ...]]
 
+# safetensors dtype tags of floating-point tensors; encoder weights are all floats, so an int8
+# (a quantized checkpoint) or bool tensor under an expected name is the wrong file, not a cast.
+FLOAT_TAGS = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
+
 
 def _closest(name: str, candidates: Iterable[str]) -> str | None:
     found = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
@@ -53,6 +57,15 @@ def check_params(params: Mapping[str, object], expected: Shapes, where: str = "p
         got = tuple(np.shape(params[key]))
         if got != tuple(shape):
             raise WeightError(shape_message(key, tuple(shape), got, where))
+        dt = getattr(params[key], "dtype", None)
+        if dt is not None and not _is_float(np.dtype(dt)):
+            raise WeightError(dtype_message(key, np.dtype(dt).name, where))
+
+
+def dtype_message(key: str, got: str, where: str) -> str:
+    return (f"{where}: tensor '{key}' is stored as {got}, but the model expects floating-point "
+            f"weights (f32, f16 or bf16); a quantized (int8) or mask checkpoint must be "
+            f"dequantized to floats before loading")
 
 
 def _is_float(dt: np.dtype) -> bool:
@@ -88,9 +101,45 @@ def load_safetensors(path: str | os.PathLike, expected: Shapes, *, prefix: str |
     The returned dict is keyed by the names without the prefix, i.e. exactly `expected`'s keys.
     """
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise WeightError(f"weights file '{path}' does not exist")
+    _check_path(path)
     where = f"weights file '{path}'"
+    try:
+        return _load(path, where, expected, prefix, dtype)
+    except (WeightError, MemoryError):
+        raise
+    except Exception as e:  # safetensors' own errors carry no path and no advice
+        raise WeightError(f"{where} ({_size(path)}) is not a readable safetensors file: "
+                          f"{type(e).__name__}: {e}. It may be truncated, empty or another "
+                          f"format (a PyTorch .bin/.pt); re-download it, or convert it with "
+                          f"safetensors.numpy.save_file") from None
+
+
+def _size(path: str) -> str:
+    try:
+        return f"{os.path.getsize(path)} bytes"
+    except OSError:
+        return "size unknown"
+
+
+def _check_path(path: str) -> None:
+    if os.path.isdir(path):
+        inside = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))[:5]
+        hint = (f"; it holds {', '.join(inside)}" if inside
+                else "; it holds no .safetensors file")
+        raise WeightError(f"weights path '{path}' is a directory, not a safetensors file; pass "
+                          f"the .safetensors file itself{hint}")
+    if not os.path.exists(path):
+        raise WeightError(f"weights file '{path}' does not exist; check the path (relative "
+                          f"paths start at {os.getcwd()})")
+    if not os.path.isfile(path):
+        raise WeightError(f"weights path '{path}' is not a regular file; pass a .safetensors file")
+    if os.path.getsize(path) == 0:
+        raise WeightError(f"weights file '{path}' is empty (0 bytes); the download or save "
+                          f"was interrupted: fetch or write it again")
+
+
+def _load(path: str, where: str, expected: Shapes, prefix: str | None,
+          dtype: np.dtype | type | None) -> dict[str, np.ndarray]:
     params: dict[str, np.ndarray] = {}
     with safe_open(path, framework="numpy") as f:
         file_keys = list(f.keys())
@@ -107,9 +156,13 @@ def load_safetensors(path: str | os.PathLike, expected: Shapes, *, prefix: str |
             full = prefix + key
             if full not in present:
                 raise WeightError(missing_message(key, shape, where, unused))
-            got = tuple(f.get_slice(full).get_shape())
+            sl = f.get_slice(full)
+            got = tuple(sl.get_shape())
             if got != tuple(shape):
                 raise WeightError(shape_message(key, tuple(shape), got, where))
+            tag = sl.get_dtype()
+            if tag not in FLOAT_TAGS:
+                raise WeightError(dtype_message(key, tag, where))
         for key in expected:
             arr = f.get_tensor(prefix + key)
             if dtype is not None and _is_float(arr.dtype):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -75,6 +76,9 @@ def _check_backend(name: str) -> None:
             _npu.register_npu_backends(chip)
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; registered backends: {sorted(BACKENDS)}")
+    probe = getattr(BACKENDS[name], "probe", None)
+    if probe is not None:  # e.g. rocket: refuse at compile() when there is no device to run on
+        probe(name)
 
 
 # ------------------------------------------------------------------ signatures
@@ -143,8 +147,9 @@ def _leaf_dtype(leaf: Any, fn: Callable[..., Any], i: int, path: str) -> tuple[t
         DType.from_numpy(dt)
     except TypeError:
         names = ", ".join(d.value for d in DType)
+        from .frontend.context import dtype_advice
         raise TraceError(f"{_where(fn, i, path)}: dtype {dt.name} has no rockjit IR element type "
-                         f"(supported: {names}); cast it with .astype() before the call") from None
+                         f"(supported: {names}); {dtype_advice(dt, 'before the call')}") from None
     return shape, dt
 
 
@@ -376,6 +381,9 @@ class Compiled(_Traced):
         super().__init__(graph, sig, out_tree, backend)
         self._binding = binding
         self._runner: Runner | None = None
+        # One call at a time per Compiled: the resident binding, the lazily built runner and
+        # the program's staging buffers (one arena per program) are shared by every call.
+        self._call_lock = threading.Lock()
 
     @property
     def params(self) -> Mapping[str, np.ndarray]:
@@ -443,7 +451,8 @@ class Compiled(_Traced):
                     inputs.append(np.asarray(leaf, dtype=spec.leaves[j].dtype))
                     input_where.append(_where(self.signature.fn, i, spec.leaves[j].path))
         try:
-            return self._run(resident, inputs)
+            with self._call_lock:
+                return self._run(resident, inputs)
         except InputRangeError as e:
             if e.index is None or not 0 <= e.index < len(input_where):
                 raise
@@ -564,6 +573,8 @@ class CompiledFunction:
         self.backend = backend
         self._cache: dict[tuple, Compiled] = {}
         self.trace_count = 0
+        # Threads that miss the cache together trace and compile the signature once.
+        self._trace_lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
     def _signature(self, args: tuple) -> Signature:
@@ -579,30 +590,29 @@ class CompiledFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = _bind_kwargs(self.fn, args, kwargs)
+        return self._compiled_for(args)(*args)
+
+    def _compiled_for(self, args: tuple) -> "Compiled":
         sig = self._signature(args)
         key = sig.key()
         compiled = self._cache.get(key)
         if compiled is None:
-            self.trace_count += 1
-            graph, out_tree = _trace(sig, _graph_name(self.fn))
-            compiled = Lowered(graph, sig, out_tree, self.backend, args).compile()
-            self._cache[key] = compiled
-        return compiled(*args)
+            with self._trace_lock:
+                compiled = self._cache.get(key)
+                if compiled is None:
+                    self.trace_count += 1
+                    graph, out_tree = _trace(sig, _graph_name(self.fn))
+                    compiled = Lowered(graph, sig, out_tree, self.backend, args).compile()
+                    self._cache[key] = compiled
+        return compiled
 
     def clear_cache(self) -> None:
-        self._cache.clear()
+        with self._trace_lock:
+            self._cache.clear()
 
     def compiled(self, *args: Any, **kwargs: Any) -> "Compiled":
         """The Compiled object for these arguments' signature (traced if needed)."""
-        args = _bind_kwargs(self.fn, args, kwargs)
-        sig = self._signature(args)
-        c = self._cache.get(sig.key())
-        if c is None:
-            self.trace_count += 1
-            graph, out_tree = _trace(sig, _graph_name(self.fn))
-            c = Lowered(graph, sig, out_tree, self.backend, args).compile()
-            self._cache[sig.key()] = c
-        return c
+        return self._compiled_for(_bind_kwargs(self.fn, args, kwargs))
 
     def stats(self, *args: Any, **kwargs: Any) -> dict[str, int]:
         """Program stats of the most recently compiled signature (or of ``args``')."""

@@ -1,13 +1,20 @@
-"""The one registry of Python-side debug / environment flags (design.md convention 11).
+"""The registry of environment flags and the one grammar their values follow (design.md
+convention 11).
 
-Every environment variable the Python side reads is registered here once with ``flag(name,
-description, default)`` and read through ``value``/``enabled``; reading an unregistered name is an
-error, so a typo cannot silently read nothing. (The C runtime keeps its own table in
-csrc/runtime/envflags.c; a flag both sides read must be registered in both.)
+The flags the C runtime reads are rows of the C table (csrc/runtime/envflags.c); this module
+reads that table through the C core, so a C flag is described in one place. Flags only Python
+reads are registered here with ``flag(name, description, default)``. Reading an unregistered
+name is an error, so a typo cannot silently read nothing.
+
+A switch takes one of ``SWITCH_WORDS`` (1/0, true/false, yes/no, on/off, any case); empty is
+the same as unset. Any other value raises ``FlagValueError`` naming the flag and the accepted
+words, in Python exactly as in C (``rj_env_switch``): the word list below is checked against the
+C one by tests/reliability/test_envflags.py.
 """
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -17,20 +24,40 @@ from .errors import RockjitError
 class FlagError(RockjitError, KeyError):
     """A flag is read without being registered, or registered twice differently."""
 
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class FlagValueError(RockjitError, ValueError):
+    """A switch flag holds a value that is not one of the switch words."""
+
+
+# (word, on) pairs, "on" word first; must equal csrc/runtime/envflags.c bool_words.
+SWITCH_WORDS: tuple[tuple[str, bool], ...] = (
+    ("1", True), ("0", False), ("true", True), ("false", False), ("yes", True), ("no", False),
+    ("on", True), ("off", False))
+ACCEPTED = "1/0, true/false, yes/no, on/off (any case), or empty/unset for off"
+
+SWITCH, TEXT = "switch", "text"
+
 
 @dataclass(frozen=True)
 class Flag:
     name: str
     description: str
-    default: str
+    default: str = ""
+    kind: str = SWITCH      # SWITCH or TEXT
+    side: str = "python"    # "python" (registered here) or "c" (a row of the C table)
 
 
 _FLAGS: dict[str, Flag] = {}
+_c_loaded = False
+_c_lock = threading.Lock()
 
 
-def flag(name: str, description: str, default: str = "") -> Flag:
-    """Register ``name`` (idempotent for an identical registration)."""
-    f = Flag(name, description, default)
+def flag(name: str, description: str, default: str = "", kind: str = SWITCH) -> Flag:
+    """Register a Python-only flag (idempotent for an identical registration)."""
+    f = Flag(name, description, default, kind)
     old = _FLAGS.get(name)
     if old is not None and old != f:
         raise FlagError(f"debug flag {name!r} is already registered with a different description "
@@ -39,12 +66,57 @@ def flag(name: str, description: str, default: str = "") -> Flag:
     return f
 
 
+def c_flags() -> dict[str, Flag]:
+    """The C runtime's table (csrc/runtime/envflags.c), read through the C core."""
+    from .runtime._ffi import ffi, lib
+
+    info = ffi.new("rj_env_flag_info *")
+    out = {}
+    for i in range(lib.rj_env_flag_count()):
+        lib.rj_env_flag_describe(i, info)
+        name = ffi.string(info.name).decode()
+        kind = SWITCH if info.kind == lib.RJ_ENV_BOOL else TEXT
+        out[name] = Flag(name, ffi.string(info.description).decode(), "", kind, "c")
+    return out
+
+
+def c_switch_words() -> tuple[tuple[str, bool], ...]:
+    """The C grammar's words (rj_env_bool_word), to check SWITCH_WORDS against."""
+    from .runtime._ffi import ffi, lib
+
+    on = ffi.new("int *")
+    words = []
+    i = 0
+    while (w := lib.rj_env_bool_word(i, on)) != ffi.NULL:
+        words.append((ffi.string(w).decode(), bool(on[0])))
+        i += 1
+    return tuple(words)
+
+
+def _load_c() -> None:
+    global _c_loaded
+    if _c_loaded:
+        return
+    with _c_lock:
+        if not _c_loaded:
+            for name, f in c_flags().items():
+                if name in _FLAGS and _FLAGS[name].side != "c":
+                    raise FlagError(f"flag {name!r} is registered in rockjit/debugflags.py and in "
+                                    f"csrc/runtime/envflags.c; keep it in the C table only")
+                _FLAGS[name] = f
+            _c_loaded = True
+
+
 def _get(name: str) -> Flag:
-    try:
-        return _FLAGS[name]
-    except KeyError:
+    f = _FLAGS.get(name)
+    if f is None:
+        _load_c()
+        f = _FLAGS.get(name)
+    if f is None:
         raise FlagError(f"debug flag {name!r} is not registered; add it with flag() in "
-                        f"rockjit/debugflags.py (known: {', '.join(sorted(_FLAGS))})") from None
+                        f"rockjit/debugflags.py, or to the C table in csrc/runtime/envflags.c "
+                        f"(known: {', '.join(sorted(_FLAGS))})")
+    return f
 
 
 def value(name: str) -> str:
@@ -54,34 +126,49 @@ def value(name: str) -> str:
     return v if v else f.default
 
 
+def parse_switch(name: str, text: str) -> bool:
+    """A switch value by the grammar; FlagValueError names the flag for any other word."""
+    if text == "":
+        return False
+    # ASCII-only case folding, as C's strcasecmp: no Unicode letter may fold into a word
+    t = text.lower() if text.isascii() else None
+    for word, on in SWITCH_WORDS:
+        if t == word:
+            return on
+    shown = text if len(text) <= 64 else text[:64] + "..."
+    raise FlagValueError(f"environment flag {name}={shown} is not a switch value; use {ACCEPTED}")
+
+
 def enabled(name: str) -> bool:
-    """True when the flag's value is set to something other than '', '0', 'false', 'no', 'off'."""
-    return value(name).strip().lower() not in ("", "0", "false", "no", "off")
+    """Whether switch flag ``name`` is on (FlagValueError for a value outside the grammar)."""
+    f = _get(name)
+    if f.kind != SWITCH:
+        raise FlagError(f"{name} is a text flag ({f.description}); read it with value()")
+    return parse_switch(name, value(name))
+
+
+def check_all() -> None:
+    """Refuse now any registered switch whose value is outside the grammar."""
+    _load_c()
+    for f in registered():
+        if f.kind == SWITCH:
+            enabled(f.name)
 
 
 def registered() -> Iterator[Flag]:
+    _load_c()
     return iter(sorted(_FLAGS.values(), key=lambda f: f.name))
 
 
-# ---- the flags -------------------------------------------------------------------------------
+# ---- the Python-only flags -------------------------------------------------------------------
 
 UPDATE_GOLDEN = flag(
     "ROCKJIT_UPDATE_GOLDEN",
-    "1: golden lowering tests (tests/lowering/test_golden_regcmd.py) rewrite their expected regcmd "
-    "text files from the current emitters instead of comparing. A deliberate act: commit the diff "
-    "with the reason for the change.",
+    "on: golden lowering tests (tests/lowering/test_golden_regcmd.py) rewrite their expected "
+    "regcmd text files from the current emitters instead of comparing. A deliberate act: commit "
+    "the diff with the reason for the change.",
     "0")
 
-FAKE_ROCKET = flag(
-    "RJ_FAKE_ROCKET",
-    "1: backend='rocket' serves /dev/accel/accel0 from the ioctl-level fake backed by the "
-    "simulator (the C runtime reads the same flag; csrc/runtime/envflags.c).",
-    "0")
-
-SIM_FAITHFUL = flag(
-    "RJ_SIM_FAITHFUL",
-    "1: every simulator the C runtime creates reproduces the documented LUT quirks it models "
-    "(QUIRK 2's x~0 spike, QUIRK 4's q=0 entry) instead of refusing them -- for running foreign "
-    "programs; rockjit's own programs are checked without it (csrc/runtime/envflags.c, "
-    "csrc/sim/rj_sim.h RJ_SIM_FAITHFUL).",
-    "0")
+# Flags of the C table that Python reads too (described there).
+FAKE_ROCKET = "RJ_FAKE_ROCKET"
+SIM_FAITHFUL = "RJ_SIM_FAITHFUL"

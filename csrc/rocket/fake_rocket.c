@@ -52,6 +52,7 @@ typedef struct fake_bo {
     uint32_t busy;       /* queued or running jobs that write it (a hung job never finishes) */
     uint32_t refs;       /* queued jobs and waiters holding it (the kernel's job BO refs) */
     uint64_t iova, size, map_size, mmap_offset;
+    uint64_t job_size;   /* what a job may reach: size, or less under the short_bo fault */
     uint8_t *mem;
 } fake_bo;
 
@@ -75,6 +76,8 @@ typedef struct fake_file {
     uint32_t next_handle;
     int job_err_code;
     char job_err_msg[1024];
+    uint32_t jobs_dropped;   /* since the last job_error(): jobs the kernel refused silently */
+    char drop_msg[512];
     pthread_t worker;
     pthread_cond_t work; /* the queue got a job, or the file is closing */
     fake_job *head, *tail;
@@ -205,6 +208,9 @@ static int do_create_bo(int fi, rj_drm_rocket_create_bo *a)
     if (a->size == 0)
         return fail_errno(EINVAL, "CREATE_BO: size 0 (a GEM object needs at least one page)");
     K.creates_seen++;
+    int short_bo = K.faults.short_bo_at && K.creates_seen == K.faults.short_bo_at;
+    if (short_bo)
+        K.faults.short_bo_at = 0;
     if (K.faults.fail_create_at && K.creates_seen == K.faults.fail_create_at) {
         K.faults.fail_create_at = 0;
         return fail_errno(ENOMEM, "CREATE_BO: injected ENOMEM");
@@ -237,6 +243,7 @@ static int do_create_bo(int fi, rj_drm_rocket_create_bo *a)
     b->handle_open = 1;
     b->iova = iova;
     b->size = a->size;
+    b->job_size = short_bo ? a->size / 2 : a->size;
     b->map_size = map;
     b->mmap_offset = FAKE_MMAP_BASE + K.next_mmap;
     K.next_mmap += map;
@@ -286,7 +293,7 @@ static void *worker_main(void *arg)
         }
         rj_region *regions = calloc(j->nbos ? j->nbos : 1, sizeof(*regions));
         for (uint32_t i = 0; regions && i < j->nbos; i++)
-            regions[i] = (rj_region){.iova = j->bos[i]->iova, .size = j->bos[i]->size,
+            regions[i] = (rj_region){.iova = j->bos[i]->iova, .size = j->bos[i]->job_size,
                                      .host = j->bos[i]->mem};
         uint32_t delay_us = K.faults.job_delay_us;
         K.running++;
@@ -308,6 +315,13 @@ static void *worker_main(void *arg)
 
         pthread_mutex_lock(&K.lock);
         K.running--;
+        for (uint32_t i = 0; rc && i < j->nbos; i++)
+            if (j->bos[i]->job_size < j->bos[i]->size) {
+                /* The injected short BO, not the program, put the access out of bounds: a
+                 * device-side memory fault (RocketDevice reports it as such). */
+                rc = RJ_EFAULT;
+                break;
+            }
         if (rc && !f->job_err_code) {
             /* On silicon this is a job that hangs until the 500 ms scheduler timeout and a
              * core reset; the fence still signals. Keep the simulator's reason for job_error(). */
@@ -427,7 +441,11 @@ static void submit_job(int fi, const rj_drm_rocket_job *j, uint32_t ji)
             drop_job(0, "SUBMIT job %u: a BO is in both the in- and out-list; hardware completes "
                      "such a job having executed nothing (notes: encodings/regcmd-task-model.md)",
                      ji);
-        else
+        else if (K.faults.drop_jobs) {
+            K.faults.drop_jobs--;
+            drop_job(ENOENT, "SUBMIT job %u: injected: a BO handle of the job was closed (the "
+                     "kernel drops the job and SUBMIT still returns 0)", ji);
+        } else
             queue_job(fi, j, ji, outs);
     }
     free(ins);
@@ -449,13 +467,21 @@ static int do_submit(int fi, rj_drm_rocket_submit *a)
         return fail_errno(EFAULT, "SUBMIT: jobs pointer is NULL");
     if (K.faults.fail_submit) {
         K.faults.fail_submit--;
-        return fail_errno(ENOMEM, "SUBMIT: injected ENOMEM");
+        int e = K.faults.submit_errno ? (int)K.faults.submit_errno : ENOMEM;
+        return fail_errno(e, "SUBMIT: injected %s", strerror(e));
     }
     const uint8_t *base = (const uint8_t *)(uintptr_t)a->jobs;
     for (uint32_t i = 0; i < a->job_count; i++) {
         rj_drm_rocket_job j;
         memcpy(&j, base + (uint64_t)i * a->job_struct_size, sizeof(j));
+        uint64_t before = K.st.jobs_dropped;
         submit_job(fi, &j, i);
+        if (K.st.jobs_dropped != before && K.st.last_errno != 0) {
+            /* Silicon gives userspace no sign of a dropped job (its fence just signals); the
+             * fake keeps the reason so job_error() can tell the runtime. */
+            K.files[fi].jobs_dropped++;
+            snprintf(K.files[fi].drop_msg, sizeof(K.files[fi].drop_msg), "%s", K.st.last_error);
+        }
     }
     return 0;
 }
@@ -481,6 +507,11 @@ static int do_prep_bo(int fi, rj_drm_rocket_prep_bo *a)
         K.st.eintr_returned++;
         errno = EINTR;
         return -1;
+    }
+    if (K.faults.prep_timeout) {
+        K.faults.prep_timeout--;
+        K.st.timeouts++;
+        return fail_errno(ETIMEDOUT, "PREP_BO: injected: handle %u timed out", a->handle);
     }
     if (!b->busy)
         return 0;
@@ -555,6 +586,12 @@ static int fake_ioctl(int fd, unsigned long request, void *arg)
     }
     if (!arg) {
         rc = fail_errno(EFAULT, "ioctl 0x%lx: NULL argument", request);
+        goto out;
+    }
+    if (K.faults.device_gone && which != RJ_ROCKET_IOCTL_GEM_CLOSE) {
+        /* An unplugged DRM device answers ENODEV (drm_dev_enter fails); handles can still be
+         * closed so userspace can clean up. */
+        rc = fail_errno(ENODEV, "ioctl 0x%lx: injected: the device is gone", request);
         goto out;
     }
     switch (which) {
@@ -667,6 +704,10 @@ static void *fake_mmap(void *addr, size_t len, int prot, int flags, int fd, int6
         goto out;
     }
     K.mmaps_seen++;
+    if (K.faults.device_gone) {
+        fail_errno(ENODEV, "mmap: injected: the device is gone");
+        goto out;
+    }
     if (K.faults.fail_mmap_at && K.mmaps_seen == K.faults.fail_mmap_at) {
         K.faults.fail_mmap_at = 0;
         fail_errno(ENOMEM, "mmap: injected ENOMEM");
@@ -727,6 +768,13 @@ static int fake_job_error(int fd, rj_err *err)
     if (f && f->job_err_code) {
         rc = rj_fail(err, f->job_err_code, "%s", f->job_err_msg);
         f->job_err_code = 0;
+    } else if (f && f->jobs_dropped) {
+        rc = rj_fail(err, RJ_EIO, "the kernel dropped %u job(s) without running them (%s); their "
+                     "outputs were not written", f->jobs_dropped, f->drop_msg);
+    }
+    if (f) {
+        f->jobs_dropped = 0;
+        f->drop_msg[0] = 0;
     }
     pthread_mutex_unlock(&K.lock);
     return rc;

@@ -102,7 +102,9 @@ typedef struct rj_sys_ops {
 const rj_sys_ops *rj_sys_libc(void);
 const rj_sys_ops *rj_sys_fake_rocket(void);
 /* What a RocketDevice created now will use: the table set by rj_sys_set, else the fake when
- * RJ_FAKE_ROCKET=1, else libc. */
+ * RJ_FAKE_ROCKET is on, else libc. rj_sys_select says why when RJ_FAKE_ROCKET holds a value
+ * that is not a switch word (rj_sys_current then returns NULL). */
+int rj_sys_select(const rj_sys_ops **out, rj_err *err);
 const rj_sys_ops *rj_sys_current(void);
 void rj_sys_set(const rj_sys_ops *ops); /* NULL restores the default */
 
@@ -127,9 +129,16 @@ typedef struct rj_fake_rocket_faults {
     uint32_t hang_jobs;         /* the next N jobs never complete (their out-BOs stay busy) */
     uint32_t fail_create_at;    /* the Nth CREATE_BO from now fails with ENOMEM (0 = never) */
     uint32_t fail_mmap_at;      /* the Nth mmap from now fails with ENOMEM (0 = never) */
-    uint32_t fail_submit;       /* the next N SUBMIT calls fail with ENOMEM */
+    uint32_t fail_submit;       /* the next N SUBMIT calls fail with submit_errno */
     uint32_t job_delay_us;      /* every job takes at least this long (stand-in for NPU time) */
-    uint32_t reserved[2];       /* must be zero */
+    uint32_t submit_errno;      /* errno of an injected SUBMIT failure (0 = ENOMEM) */
+    uint32_t prep_timeout;      /* the next N PREP_BO calls time out at once (ETIMEDOUT) */
+    uint32_t short_bo_at;       /* the Nth CREATE_BO from now backs only half its size: jobs
+                                 * reaching the upper half fault (an IOMMU fault on silicon) */
+    uint32_t drop_jobs;         /* the next N jobs are dropped as if a BO handle had been closed
+                                 * (ENOENT per job; SUBMIT still returns 0, as the kernel does) */
+    uint32_t device_gone;       /* every ioctl and mmap fails with ENODEV while set */
+    uint32_t reserved[3];       /* must be zero */
 } rj_fake_rocket_faults;
 
 #define RJ_FAKE_ROCKET_MAX_DEADLINES 8

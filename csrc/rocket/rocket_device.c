@@ -10,6 +10,7 @@
  * rocket_job.c. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -38,6 +39,23 @@ static int xioctl(const rj_sys_ops *sys, int fd, unsigned long req, void *arg)
         rc = sys->ioctl(fd, req, arg);
     } while (rc == -1 && (errno == EINTR || errno == EAGAIN));
     return rc;
+}
+
+/* What an errno means for the caller, where the bare strerror does not say. */
+static const char *errno_hint(int e)
+{
+    switch (e) {
+    case ENODEV:
+        return " (the NPU device went away: driver unbound, module unloaded or a reset; a "
+               "compiled function reopens it on its next call)";
+    case EINVAL:
+        return " (the kernel refused the request's arguments: a struct or job the runtime built "
+               "wrongly; report it with RJ_DUMP_REGCMD output)";
+    case ENOMEM:
+        return " (the kernel is out of memory for the job)";
+    default:
+        return "";
+    }
 }
 
 static int track(rocket_dev *r, rj_bo *bo, rj_err *err)
@@ -80,7 +98,7 @@ static int rk_bo_create(rj_device *d, uint32_t ctx, uint64_t size, rj_bo *bo, rj
                        "rocket CREATE_BO of %llu bytes on %s (context %u) failed: %s%s",
                        (unsigned long long)size, r->path, ctx, strerror(e),
                        e == ENOSPC ? " (this fd's 4 GiB IOVA window is full; spread BOs over more "
-                                     "contexts, notes: perf/iova-and-multicore.md)" : "");
+                                     "contexts, notes: perf/iova-and-multicore.md)" : errno_hint(e));
     }
     if (cb.dma_address + size > 0x100000000ull) {
         gem_close(r, fd, cb.handle);
@@ -126,8 +144,8 @@ static int rk_sync_for_device(rj_device *d, rj_bo *bo, rj_err *err)
     rocket_dev *r = to_rk(d);
     rj_drm_rocket_fini_bo f = {.handle = bo->handle, .reserved = 0};
     if (xioctl(r->sys, r->fds[bo->ctx], rj_rocket_ioctl_request(RJ_ROCKET_IOCTL_FINI_BO), &f) != 0)
-        return rj_fail(err, RJ_EIO, "rocket FINI_BO of BO handle %u (context %u) failed: %s",
-                       bo->handle, bo->ctx, strerror(errno));
+        return rj_fail(err, RJ_EIO, "rocket FINI_BO of BO handle %u (context %u) failed: %s%s",
+                       bo->handle, bo->ctx, strerror(errno), errno_hint(errno));
     return RJ_OK;
 }
 
@@ -148,8 +166,8 @@ static int rk_sync_for_cpu(rj_device *d, rj_bo *bo, int64_t deadline_ns, rj_err 
                        "(rocket_job.c), so a longer hang means the job never completed: check the "
                        "regcmd trailer and enable mask, or raise the program timeout",
                        bo->handle, bo->ctx, strerror(e));
-    return rj_fail(err, RJ_EIO, "rocket PREP_BO of BO handle %u (context %u) failed: %s",
-                   bo->handle, bo->ctx, strerror(e));
+    return rj_fail(err, RJ_EIO, "rocket PREP_BO of BO handle %u (context %u) failed: %s%s",
+                   bo->handle, bo->ctx, strerror(e), errno_hint(e));
 }
 
 /* Best effort after a failed submit: let already-queued jobs finish before their BOs can be
@@ -217,8 +235,8 @@ static int rk_submit(rj_device *d, const rj_job *jobs, uint32_t njobs, rj_err *e
                                   .job_struct_size = sizeof(rj_drm_rocket_job), .reserved = 0};
         if (xioctl(r->sys, r->fds[ctx], rj_rocket_ioctl_request(RJ_ROCKET_IOCTL_SUBMIT), &s) != 0) {
             int e = errno;
-            rc = rj_fail(err, RJ_EIO, "rocket SUBMIT of %u job(s) on %s context %u failed: %s", n,
-                         r->path, ctx, strerror(e));
+            rc = rj_fail(err, RJ_EIO, "rocket SUBMIT of %u job(s) on %s context %u failed: %s%s", n, r->path, ctx,
+                         strerror(e), errno_hint(e));
             break;
         }
         submitted += n;
@@ -246,7 +264,17 @@ static int rk_job_done(rj_device *d, const rj_job *job, rj_err *err)
     rocket_dev *r = to_rk(d);
     if (!r->sys->job_error)
         return RJ_OK; /* the kernel reports no per-job result */
-    return r->sys->job_error(r->fds[job->ctx], err);
+    int rc = r->sys->job_error(r->fds[job->ctx], err);
+    if (rc == RJ_EFAULT && err) {
+        /* An address outside the job's BOs is an IOMMU fault on silicon: the device's failure,
+         * not a malformed program the runtime could have refused (those fail at load). */
+        char msg[sizeof(err->msg)];
+        snprintf(msg, sizeof(msg), "%s", err->msg);
+        rc = rj_fail(err, RJ_EIO, "rocket: the job on %s context %u faulted: the NPU reached memory "
+                     "outside its BOs (an IOMMU fault on silicon; a BO shorter than planned?): %s",
+                     r->path, job->ctx, msg);
+    }
+    return rc;
 }
 
 static void rk_destroy(rj_device *d)
@@ -290,6 +318,10 @@ int rj_rocket_device_create(rj_device **out, const char *path, uint32_t nctx, ui
                        nctx);
     if (!path)
         path = RJ_ROCKET_DEFAULT_PATH;
+    const rj_sys_ops *sys = rj_sys_fake_rocket();
+    int rc;
+    if (!(flags & RJ_ROCKET_USE_FAKE) && (rc = rj_sys_select(&sys, err)))
+        return rc;
     rocket_dev *r = calloc(1, sizeof(*r));
     if (!r)
         return rj_fail(err, RJ_ENOMEM, "rocket: out of memory");
@@ -300,7 +332,7 @@ int rj_rocket_device_create(rj_device **out, const char *path, uint32_t nctx, ui
     }
     r->base.ops = &rocket_ops;
     r->base.nctx = 0;
-    r->sys = (flags & RJ_ROCKET_USE_FAKE) ? rj_sys_fake_rocket() : rj_sys_current();
+    r->sys = sys;
     strncpy(r->path, path, sizeof(r->path) - 1);
     for (uint32_t i = 0; i < nctx; i++) {
         int fd = r->sys->open(path, O_RDWR | O_CLOEXEC);

@@ -63,12 +63,25 @@ static const rj_sys_ops *override;
 
 const rj_sys_ops *rj_sys_libc(void) { return &libc_ops; }
 
-const rj_sys_ops *rj_sys_current(void)
+int rj_sys_select(const rj_sys_ops **out, rj_err *err)
 {
     const rj_sys_ops *o = __atomic_load_n(&override, __ATOMIC_ACQUIRE);
-    if (o)
-        return o;
-    return rj_env_on(RJ_ENV_FAKE_ROCKET) ? rj_sys_fake_rocket() : &libc_ops;
+    int fake, rc;
+    *out = NULL;
+    if (o) {
+        *out = o;
+        return RJ_OK;
+    }
+    if ((rc = rj_env_switch(RJ_ENV_FAKE_ROCKET, &fake, err)))
+        return rc;
+    *out = fake ? rj_sys_fake_rocket() : &libc_ops;
+    return RJ_OK;
+}
+
+const rj_sys_ops *rj_sys_current(void)
+{
+    const rj_sys_ops *o;
+    return rj_sys_select(&o, NULL) == RJ_OK ? o : NULL;
 }
 
 void rj_sys_set(const rj_sys_ops *ops) { __atomic_store_n(&override, ops, __ATOMIC_RELEASE); }

@@ -90,12 +90,12 @@ int rj_bo_create(rj_device *dev, uint32_t ctx, uint64_t size, rj_bo **out, rj_er
     if (!bo)
         return rj_fail(err, RJ_ENOMEM, "rj_bo_create: out of memory");
     bo->ctx = ctx;
-    int rc = dev->ops->bo_create(dev, ctx, size, bo, err);
-    if (rc) {
+    int poison, rc = rj_env_switch(RJ_ENV_POISON_BOS, &poison, err);
+    if (rc || (rc = dev->ops->bo_create(dev, ctx, size, bo, err))) {
         free(bo);
         return rc;
     }
-    if (rj_env_on(RJ_ENV_POISON_BOS))
+    if (poison)
         memset(bo->host, 0xAA, bo->size);
     dev->stats.bos_live++;
     dev->stats.bos_created++;

@@ -603,7 +603,10 @@ int rj_program_load(rj_program *p, rj_err *err)
     for (uint32_t i = 0; i < p->nbos; i++)
         if ((rc = hand_to_device(p, &p->bos[i], err)))
             return rc;
-    p->trace = rj_env_on(RJ_ENV_TRACE_STEPS);
+    int trace;
+    if ((rc = rj_env_switch(RJ_ENV_TRACE_STEPS, &trace, err)))
+        return rc;
+    p->trace = trace;
     p->loaded = 1;
     return RJ_OK;
 }
@@ -637,10 +640,10 @@ static int run_npu_step(rj_program *p, uint32_t si, const prog_step *s, rj_err *
         /* Host steps may have written BOs since the last hand-over. */
         for (uint32_t i = 0; i < j->n_in; i++)
             if ((rc = hand_to_device(p, &p->bos[j->in[i]], err)))
-                return rc;
+                goto fail;
         for (uint32_t o = 0; o < j->n_out; o++)
             if ((rc = hand_to_device(p, &p->bos[j->out[o]], err)))
-                return rc;
+                goto fail;
     }
     if ((rc = rj_device_submit(p->dev, p->scratch, s->count, err)))
         goto fail;

@@ -259,15 +259,26 @@ enum {
     RJ_ENV_SIM_FAITHFUL = 4,
     RJ_ENV_COUNT = 5,
 };
+enum {
+    RJ_ENV_BOOL = 0, /* a switch: 1/0, true/false, yes/no, on/off (any case); empty = unset = off */
+    RJ_ENV_TEXT = 1, /* a value taken as it is (a directory) */
+};
 typedef struct rj_env_flag_info {
     const char *name;
     const char *description;
+    uint32_t kind;     /* RJ_ENV_BOOL or RJ_ENV_TEXT */
+    uint32_t reserved; /* must be zero */
 } rj_env_flag_info;
 uint32_t rj_env_flag_count(void);
 int rj_env_flag_describe(uint32_t id, rj_env_flag_info *out);
 /* The flag's value or NULL when unset/empty. */
 const char *rj_env_get(uint32_t id);
-/* 1 when the flag is set to something other than "0". */
-int rj_env_on(uint32_t id);
+/* The i-th word of the switch grammar and whether it means on (NULL past the last word). */
+const char *rj_env_bool_word(uint32_t i, int *on);
+/* A switch value: RJ_OK with *on set for a grammar word or NULL/empty (off), else RJ_EINVAL. */
+int rj_env_parse_bool(const char *value, int *on);
+/* Read switch flag `id`: RJ_OK with *on, or RJ_EINVAL naming the flag, its value and the
+ * accepted words when the value is not one of them. */
+int rj_env_switch(uint32_t id, int *on, rj_err *err);
 
 #endif /* RJ_RUNTIME_H */

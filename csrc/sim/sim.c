@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/rj_runtime.h" /* rj_env_on: RJ_SIM_FAITHFUL from the environment */
+#include "runtime/rj_runtime.h" /* rj_env_switch: RJ_SIM_FAITHFUL from the environment */
 #include "sim_internal.h"
 
 #define OP_LOW_WRITE 0x01u
@@ -135,7 +135,11 @@ int rj_sim_create(rj_sim **out, uint32_t flags, rj_err *err)
     if (flags & ~known)
         return rj_fail(err, RJ_EINVAL, "rj_sim_create: unknown flag bits 0x%x (RJ_SIM_STRICT = 1 and "
                        "RJ_SIM_FAITHFUL = 2 exist)", flags & ~known);
-    if (rj_env_on(RJ_ENV_SIM_FAITHFUL))
+    int faithful = 0;
+    int rc = rj_env_switch(RJ_ENV_SIM_FAITHFUL, &faithful, err);
+    if (rc)
+        return rc;
+    if (faithful)
         flags |= RJ_SIM_FAITHFUL;
     rj_sim *sim = calloc(1, sizeof *sim);
     if (!sim)

@@ -525,6 +525,16 @@ static void test_env_selects_fake(void)
     CHECK(rj_sys_current() == rj_sys_fake_rocket(), "RJ_FAKE_ROCKET=1 selects the fake");
     setenv("RJ_FAKE_ROCKET", "0", 1);
     CHECK(rj_sys_current() == rj_sys_libc(), "RJ_FAKE_ROCKET=0 does not");
+    setenv("RJ_FAKE_ROCKET", "Off", 1);
+    CHECK(rj_sys_current() == rj_sys_libc(), "RJ_FAKE_ROCKET=Off does not");
+    setenv("RJ_FAKE_ROCKET", "banana", 1);
+    rj_err err = {0};
+    const rj_sys_ops *o;
+    CHECK(rj_sys_select(&o, &err) == RJ_EINVAL && strstr(err.msg, "RJ_FAKE_ROCKET=banana") &&
+              strstr(err.msg, "on/off"), "an unknown value is refused with the flag's name");
+    rj_device *dev = NULL;
+    CHECK(rj_rocket_device_create(&dev, NULL, 1, 0, &err) == RJ_EINVAL && !dev,
+          "no device on an unknown RJ_FAKE_ROCKET value");
     unsetenv("RJ_FAKE_ROCKET");
     rj_sys_set(rj_sys_fake_rocket());
     CHECK(rj_sys_current() == rj_sys_fake_rocket(), "explicit selection");

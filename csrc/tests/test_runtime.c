@@ -374,6 +374,15 @@ static void test_env_table(void)
               "flag %u registered with a description", i);
     }
     CHECK(rj_env_flag_describe(n, &info) == RJ_EINVAL, "out of range");
+    int on = -1;
+    CHECK(rj_env_parse_bool("YES", &on) == RJ_OK && on == 1, "YES is on");
+    CHECK(rj_env_parse_bool("", &on) == RJ_OK && on == 0, "empty is off");
+    CHECK(rj_env_parse_bool("banana", &on) == RJ_EINVAL, "banana is refused");
+    rj_err err = {0};
+    setenv("RJ_TRACE_STEPS", "banana", 1);
+    CHECK(rj_env_switch(RJ_ENV_TRACE_STEPS, &on, &err) == RJ_EINVAL && strstr(err.msg, "RJ_TRACE_STEPS"),
+          "rj_env_switch names the flag");
+    unsetenv("RJ_TRACE_STEPS");
 }
 
 int main(void)

@@ -29,9 +29,20 @@ def dtype_of(np_dtype: Any, loc: Loc | None, what: str) -> DType:
         return DType.from_numpy(np.dtype(np_dtype))
     except TypeError:
         names = ", ".join(d.value for d in DType)
+        dt = np.dtype(np_dtype)
         raise UnsupportedError(
-            f"{what}{_where(loc)} has dtype {np.dtype(np_dtype).name}, which the rockjit IR "
-            f"cannot hold (it has {names}); cast it with .astype() before this point") from None
+            f"{what}{_where(loc)} has dtype {dt.name}, which the rockjit IR cannot hold (it has "
+            f"{names}); {dtype_advice(dt, 'before this point')}") from None
+
+
+def dtype_advice(dt: np.dtype, when: str) -> str:
+    """What to do about a dtype the IR lacks. A complex value (jnp.fft, complex arithmetic) has
+    no real cast that keeps its meaning, so .astype() is no advice for it."""
+    if dt.kind == "c":
+        return ("complex numbers (from jnp.fft or complex arithmetic) have no NPU or IR form and "
+                "no cast keeps their meaning: compute this part outside the compiled function "
+                "(e.g. under jax.jit) and pass its real and imaginary parts in as float32 arrays")
+    return f"cast it with .astype() {when}"
 
 
 def tensor_type(aval: Any, loc: Loc | None, what: str) -> TensorType:

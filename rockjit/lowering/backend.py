@@ -16,6 +16,7 @@ first call.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -37,6 +38,7 @@ class NpuRunner:
         self.profile = profile
         self.device = None
         self.program = None
+        self.lowered = None
 
     def compile(self):
         from .pipeline import lower_graph
@@ -45,18 +47,60 @@ class NpuRunner:
         from .profile import get_profile
 
         if self.device is None:
-            self.device = self._make_device(get_profile(self.profile).cores)
-        lowered = lower_graph(self.graph, self.params, profile=self.profile)
-        self.program = NpuProgram(lowered, self.device)
+            self.device = self._open_device(get_profile(self.profile).cores)
+        self.lowered = lower_graph(self.graph, self.params, profile=self.profile)
+        self.program = NpuProgram(self.lowered, self.device)
         return self.program
 
+    def _open_device(self, cores: int):
+        from ..runtime import DeviceError
+
+        try:
+            return self._make_device(cores)
+        except DeviceError as e:
+            if self._make_device is not _rocket:
+                raise
+            raise type(e)(f"{e.message} {_rocket_hint('rocket')}", e.code) from None
+
     def __call__(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        from ..runtime import DeviceError
         from .value_checks import check_inputs
 
         check_inputs(self.graph, inputs)      # NaN / Inf / |x| > 65504: refused, not packed
         if self.program is None:
-            self.compile()
-        return self.program.run(inputs)
+            try:
+                if self.lowered is None:
+                    self.compile()
+                else:
+                    self._reload()
+            except DeviceError:
+                self._drop_device()  # a half-built program's BOs go with the device
+                raise
+        try:
+            return self.program.run(inputs)
+        except DeviceError:
+            # A device fault (failed submit, timeout, a job that never finished, the device
+            # going away) leaves BOs possibly still owned by a hung job and fds possibly dead:
+            # drop the program and the device (every BO is freed), keep the lowering, and load
+            # it afresh on the next call.
+            self._drop_device()
+            raise
+
+    def _reload(self) -> None:
+        from .profile import get_profile
+        from .program import NpuProgram
+
+        if self.device is None:
+            self.device = self._open_device(get_profile(self.profile).cores)
+        self.program = NpuProgram(self.lowered, self.device)
+
+    def _drop_device(self) -> None:
+        program, device = self.program, self.device
+        self.program = self.device = None
+        if program is not None:
+            program.close()
+        if device is not None:
+            device.close()
 
     def stats(self) -> dict[str, int]:
         if self.program is None:
@@ -77,7 +121,30 @@ class NpuRunner:
 def _factory(make_device: Callable[[int], Any], profile: str):
     def factory(graph: Graph, params: Mapping[str, np.ndarray]) -> NpuRunner:
         return NpuRunner(graph, params, make_device, profile)
+    factory.probe = PROBES.get(make_device)
     return factory
+
+
+ROCKET_NODE = "/dev/accel/accel0"
+
+
+def _rocket_hint(backend: str) -> str:
+    return (f'Without an NPU, compile with backend="sim" (the C simulator) instead of '
+            f'backend="{backend}", or set RJ_FAKE_ROCKET=1 to run the rocket code path on its '
+            f'in-process ioctl fake.')
+
+
+def _probe_rocket(backend: str) -> None:
+    """Refuse backend="rocket" at rockjit.compile() when the NPU node is missing, rather than
+    on the first call, whose error named runtime classes instead of the backend to use."""
+    from .. import debugflags
+    from ..runtime import DeviceError
+
+    if debugflags.enabled(debugflags.FAKE_ROCKET) or os.path.exists(ROCKET_NODE):
+        return
+    raise DeviceError(f'backend="{backend}" needs the NPU device node {ROCKET_NODE}, which does '
+                      f'not exist on this machine (is the rocket driver loaded? modprobe rocket). '
+                      + _rocket_hint(backend), DeviceError.code)
 
 
 def _sim(cores: int):
@@ -93,10 +160,11 @@ def _null(cores: int):
 def _rocket(cores: int):
     from .. import debugflags
     from ..runtime import RocketDevice
-    return RocketDevice(fake=debugflags.enabled(debugflags.FAKE_ROCKET.name), cores=cores)
+    return RocketDevice(fake=debugflags.enabled(debugflags.FAKE_ROCKET), cores=cores)
 
 
 DEVICES = {"sim": _sim, "null": _null, "rocket": _rocket}
+PROBES = {_rocket: _probe_rocket}
 
 
 def register_npu_backends(profile: str) -> None:

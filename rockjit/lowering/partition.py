@@ -13,7 +13,7 @@ Every decision is recorded (``Decision``) so a program can report where each op 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from ..errors import UnsupportedError
 from ..ir.graph import Node
@@ -41,6 +41,10 @@ def host_rules() -> dict[Op, Callable]:
     return getattr(hr, "HOST_RULES", {})
 
 
+def _op_names(registry: Mapping) -> str:
+    return ", ".join(sorted(op.text for op in registry)) or "none"
+
+
 def _where(node: Node) -> str:
     return f"{node.loc}" if node.loc else "<unknown location>"
 
@@ -53,8 +57,10 @@ def host_result(node: Node, ctx: RuleContext, why: str) -> RuleResult:
         raise UnsupportedError(
             f"{node.op.text} (%{node.out.id} : {node.out.type}) at {_where(node)} cannot be "
             f"compiled: no NPU form ({why}) and no host implementation of {node.op.text!r} "
-            f"exists. Rewrite this line with supported ops (see docs of rockjit.lowering."
-            f"rules) or run it outside the compiled function.")
+            f"exists. Rewrite this line with ops that have an NPU rule "
+            f"(rockjit.lowering.rules.LOWER_RULES: {_op_names(LOWER_RULES)}) or a host rule "
+            f"(rockjit.lowering.host_rules.HOST_RULES: {_op_names(host_rules())}), or run it "
+            f"outside the compiled function.")
     try:
         prog = rule(node)
     except NoNpuForm as e:

@@ -31,6 +31,7 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.ops import Group, Op
 from ..ir.reference import evaluate
 from ..ir.types import DType
+from .bounds import CompileBoundError, check_graph
 from .fp16_range import saturate_consts
 from .layouts import CubeLayout, WeightLayout
 from .opprogram import BufferSpec, HostStep, NpuStep, OpProgram, Slice
@@ -57,9 +58,22 @@ def fold_consts(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[int, np.
                 from ..errors import WeightError
                 raise WeightError(f"param {name!r} ({n.out.type}) at {n.loc} is not bound")
             out[n.out.id] = np.asarray(params[name])
+        elif n.op is Op.BROADCAST_IN_DIM and n.inputs[0].id in out:
+            # a read-only view: a scalar broadcast to a large shape must not become a large array
+            # (its users read what they need; a write into it fails loudly)
+            out[n.out.id] = _broadcast_view(out[n.inputs[0].id], n.attrs, n.out.type.shape)
         elif n.op in _FOLDABLE and all(v.id in out for v in n.inputs):
             out[n.out.id] = evaluate(n.op, [out[v.id] for v in n.inputs], n.attrs, n.out.type)
     return out
+
+
+def _broadcast_view(x: np.ndarray, attrs: Mapping[str, Any], shape: tuple[int, ...]) -> np.ndarray:
+    """broadcast_in_dim (ir/reference.py's meaning) as a zero-copy view."""
+    x = np.asarray(x)
+    dims = [1] * len(shape)
+    for src, dst in enumerate(attrs["broadcast_dimensions"]):
+        dims[dst] = x.shape[src]
+    return np.broadcast_to(x.reshape(dims), shape)
 
 
 @dataclass
@@ -215,6 +229,17 @@ class Lowerer:
     def lower(self, node: Node) -> None:
         if node.out.id in self.done:
             return
+        try:
+            self._lower(node)
+        except CompileBoundError as e:
+            if getattr(e, "located", False):
+                raise
+            err = CompileBoundError(f"%{node.out.id} = {node.op.text} ({node.out.type}) at "
+                                    f"{node.loc}: {e}")
+            err.located = True
+            raise err from None
+
+    def _lower(self, node: Node) -> None:
         self.done.add(node.out.id)
         act = getattr(self, "fused", {}).get(node.out.id)
         if act is not None and self._lower_fused(node, act):
@@ -985,6 +1010,7 @@ def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
 
     check_weights(graph, params)     # a NaN or > 65504 weight is refused, never saturated
     prof = get_profile(profile) if isinstance(profile, str) else profile
+    check_graph(graph)  # before anything is allocated at the graph's sizes
     # bounds, and the norm-statistics rewrite where a square could overflow fp16; the rest of
     # the lowering sees the rewritten graph (equal to the original in exact arithmetic)
     graph, plan = plan_ranges(graph, params)

@@ -29,6 +29,7 @@ broadcast convolutions of element-wise ops, the ones-vector sums).
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -113,6 +114,9 @@ class NpuProgram:
         self.lowered = lowered
         self.device = device
         self.cores = cores or lowered.profile.cores
+        # write inputs -> run -> read outputs goes through one arena and one C step list
+        # (its job scratch included), so two calls at once would mix their tensors.
+        self._run_lock = threading.Lock()
         self.steps: list[Step] = schedule(lowered.calls, self.cores)
         calls = lowered.calls
         spans = call_spans(self.steps, len(calls))
@@ -182,6 +186,13 @@ class NpuProgram:
         slack = 4096  # emitters may read a padded span past the last tensor
         self.arena_bytes = self.plan.size + slack
         used = sorted({jr.core for st in self.steps for jr in st.jobs} | {0})
+        from .bounds import check_bo
+        g = lowered.graph
+        check_bo("activation arena", self.arena_bytes,
+                 [(b.name, b.size) for b in bufs if b.kind == "arena"], g)
+        check_bo("weights", max(wsize.values()), [(b.name, b.size) for b in wbufs], g)
+        check_bo("regcmd", max(rsize.values()), [(f"call {ci}", rspec[ci].nbytes)
+                                                 for ci in rspec if rspec[ci] is not None], g)
 
         b = ProgramBuilder(device)
         self._builder_stats = {}
@@ -432,6 +443,10 @@ class NpuProgram:
         if len(inputs) != len(g.inputs):
             from ..errors import TraceError
             raise TraceError(f"graph {g.name!r} takes {len(g.inputs)} input(s), got {len(inputs)}")
+        with self._run_lock:
+            return self._run_locked(inputs)
+
+    def _run_locked(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         for bd in self.lowered.inputs:
             t = bd.tensor
             arr = np.ascontiguousarray(np.asarray(inputs[bd.index]).astype(

@@ -19,13 +19,10 @@ from ._ffi import ffi, lib
 
 
 def env_flags() -> dict[str, str]:
-    """Every environment flag rockjit reads, with its description (csrc/runtime/envflags.c)."""
-    info = ffi.new("rj_env_flag_info *")
-    out = {}
-    for i in range(lib.rj_env_flag_count()):
-        lib.rj_env_flag_describe(i, info)
-        out[ffi.string(info.name).decode()] = ffi.string(info.description).decode()
-    return out
+    """Every environment flag the C runtime reads, with its description (csrc/runtime/envflags.c)."""
+    from ..debugflags import c_flags
+
+    return {name: f.description for name, f in c_flags().items()}
 
 
 __all__ = ["Bo", "BufferInfo", "Device", "SimDevice", "RocketDevice", "NullDevice", "Program",

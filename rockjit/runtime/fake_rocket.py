@@ -5,7 +5,9 @@ from __future__ import annotations
 from ._ffi import call, ffi, lib
 
 FAULTS = ("prep_eintr", "hang_jobs", "fail_create_at", "fail_mmap_at", "fail_submit",
-          "job_delay_us")
+          "job_delay_us", "submit_errno", "prep_timeout", "short_bo_at", "drop_jobs",
+          "device_gone")
+"""Each is a field of rj_fake_rocket_faults (csrc/rocket/rj_rocket.h, where each is described)."""
 STATS = ("open_fds", "live_bos", "live_bytes", "ioctls", "ioctl_errors", "bos_created", "submits",
          "jobs_run", "jobs_dropped", "preps", "finis", "eintr_returned", "timeouts", "last_errno",
          "max_running")

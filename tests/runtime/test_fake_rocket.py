@@ -13,7 +13,7 @@ from rockjit.runtime import (DeviceError, DeviceMemoryError, DeviceTimeoutError,
                              ProgramBuilder, RocketDevice)
 from rockjit.runtime._ffi import ffi, lib
 
-from .conftest import add_case, check_output
+from .conftest import add_case, case_dir, check_output
 
 PROT_RW = 0x1 | 0x2    # PROT_READ | PROT_WRITE (Linux)
 MAP_SHARED, MAP_PRIVATE = 0x01, 0x02
@@ -133,6 +133,7 @@ def test_every_validation_fires(fake):
 
 @pytest.fixture
 def case01_program(fake):
+    case_dir("01_matmul_fp16")  # skip before opening the fake, so a skip leaks no fd
     dev = RocketDevice(fake=True)
     b = ProgramBuilder(dev)
     lc = add_case(b, "01_matmul_fp16")
@@ -170,6 +171,7 @@ def test_prep_bo_timeout_is_a_clear_error(case01_program, fake):
 
 
 def test_failing_submit_leaks_no_bo(fake):
+    case_dir("01_matmul_fp16")
     dev = RocketDevice(fake=True)
     b = ProgramBuilder(dev)
     add_case(b, "01_matmul_fp16")
@@ -186,6 +188,7 @@ def test_failing_submit_leaks_no_bo(fake):
 
 @pytest.mark.parametrize("fault,at", [("fail_create_at", 3), ("fail_mmap_at", 2)])
 def test_failing_bo_creation_unwinds(fault, at, fake):
+    case_dir("01_matmul_fp16")
     dev = RocketDevice(fake=True)
     b = ProgramBuilder(dev)
     fake.set_faults(**{fault: at})

@@ -32,6 +32,7 @@ import numpy as np
 from ...ir.types import DType
 from ..layouts import CubeLayout, depthwise_weight_layout, weight_layout
 from ..opprogram import BufferSpec, HostStep, NpuJob, NpuStep, OpProgram, Slice
+from ..bounds import check_tasks
 from ..profile import ChipProfile
 from ..regcmd import Access, Kick, LoweringError, Reloc, Task, TaskProgram, link
 from ..tiling import (KACC_DPU, KACC_HOST, ConvPlan, ConvShape, cbuf_split, ceil_div, field_limit,
@@ -352,6 +353,7 @@ class TiledTasks:
     """The jobs of one plan: per job, its kicks (each a list of tasks) and the buffers it uses."""
 
     jobs: list[TiledJob] = field(default_factory=list)
+    planned: int = 0   # tasks of the plans appended so far (checked against the compile bound)
 
 
 def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weight_buffer: str,
@@ -370,6 +372,9 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
     outf = profile.output(s.in_dtype, s.out_dtype)
     c2_in = p.feature_c2
     nk = plan.k_steps
+    into.planned += len(plan.rows) * len(plan.kernels) * (1 if s.depthwise else len(plan.channels))
+    check_tasks(into.planned, f"{name} ({s.in_dtype.value}, {s.height}x{s.width}x{s.channels} "
+                              f"-> {s.kernels} channels)")
     # K partials in fp32 even for an fp16 result: each fp16 partial would round the running sum
     # to 11 bits once per K step (11 steps for whisper-base's fc2, K = 2048), the dominant
     # matmul error on real weights. The intermediate steps write fp32 cubes; every step after
