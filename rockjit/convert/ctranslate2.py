@@ -137,8 +137,10 @@ class _Stream:
     def take(self, n: int, what: str) -> int:
         """Advance over n bytes; return where they start."""
         if self.pos + n > len(self.buf):
-            raise self.fail(f"file ends {len(self.buf) - self.pos} bytes into {what}, which "
-                            f"needs {n}: the file is truncated (re-download or re-join it)")
+            # a truncation is at the end of the last part, wherever the cut-off read began
+            raise self.fail(f"the file ends {len(self.buf) - self.pos} bytes into {what} "
+                            f"(which needs {n} bytes from joined offset {self.pos}): the file "
+                            f"is truncated; re-download or re-join it", len(self.buf))
         start = self.pos
         self.pos += n
         return start
