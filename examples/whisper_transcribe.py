@@ -302,6 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"first       {t_first:.2f} s (first forward: lowering to regcmds + run)")
     if steady:
         print(f"steady      {np.median(steady):.2f} s per forward (median of {len(steady)})")
+    else:
+        print("steady      not measured (--runs 0)")
     print(f"cosine      {cosine(ours, ref):.6f} (encoder output vs HF fp32)")
     print(f"max rel err {max_rel_err(ours, ref):.3e}")
     print(f"hf fp32     {text_ref.strip()}")
