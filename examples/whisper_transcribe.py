@@ -186,8 +186,12 @@ def hf_encode(model: Any, feats: np.ndarray) -> np.ndarray:
 
 
 def greedy_decode(model: Any, encoder_out: np.ndarray, dec: Decoding,
-                  max_new_tokens: int = MAX_NEW_TOKENS) -> list[list[int]]:
-    """Greedy tokens (after the prompt, without the end token) for each batch row."""
+                  max_new_tokens: int | Sequence[int] = MAX_NEW_TOKENS) -> list[list[int]]:
+    """Greedy tokens (after the prompt, without the end token) for each batch row.
+
+    max_new_tokens may be one cap per row: a row that reaches its cap stops there (a caller
+    comparing with a known transcript caps at its length + 1, so a run-on row ends early and
+    still differs)."""
     import torch
     from transformers.modeling_outputs import BaseModelOutput
 
@@ -211,11 +215,13 @@ def _greedy_steps(model: Any, enc: Any, ids: Any, dec: Decoding, max_new_tokens:
     import torch
 
     b = ids.shape[0]
+    caps = ([max_new_tokens] * b if isinstance(max_new_tokens, int)
+            else [int(c) for c in max_new_tokens])
     out_tokens: list[list[int]] = [[] for _ in range(b)]
-    done = [False] * b
+    done = [c <= 0 for c in caps]
     cache = None
     with torch.no_grad():
-        for step in range(max_new_tokens):
+        for step in range(max(caps)):
             o = model(encoder_outputs=enc, decoder_input_ids=ids, cache=cache, use_cache=True)
             cache = o.cache
             logits = o.logits[:, -1, :].clone()
@@ -231,6 +237,7 @@ def _greedy_steps(model: Any, enc: Any, ids: Any, dec: Decoding, max_new_tokens:
                         done[i] = True
                     else:
                         out_tokens[i].append(t)
+                        done[i] = len(out_tokens[i]) >= caps[i]
             if all(done):
                 break
             ids = nxt[:, None]
@@ -311,8 +318,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = hf_model(weights)
     dec = decoding_for(tokenizer, pk.config_json if pk else None, model.config.vocab_size)
     ref = hf_encode(model, feats)
-    text_ours = tokenizer.decode(greedy_decode(model, ours, dec)[0], skip_special_tokens=True)
-    text_ref = tokenizer.decode(greedy_decode(model, ref, dec)[0], skip_special_tokens=True)
+    toks_ref = greedy_decode(model, ref, dec)
+    # capped at HF's length + 1: a run-on transcript is already different
+    toks_ours = greedy_decode(model, ours, dec, [len(t) + 1 for t in toks_ref])
+    text_ref = tokenizer.decode(toks_ref[0], skip_special_tokens=True)
+    text_ours = tokenizer.decode(toks_ours[0], skip_special_tokens=True)
     print(f"weights     {weights}")
     print(f"backend     {args.backend}")
     print(f"compile     {t_compile:.2f} s (trace + lowering to the IR + weight binding)")
