@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BACKEND = os.environ.get("RJ_REAL_WHISPER_BACKEND", "sim")
 COSINE_MIN = 0.9999
 # One batch of 3 is the goal, but batch > 1 is broken on the simulator in this branch (measured
-# 2026-12-01: rows 0 and 1 of a batch of 3 came back with cosine -0.13 and -0.11 vs HF, row 2
-# with 0.78, while the same sentence alone gives 0.83); another branch fixes it. Until then the
-# same compiled function runs each sentence alone. The interpreter takes the batch either way.
+# 2026-12-01: a batch of 3 gave cosines -0.13, -0.11, 0.78 vs HF where the sentences alone give
+# 0.83, 0.82, 0.78); another branch fixes it. Until then the same compiled function runs each
+# sentence alone. (On the interpreter one batch of 3 gave HF's transcripts, cosine 1.000000.)
 BATCHED = os.environ.get("RJ_REAL_WHISPER_BATCHED", "0") == "1"
 SENTENCES = (
     "Good morning. Please open the window.",
