@@ -420,8 +420,10 @@ class ImageBuilder:
         def sig(bd, prefix: str) -> TensorSig:
             t = bd.tensor
             bo, base = where(t.buf)
-            return TensorSig(f"{prefix}{bd.index}", int(bd.index),
-                             tuple(int(d) for d in t.form.shape),
+            shape = tuple(int(d) for d in bd.value.type.shape)
+            # a 0-d value is held as one element: the same bytes, row-major
+            assert int(np.prod(shape)) == int(np.prod(t.form.shape)), (shape, t.form.shape)
+            return TensorSig(f"{prefix}{bd.index}", int(bd.index), shape,
                              bd.value.type.dtype.to_numpy().name, t.form.dtype.to_numpy().name,
                              bo, int(base + t.offset))
 

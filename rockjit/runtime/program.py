@@ -268,10 +268,11 @@ class ImageProgram:
         if len(inputs) != n:
             raise ProgramError(f"the program takes {n} input(s), got {len(inputs)}")
         for sig in img.inputs:
-            arr = np.ascontiguousarray(np.asarray(inputs[sig.index]).astype(sig.storage_dtype))
-            if arr.shape != tuple(sig.shape):
+            x = np.asarray(inputs[sig.index])
+            if x.shape != tuple(sig.shape):
                 raise ProgramError(f"input {sig.name!r}: expected shape {tuple(sig.shape)}, "
-                                   f"got {arr.shape}")
+                                   f"got {x.shape}")
+            arr = np.ascontiguousarray(x.astype(sig.storage_dtype))
             self.program.write(sig.bo, arr, sig.offset)
         self.program.run()
         return [self.program.read_array(s.bo, s.storage_dtype, s.shape, s.offset).astype(s.dtype)
