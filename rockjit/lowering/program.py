@@ -259,7 +259,8 @@ class ImageBuilder:
         arrays["relocs"] = np.asarray(relocs, dtype=np.uint64).reshape(-1, 5)
 
         # sources: the user's file:line of each call's op (from the placement decisions)
-        loc_of = {d.node: d.loc for d in lowered.decisions}
+        # keyed on the value ("%7"): a fused activation's decision is labelled by its kind
+        loc_of = {d.node.split(" = ")[0]: d.loc for d in lowered.decisions}
         sources: list[Source] = []
         src_index: dict[int, int] = {}
 
@@ -267,7 +268,8 @@ class ImageBuilder:
             if ci not in src_index:
                 pc = calls[ci]
                 src_index[ci] = len(sources)
-                sources.append(Source(pc.node, loc_of.get(pc.node, ""), pc.call.emitter))
+                sources.append(Source(pc.node, loc_of.get(pc.node.split(" = ")[0], ""),
+                                      pc.call.emitter))
             return src_index[ci]
 
         # steps
