@@ -106,6 +106,28 @@ def tree_leaf_count(spec: Any) -> int:
     raise BundleError(f"unknown pytree node {kind!r} in the bundle")
 
 
+def tree_leaf_indices(spec: Any, out: list[int]) -> list[int]:
+    kind, body = _spec_kind(spec)
+    if kind == "leaf":
+        if not isinstance(body, int) or isinstance(body, bool):
+            raise BundleError(f"a pytree leaf index is {body!r:.30}, not an integer")
+        out.append(body)
+    elif kind == "dict":
+        if not isinstance(body, list) or not all(isinstance(kv, list) and len(kv) == 2
+                                                 and isinstance(kv[0], str) for kv in body):
+            raise BundleError("a pytree dict node is malformed")
+        for _, v in body:
+            tree_leaf_indices(v, out)
+    elif kind in ("list", "tuple"):
+        if not isinstance(body, list):
+            raise BundleError(f"a pytree {kind} node is malformed")
+        for v in body:
+            tree_leaf_indices(v, out)
+    elif kind != "none":
+        raise BundleError(f"unknown pytree node {kind!r} in the bundle")
+    return out
+
+
 def tree_build(spec: Any, leaves: Sequence[Any]) -> Any:
     """The pytree ``spec`` with leaf k = ``leaves[k]``."""
     kind, body = _spec_kind(spec)
@@ -279,15 +301,19 @@ def _check_manifest(m: Any, where: str) -> None:
             except TypeError:
                 ok = False
             _require(ok, f"{where}: a {which[:-1]} has dtype {leaf['dtype']!r:.30}")
-        n = 0
+        idx: list[int] = []
         for spec in sig[f"{which}_tree"]:
             try:
-                n += tree_leaf_count(spec)
-            except (RecursionError, TypeError, ValueError):
-                raise BundleError(f"{where}: the {which} pytree description is malformed") \
-                    from None
-        _require(n == len(sig[which]), f"{where}: the {which} pytree has {n} leaves, the "
-                 f"signature lists {len(sig[which])}")
+                tree_leaf_indices(spec, idx)
+            except BundleError as e:
+                raise BundleError(f"{where}: the {which} pytree description: {e}") from None
+            except RecursionError:
+                raise BundleError(f"{where}: the {which} pytree description is nested too "
+                                  f"deeply") from None
+        _require(sorted(idx) == list(range(len(sig[which]))),
+                 f"{where}: the {which} pytree's leaves are not each of the signature's "
+                 f"{len(sig[which])} {which} once")
+    _require(len(sig["outputs_tree"]) == 1, f"{where}: the signature must have one output tree")
 
 
 def read_bundle(path: str | os.PathLike) -> BundleContents:
@@ -432,6 +458,12 @@ class Bundle:
         self.path = path
         self.size = contents.size
         chip = self.manifest["chip_profile"]
+        from ..lowering.profile import profile_names
+
+        if chip not in profile_names():
+            raise BundleError(f"{path}: the bundle was compiled for chip {chip!r}, which this "
+                              f"rockjit does not know (known: {', '.join(profile_names())}); "
+                              f"use the rockjit that wrote it, or recompile")
         kind, _, want_chip = backend.partition(":")
         if want_chip and want_chip.lower() != chip:
             raise BundleError(f"{path}: the bundle was compiled for chip {chip!r}, the backend "
@@ -447,9 +479,14 @@ class Bundle:
         self.device = make_device(kind, max(self.image.contexts, 1))
         from .program import load_image
 
+        from .errors import RuntimeCError
+
         try:
             self.program = load_image(self.image, self.device)
-        except Exception:
+        except RuntimeCError as e:
+            self.device.close()
+            raise BundleError(f"{path}: the runtime refused the bundle's program: {e}") from None
+        except BaseException:
             self.device.close()
             raise
         sig = self.manifest["signature"]

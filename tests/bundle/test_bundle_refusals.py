@@ -1,0 +1,137 @@
+"""Damaged, newer, foreign or hostile bundles are refused with a BundleError that says what
+is wrong; nothing else escapes and nothing reaches the C runtime unchecked."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import rockjit
+from rockjit.runtime.bundle import BundleError, read_bundle
+
+from .bundle_testutil import block, example, join, part, replace_part, split, weights
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    p, x = weights(), example()
+    f = rockjit.compile(block, resident_argnums=0, backend="sim")
+    y = f(p, x)
+    path = tmp_path_factory.mktemp("refuse") / "block.rjb"
+    f.compiled(p, x).save(str(path))
+    return path.read_bytes(), x, y
+
+
+def _load(tmp_path, data: bytes, backend: str = "sim"):
+    path = tmp_path / "edited.rjb"
+    path.write_bytes(data)
+    return rockjit.load(path, backend=backend)
+
+
+def test_truncated_bundles(saved, tmp_path) -> None:
+    data, _, _ = saved
+    for n, msg in ((0, "too short"), (20, "too short"), (60, "runs past the end"),
+                   (len(data) - 1, "runs past the end"), (len(data) // 2, "runs past the end")):
+        with pytest.raises(BundleError, match=msg):
+            _load(tmp_path, data[:n])
+
+
+def test_flipped_bytes_fail_their_hash(saved, tmp_path) -> None:
+    data, _, _ = saved
+    manifest, parts = split(data)
+    base = len(data) - len(parts)
+    # a byte in the manifest
+    bad = bytearray(data)
+    bad[60] ^= 0x20
+    with pytest.raises(BundleError, match="manifest's sha256"):
+        _load(tmp_path, bytes(bad))
+    # a byte inside each part
+    for name, p in manifest["parts"].items():
+        bad = bytearray(data)
+        bad[base + p["offset"] + p["size"] // 2] ^= 1
+        with pytest.raises(BundleError, match=f"part '{name}' does not match its sha256"):
+            _load(tmp_path, bytes(bad))
+
+
+def test_not_a_bundle(tmp_path) -> None:
+    with pytest.raises(BundleError, match="bad magic"):
+        _load(tmp_path, b"PK\x03\x04" + b"\0" * 100)
+    with pytest.raises(BundleError, match="cannot read bundle"):
+        rockjit.load(tmp_path / "missing.rjb")
+
+
+def test_newer_format_versions_are_refused(saved, tmp_path) -> None:
+    data, _, _ = saved
+    manifest, parts = split(data)
+    with pytest.raises(BundleError, match="container version 2 is newer"):
+        _load(tmp_path, join(manifest, parts, version=2))
+    manifest["format_version"] = 2
+    with pytest.raises(BundleError, match="format version 2 is newer.*upgrade rockjit"):
+        _load(tmp_path, join(manifest, parts))
+
+
+def test_unknown_uapi_feature_is_refused(saved, tmp_path) -> None:
+    data, _, _ = saved
+    manifest, parts = split(data)
+    manifest["uapi_features"].append("rocket-teleport")
+    with pytest.raises(BundleError, match="rocket-teleport"):
+        _load(tmp_path, join(manifest, parts))
+
+
+def _for_chip(data: bytes, chip: str) -> bytes:
+    """The same bundle claiming another chip in both the manifest and the image."""
+    image = json.loads(part(data, "image.json"))
+    image["profile"] = chip
+    data = replace_part(data, "image.json", json.dumps(image).encode())
+    manifest, parts = split(data)
+    manifest["chip_profile"] = chip
+    return join(manifest, parts)
+
+
+def test_chip_mismatch(saved, tmp_path) -> None:
+    data, x, y = saved
+    with pytest.raises(BundleError, match="compiled for chip 'rk3576', which this rockjit does "
+                                          "not know"):
+        _load(tmp_path, _for_chip(data, "rk3576"))
+    with pytest.raises(BundleError, match="compiled for chip 'rk3588', the backend 'sim:rk3576'"):
+        _load(tmp_path, data, backend="sim:rk3576")
+    # the manifest and the image disagree
+    manifest, parts = split(data)
+    manifest["chip_profile"] = "rk3576"
+    with pytest.raises(BundleError, match="manifest says chip 'rk3576', the image 'rk3588'"):
+        _load(tmp_path, join(manifest, parts))
+
+
+def test_chip_of_the_rocket_device(saved, tmp_path) -> None:
+    """A program for another registered chip is refused by the rocket device (an RK3588)."""
+    from rockjit.lowering.profile import RK3588, get_profile, profile_names, register_profile
+    import dataclasses
+
+    if "test-other-chip" not in profile_names():
+        register_profile(dataclasses.replace(RK3588, name="test-other-chip"))
+    data, _, _ = saved
+    with pytest.raises(BundleError, match="compiled for chip 'test-other-chip'; the rocket "
+                                          "device is rk3588"):
+        _load(tmp_path, _for_chip(data, "test-other-chip"), backend="rocket")
+    assert get_profile("test-other-chip").cores == RK3588.cores
+
+
+def test_image_index_out_of_range_never_reaches_the_runtime(saved, tmp_path) -> None:
+    data, _, _ = saved
+    image = json.loads(part(data, "image.json"))
+    image["jobs"][0]["tasks"][0][0] = 999
+    with pytest.raises(BundleError, match="names BO 999"):
+        _load(tmp_path, replace_part(data, "image.json", json.dumps(image).encode()))
+    image = json.loads(part(data, "image.json"))
+    del image["steps"]
+    with pytest.raises(BundleError, match="malformed"):
+        _load(tmp_path, replace_part(data, "image.json", json.dumps(image).encode()))
+
+
+def test_signature_disagreeing_with_image(saved, tmp_path) -> None:
+    data, _, _ = saved
+    manifest, parts = split(data)
+    manifest["signature"]["inputs"][0]["shape"] = [8, 64]
+    with pytest.raises(BundleError, match="signature disagrees"):
+        _load(tmp_path, join(manifest, parts))
