@@ -512,7 +512,7 @@ class Compiled(_Traced):
     def bundle_signature(self) -> dict[str, Any]:
         """The call signature a bundle stores: the input arguments' pytrees and leaves (static
         and resident arguments are compiled in) and the output pytree."""
-        from .runtime.bundle import tree_spec_of
+        from .runtime.bundle import tree_paths, tree_spec_of
 
         inputs, trees, k = [], [], 0
         for i, a in enumerate(self.signature.args):
@@ -529,7 +529,8 @@ class Compiled(_Traced):
         g = self.graph
         n_out = len(g.outputs)
         out_spec = tree_spec_of(tree_unflatten(self.out_tree, list(range(n_out))), "the result")
-        outputs = [{"name": f"out{i}", "shape": list(v.type.shape),
+        names = tree_paths(out_spec)
+        outputs = [{"name": names[i], "shape": list(v.type.shape),
                     "dtype": v.type.dtype.to_numpy().name} for i, v in enumerate(g.outputs)]
         return {"inputs": inputs, "inputs_tree": trees, "outputs": outputs,
                 "outputs_tree": [out_spec]}

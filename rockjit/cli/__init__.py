@@ -6,12 +6,12 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import trace
+from . import bundle, trace
 from .common import EXIT_USAGE, UsageError, parse_assignments
 
 __all__ = ["main", "parse_assignments"]
 
-VERB_MODULES = (trace,)
+VERB_MODULES = (trace, bundle)
 
 
 def build_parser() -> argparse.ArgumentParser:

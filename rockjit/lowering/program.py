@@ -318,7 +318,8 @@ class ImageBuilder:
             copy_steps += 1
             host += 1
 
-        for st in self.steps:
+        from ..progress import progress
+        for st in progress(self.steps, "laying out the program image"):
             if st.kind == "npu":
                 ins: dict[int, list] = {}
                 outs: dict[int, list] = {}

@@ -128,6 +128,26 @@ def tree_leaf_indices(spec: Any, out: list[int]) -> list[int]:
     return out
 
 
+def tree_paths(spec: Any) -> list[str]:
+    """Each leaf's path in the pytree (keys and positions joined with '.'; a bare leaf is
+    'out'), by leaf index."""
+    names: dict[int, str] = {}
+
+    def walk(sp: Any, path: list[str]) -> None:
+        kind, body = _spec_kind(sp)
+        if kind == "leaf":
+            names[body] = ".".join(path) or "out"
+        elif kind == "dict":
+            for k, v in body:
+                walk(v, path + [str(k)])
+        elif kind in ("list", "tuple"):
+            for i, v in enumerate(body):
+                walk(v, path + [str(i)])
+
+    walk(spec, [])
+    return [names[i] for i in sorted(names)]
+
+
 def tree_build(spec: Any, leaves: Sequence[Any]) -> Any:
     """The pytree ``spec`` with leaf k = ``leaves[k]``."""
     kind, body = _spec_kind(spec)
@@ -505,9 +525,11 @@ class Bundle:
         found: dict[int, Any] = {}
         for i, (spec, a) in enumerate(zip(self._in_tree, args)):
             tree_flatten_into(spec, a, found, f"argument {i}")
+        return self._check_leaves([found[k] for k in range(len(self._in_leaves))])
+
+    def _check_leaves(self, leaves: Sequence[tuple[str, Any]]) -> list[np.ndarray]:
         out = []
-        for k, leaf in enumerate(self._in_leaves):
-            path, x = found[k]
+        for leaf, (path, x) in zip(self._in_leaves, leaves):
             name = leaf.get("name") or path
             want_shape, want_dt = tuple(leaf["shape"]), leaf["dtype"]
             # Python scalars as jax.jit types them (x64 off)
@@ -528,6 +550,13 @@ class Bundle:
                                   f"signature: compile another for other shapes)")
             out.append(x.astype(want_dt, copy=False))
         return out
+
+    def call_flat(self, inputs: Sequence[Any]) -> list[np.ndarray]:
+        """Run on the flat input leaves (signature order), each checked; the flat outputs."""
+        if len(inputs) != len(self._in_leaves):
+            raise BundleError(f"the bundle takes {len(self._in_leaves)} input array(s), got "
+                              f"{len(inputs)}")
+        return self.run_flat(self._check_leaves([("", x) for x in inputs]))
 
     def run_flat(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return self.program.run(inputs)

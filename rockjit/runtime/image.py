@@ -308,7 +308,8 @@ class ProgramImage:
         lines = []
         for i, s in enumerate(self.steps):
             src = self.sources[s.source] if s.source >= 0 else None
-            at = f"{src.node}  {src.loc}" if src else "(pipeline)"
+            at = f"{src.node}  {src.loc or f'[{src.emitter}]'}" if src else \
+                "[cross-context copy]"
             if s.kind == "npu":
                 tasks = sum(len(self.jobs[j].tasks) for j in s.jobs)
                 cores = sorted({self.jobs[j].core for j in s.jobs})
