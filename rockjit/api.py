@@ -651,7 +651,12 @@ def export(fn: Callable[..., Any], *args: Any, static_argnums: int | Sequence[in
            resident_argnums: int | Sequence[int] = (), backend: str = "auto") -> Compiled:
     """Compile ``fn`` for ``args`` without running it: input leaves may be
     ``jax.ShapeDtypeStruct``s (no example data: LUT domains are planned statically); resident
-    arguments must be the weights themselves. ``export(...).save(path)`` writes a bundle."""
+    arguments must be the weights themselves. ``export(...).save(path)`` writes a bundle.
+    ``fn`` may be a ``rockjit.compile``'d function: its argnums are used unless given."""
+    if isinstance(fn, CompiledFunction):
+        static_argnums = static_argnums or fn.static_argnums
+        resident_argnums = resident_argnums or fn.resident_argnums
+        fn = fn.fn
     f = compile(fn, static_argnums=static_argnums, resident_argnums=resident_argnums,
                 backend=backend)
     return f.lower(*args).compile().build_program()
