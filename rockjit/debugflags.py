@@ -77,3 +77,9 @@ FAKE_ROCKET = flag(
     "1: backend='rocket' serves /dev/accel/accel0 from the ioctl-level fake backed by the "
     "simulator (the C runtime reads the same flag; csrc/runtime/envflags.c).",
     "0")
+
+PROGRESS = flag(
+    "ROCKJIT_PROGRESS",
+    "1: progress bars on stderr for lowering and image layout of whole models even when stderr "
+    "is not a terminal; 0: never. Unset: only on a terminal (rockjit/progress.py).",
+    "")

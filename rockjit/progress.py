@@ -1,6 +1,6 @@
-"""Progress bars for the long stages of whole models (lowering, image layout, weight packing,
-bundle writing): tqdm on an interactive stderr, nothing otherwise (CI logs, pipes, tests).
-ROCKJIT_PROGRESS=0/1 forces them off/on."""
+"""Progress bars for the long stages of whole models (lowering, which packs the weights, and
+the image layout): tqdm on an interactive stderr, nothing otherwise (CI logs, pipes, tests).
+ROCKJIT_PROGRESS=0/1 forces them off/on (debugflags.PROGRESS)."""
 from __future__ import annotations
 
 import sys
@@ -10,20 +10,14 @@ from . import debugflags
 
 T = TypeVar("T")
 
-PROGRESS = debugflags.flag(
-    "ROCKJIT_PROGRESS",
-    "1: progress bars on stderr for lowering, image layout and bundle writing even when stderr "
-    "is not a terminal; 0: never. Unset: only on a terminal.",
-    "")
-
 # below this many items a bar is noise
 _MIN_ITEMS = 200
 
 
 def enabled() -> bool:
-    v = debugflags.value(PROGRESS.name).strip().lower()
+    v = debugflags.value(debugflags.PROGRESS.name).strip().lower()
     if v:
-        return debugflags.enabled(PROGRESS.name)
+        return debugflags.enabled(debugflags.PROGRESS.name)
     return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
