@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -67,18 +68,22 @@ def join(manifest: dict, parts: bytes, version: int = 1, magic: bytes = b"RJBUND
 
 
 def replace_part(data: bytes, name: str, blob: bytes) -> bytes:
-    """The bundle with part ``name`` replaced by ``blob`` and every hash recomputed (a
-    crafted, self-consistent file)."""
+    """The bundle with part ``name`` replaced by ``blob`` (encoded as the original was) and
+    every size and hash recomputed (a crafted, self-consistent file)."""
     manifest, parts = split(data)
     order = sorted(manifest["parts"], key=lambda k: manifest["parts"][k]["offset"])
     blobs = {k: parts[manifest["parts"][k]["offset"]:
                       manifest["parts"][k]["offset"] + manifest["parts"][k]["size"]]
              for k in order}
-    blobs[name] = blob
+    raw = {k: manifest["parts"][k]["raw_size"] for k in order}
+    enc = {k: manifest["parts"][k]["encoding"] for k in order}
+    blobs[name] = zlib.compress(blob, 1) if enc[name] == "zlib" else blob
+    raw[name] = len(blob)
     out, pos = b"", 0
     for k in order:
         manifest["parts"][k] = {"offset": pos, "size": len(blobs[k]),
-                                "sha256": hashlib.sha256(blobs[k]).hexdigest()}
+                                "sha256": hashlib.sha256(blobs[k]).hexdigest(),
+                                "encoding": enc[k], "raw_size": raw[k]}
         out += blobs[k]
         pos += len(blobs[k])
         pad = -(-pos // 64) * 64 - pos
@@ -88,6 +93,8 @@ def replace_part(data: bytes, name: str, blob: bytes) -> bytes:
 
 
 def part(data: bytes, name: str) -> bytes:
+    """Part ``name`` as written before its encoding."""
     manifest, parts = split(data)
     p = manifest["parts"][name]
-    return parts[p["offset"]:p["offset"] + p["size"]]
+    stored = parts[p["offset"]:p["offset"] + p["size"]]
+    return zlib.decompress(stored) if p["encoding"] == "zlib" else stored

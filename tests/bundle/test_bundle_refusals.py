@@ -135,3 +135,37 @@ def test_signature_disagreeing_with_image(saved, tmp_path) -> None:
     manifest["signature"]["inputs"][0]["shape"] = [8, 64]
     with pytest.raises(BundleError, match="signature disagrees"):
         _load(tmp_path, join(manifest, parts))
+
+
+def test_part_encodings(saved, tmp_path) -> None:
+    data, x, y = saved
+    manifest, parts = split(data)
+    m = json.loads(json.dumps(manifest))
+    m["parts"]["weights.safetensors"]["encoding"] = "zstd"
+    with pytest.raises(BundleError, match="encoded as 'zstd'.*upgrade rockjit"):
+        _load(tmp_path, join(m, parts))
+    m = json.loads(json.dumps(manifest))
+    m["parts"]["weights.safetensors"]["raw_size"] -= 1
+    with pytest.raises(BundleError, match="decompresses to .* the manifest says"):
+        _load(tmp_path, join(m, parts))
+    m = json.loads(json.dumps(manifest))
+    m["parts"]["image.json"]["raw_size"] = 1 << 40
+    with pytest.raises(BundleError, match="claims 1099511627776 bytes"):
+        _load(tmp_path, join(m, parts))
+
+
+def test_uncompressed_bundle_round_trips(tmp_path) -> None:
+    """compress=False stores the parts as they are; the weights part is then a plain
+    safetensors blob inside the file."""
+    from rockjit.runtime.bundle import write_bundle
+
+    p, x = weights(), example()
+    f = rockjit.compile(block, resident_argnums=0, backend="sim")
+    y = f(p, x)
+    c = f.compiled(p, x)
+    m = write_bundle(tmp_path / "raw.rjb", c.image, c.bundle_signature(), compress=False)
+    assert {v["encoding"] for v in m["parts"].values()} == {"raw"}
+    with rockjit.load(tmp_path / "raw.rjb", backend="sim") as b:
+        got = b(x)
+    for k in y:
+        assert np.array_equal(got[k], y[k])
