@@ -27,7 +27,7 @@ import numpy as np
 import rockjit
 from rockjit.api import BACKENDS
 from rockjit.cli import parse_assignments
-from models.presets import MODELS, ModelEntry, default_weights  # noqa: F401 (re-exported)
+from models.presets import MODELS, default_weights
 
 ROOT = Path(__file__).resolve().parent.parent
 # The IR interpreter must match JAX on CPU to this relative error (issue 2's bound). The NPU

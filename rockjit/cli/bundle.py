@@ -16,7 +16,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -17,7 +17,7 @@ call, when those exist), or statically when compiled before any call (save/expor
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 

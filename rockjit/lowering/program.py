@@ -33,7 +33,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..ir.types import DType
 from .memory import ArenaPlan, BufReq, align_up, check_plan, plan_arena
 from .opprogram import HostStep
 from .pipeline import LoweredGraph

@@ -9,7 +9,6 @@ import struct
 import zlib
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from rockjit.lowering import tolerance as T

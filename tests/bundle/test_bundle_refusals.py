@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import rockjit
-from rockjit.runtime.bundle import BundleError, read_bundle
+from rockjit.runtime.bundle import BundleError
 
 from .bundle_testutil import block, example, join, part, replace_part, split, weights
 
