@@ -14,7 +14,7 @@ is JSON-able (``to_json``/``from_json``), so a bundle is JSON + safetensors.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -241,9 +241,29 @@ class ProgramImage:
 
     # ---------------------------------------------------------------- JSON form
     def to_json(self) -> dict[str, Any]:
-        """Everything but ``arrays``, as JSON-able data."""
-        d = {k: v for k, v in asdict(self).items() if k != "arrays"}
-        return d
+        """Everything but ``arrays``, as JSON-able data (by hand: dataclasses.asdict deep-copies
+        every field and took seconds on a whole model)."""
+        def flat(x: Any) -> dict[str, Any]:
+            return {f: getattr(x, f) for f in x.__dataclass_fields__}
+
+        return {
+            "profile": self.profile, "contexts": self.contexts, "version": self.version,
+            "bos": [flat(b) for b in self.bos], "uploads": [flat(u) for u in self.uploads],
+            "zero_fills": [flat(z) for z in self.zero_fills],
+            "words": [flat(w) for w in self.words], "relocs": self.relocs,
+            "jobs": [{"core": j.core, "chained": j.chained, "tasks": [list(t) for t in j.tasks],
+                      "reads": list(j.reads), "writes": list(j.writes)} for j in self.jobs],
+            "steps": [{"kind": st.kind, "jobs": list(st.jobs), "source": st.source,
+                       "host": None if st.host is None else {
+                           "kind": st.host.kind,
+                           "operands": {k: list(v) for k, v in st.host.operands.items()},
+                           "params": dict(st.host.params)}} for st in self.steps],
+            "inputs": [dict(flat(t), shape=list(t.shape)) for t in self.inputs],
+            "outputs": [dict(flat(t), shape=list(t.shape)) for t in self.outputs],
+            "sources": [flat(x) for x in self.sources],
+            "placement": [flat(x) for x in self.placement],
+            "stats": dict(self.stats),
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> "ProgramImage":
