@@ -385,7 +385,7 @@ class ImageBuilder:
                     wr = list(dict.fromkeys(wr))
                     rd = [x for x in dict.fromkeys(rd) if x not in wr]
                     job_specs.append(JobSpec(core, bool(ch), tuple(tuple(t) for t in tl),
-                                             tuple(rd), tuple(wr)))
+                                             tuple(rd), tuple(wr), source(ci)))
                     ids.append(len(job_specs) - 1)
                     calls_here.append(ci)
                 step_specs.append(StepSpec("npu", tuple(ids), None, source(calls_here[0])))

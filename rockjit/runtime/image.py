@@ -75,13 +75,15 @@ class Source:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One SUBMIT job: ``tasks`` are (regcmd BO, byte offset, word count)."""
+    """One SUBMIT job: ``tasks`` are (regcmd BO, byte offset, word count); ``source`` is the
+    op its tasks come from (index into ProgramImage.sources)."""
 
     core: int
     chained: bool
     tasks: tuple[tuple[int, int, int], ...]
     reads: tuple[int, ...]
     writes: tuple[int, ...]
+    source: int = -1
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,8 @@ class ProgramImage:
                 bo(t[0], f"a task of job {j}")
             for b in (*job.reads, *job.writes):
                 bo(b, f"job {j}'s BO list")
+            if job.source != -1 and not 0 <= job.source < len(self.sources):
+                raise ImageError(f"job {j}'s source {job.source} is out of range")
         for s in self.steps:
             if s.kind == "npu":
                 for j in s.jobs:
@@ -252,7 +256,8 @@ class ProgramImage:
             "zero_fills": [flat(z) for z in self.zero_fills],
             "words": [flat(w) for w in self.words], "relocs": self.relocs,
             "jobs": [{"core": j.core, "chained": j.chained, "tasks": [list(t) for t in j.tasks],
-                      "reads": list(j.reads), "writes": list(j.writes)} for j in self.jobs],
+                      "reads": list(j.reads), "writes": list(j.writes), "source": j.source}
+                     for j in self.jobs],
             "steps": [{"kind": st.kind, "jobs": list(st.jobs), "source": st.source,
                        "host": None if st.host is None else {
                            "kind": st.host.kind,
@@ -293,7 +298,8 @@ class ProgramImage:
                 jobs=[JobSpec(_int(j["core"]), bool(j["chained"]),
                               tuple(tuple(_int(x) for x in t) for t in j["tasks"]),
                               tuple(_int(x) for x in j["reads"]),
-                              tuple(_int(x) for x in j["writes"])) for j in d["jobs"]],
+                              tuple(_int(x) for x in j["writes"]), _int(j["source"]))
+                      for j in d["jobs"]],
                 steps=steps,
                 inputs=[_sig(s) for s in d["inputs"]], outputs=[_sig(s) for s in d["outputs"]],
                 sources=[Source(str(s["node"]), str(s["loc"]), str(s["emitter"]))
@@ -334,6 +340,10 @@ class ProgramImage:
                 tasks = sum(len(self.jobs[j].tasks) for j in s.jobs)
                 cores = sorted({self.jobs[j].core for j in s.jobs})
                 what = f"npu  {len(s.jobs)} job(s) {tasks} task(s) cores {cores}"
+                ops = {self.jobs[j].source for j in s.jobs}
+                if len(ops) > 1:
+                    # a merged step (attention heads, batched matmuls): one line per step
+                    at += f"  (+{len(ops) - 1} more op(s) in parallel)"
             else:
                 what = f"host {s.host.kind}"
             lines.append(f"{i:5d}  {what:<42} {at}")
