@@ -319,7 +319,7 @@ def _check_manifest(m: Any, where: str) -> None:
                      ("parts", dict), ("stats", dict), ("contexts", int)):
         _require(isinstance(m.get(key), typ),
                  f"{where}: the manifest's {key!r} is missing or not a {typ.__name__}")
-    unknown = [f for f in m["uapi_features"] if f not in UAPI_FEATURES]
+    unknown = [f for f in m["uapi_features"] if not isinstance(f, str) or f not in UAPI_FEATURES]
     _require(not unknown, f"{where}: the program needs rocket uAPI features {unknown} that this "
              f"runtime does not provide (known: {sorted(UAPI_FEATURES)}); upgrade rockjit")
     parts = m["parts"]

@@ -14,6 +14,7 @@ is JSON-able (``to_json``/``from_json``), so a bundle is JSON + safetensors.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -198,6 +199,8 @@ class ProgramImage:
                 raise ImageError(f"job {j} runs on context {job.core} of {self.contexts}")
             for t in job.tasks:
                 bo(t[0], f"a task of job {j}")
+                if t[1] < 0 or t[2] <= 0 or t[1] + 8 * t[2] > self.bos[t[0]].size:
+                    raise ImageError(f"task {t} of job {j} does not fit its regcmd BO")
             for b in (*job.reads, *job.writes):
                 bo(b, f"job {j}'s BO list")
             if job.source != -1 and not 0 <= job.source < len(self.sources):
@@ -214,6 +217,9 @@ class ProgramImage:
                     if len(op) != OPERAND_FIELDS:
                         raise ImageError(f"host step operand {name!r} is {op!r}")
                     bo(op[0], f"host step {s.host.kind} operand {name!r}")
+                    if not 0 <= op[1] <= self.bos[op[0]].size or not 0 <= op[3] < 1 << 32:
+                        raise ImageError(f"host step {s.host.kind} operand {name!r} {op} is "
+                                         f"outside its BO")
             else:
                 raise ImageError(f"step kind {s.kind!r} is neither 'npu' nor 'host'")
             if s.source != -1 and not 0 <= s.source < len(self.sources):
@@ -224,7 +230,8 @@ class ProgramImage:
                 raise ImageError(f"the {which} indices of the image have gaps")
         for sig in (*self.inputs, *self.outputs):
             bo(sig.bo, f"boundary tensor {sig.name!r}")
-            n = int(np.prod(sig.shape, dtype=np.int64)) * np.dtype(sig.storage_dtype).itemsize
+            # Python ints: a hostile shape must not wrap around int64 to a small size
+            n = math.prod(sig.shape) * np.dtype(sig.storage_dtype).itemsize
             if sig.offset < 0 or sig.offset + n > self.bos[sig.bo].size:
                 raise ImageError(f"boundary tensor {sig.name!r} does not fit its BO")
 
@@ -374,7 +381,7 @@ def _sig(s: Mapping[str, Any]) -> TensorSig:
         raise ImageError(f"boundary tensor {s['name']!r} has a negative dimension")
     for key in ("dtype", "storage_dtype"):
         try:
-            dt = np.dtype(s[key])
+            dt = np.dtype(s[key]) if isinstance(s[key], str) else None
         except TypeError:
             dt = None
         if dt is None or dt.kind not in "biuf":

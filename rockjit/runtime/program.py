@@ -6,6 +6,7 @@ steps. ``Program.run()`` then executes the whole step list in one C call
 (``rj_program_run``), so no Python runs between steps."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -81,7 +82,7 @@ class _Access:
 
     def read_array(self, bo: int, dtype, shape: Sequence[int], offset: int = 0) -> np.ndarray:
         dt = np.dtype(dtype)
-        n = int(np.prod(shape)) * dt.itemsize
+        n = math.prod(int(d) for d in shape) * dt.itemsize
         return np.frombuffer(self.read(bo, n, offset), dtype=dt).reshape(shape).copy()
 
     def stats(self) -> dict[str, int]:
@@ -236,6 +237,17 @@ class ImageProgram:
                                f"cores={image.contexts}")
         self.image = image
         self.device = device
+        try:
+            self.program = self._build(image, device, timeout_s)
+        except (OverflowError, TypeError, ValueError) as e:
+            # a value no C field can hold (a hand-made or hostile image): refused, not cast
+            raise ProgramError(f"the program image holds a value the runtime cannot take: "
+                               f"{type(e).__name__}: {e}") from None
+        self._in_sig = image.signature("input")
+        self._out_sig = image.signature("output")
+
+    @staticmethod
+    def _build(image, device: Device, timeout_s: float) -> "Program":
         b = ProgramBuilder(device)
         for k, bo in enumerate(image.bos):
             got = b.add_bo(bo.size, role=bo.role, core=bo.core)
@@ -256,9 +268,7 @@ class ImageProgram:
                 b.add_npu_step([ids[j] for j in s.jobs])
             else:
                 b.add_host_step(_host_step_from_spec(s.host))
-        self.program = b.build(timeout_s)
-        self._in_sig = image.signature("input")
-        self._out_sig = image.signature("output")
+        return b.build(timeout_s)
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Write the inputs (cast to the dtype the image stores them in), run the whole step
