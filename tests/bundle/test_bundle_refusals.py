@@ -169,3 +169,27 @@ def test_uncompressed_bundle_round_trips(tmp_path) -> None:
         got = b(x)
     for k in y:
         assert np.array_equal(got[k], y[k])
+
+
+def test_fuzz_findings_are_refused(saved, tmp_path) -> None:
+    """Regressions from the loader fuzz: values that passed the first checks but no C field
+    can hold (a negative host-step offset reached cffi as an OverflowError), a JSON null
+    dtype (np.dtype(None) is float64, then 'None' later), a uAPI feature that is a list."""
+    data, _, _ = saved
+    image = json.loads(part(data, "image.json"))
+    step = next(s for s in image["steps"] if s["kind"] == "host")
+    next(iter(step["host"]["operands"].values()))[1] = -8
+    with pytest.raises(BundleError, match="outside its BO"):
+        _load(tmp_path, replace_part(data, "image.json", json.dumps(image).encode()))
+    image = json.loads(part(data, "image.json"))
+    image["outputs"][0]["storage_dtype"] = None
+    with pytest.raises(BundleError, match="not a numeric dtype"):
+        _load(tmp_path, replace_part(data, "image.json", json.dumps(image).encode()))
+    image = json.loads(part(data, "image.json"))
+    image["jobs"][0]["tasks"][0][2] = 1 << 40
+    with pytest.raises(BundleError, match="does not fit its regcmd BO"):
+        _load(tmp_path, replace_part(data, "image.json", json.dumps(image).encode()))
+    manifest, parts = split(data)
+    manifest["uapi_features"] = [["submit"]]
+    with pytest.raises(BundleError, match="uAPI features"):
+        _load(tmp_path, join(manifest, parts))
