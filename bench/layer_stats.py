@@ -75,7 +75,7 @@ def main() -> int:
         print(f"  {k:28s} {v}")
     if args.report:
         print("\nwhere each op ran:")
-        print(c._runner.report())
+        print(c.report())
     return 0 if ok else 1
 
 

@@ -492,7 +492,7 @@ class Compiled(_Traced):
         if self._runner is None:
             self._runner = BACKENDS[self.backend](self.graph, self._binding.values)
         build = getattr(self._runner, "compile", None)
-        if build is not None and getattr(self._runner, "program", True) is None:
+        if build is not None and getattr(self._runner, "image", True) is None:
             try:
                 build()
             except WeightError as e:
@@ -507,7 +507,8 @@ class Compiled(_Traced):
             _check.DEFAULT_THRESHOLD if threshold is None else threshold))
 
     def stats(self) -> dict[str, int]:
-        """The compiled program's counters (NPU backends; after compile() or the first call)."""
+        """The compiled program's counters (NPU backends; after compile(), the first call or
+        ``build_program``)."""
         stats = getattr(self._runner, "stats", None)
         if stats is None:
             raise TraceError(f"backend {self.backend!r} keeps no program stats"
@@ -523,6 +524,93 @@ class Compiled(_Traced):
             raise TraceError(f"backend {self.backend!r} keeps no range plan"
                              + ("" if self._runner else "; call the function first"))
         return plan()
+
+    # ------------------------------------------------------------------ the NPU program
+    def _npu_runner(self, what: str):
+        """The NPU runner (made now if the function was not called yet)."""
+        if self._runner is None:
+            if any(name not in self._binding.values for name in self.signature.param_names.values()):
+                raise TraceError(f"{what}: resident params are unbound (lowered from "
+                                 f"ShapeDtypeStructs); call the function or compile it with the "
+                                 f"weights")
+            self._runner = BACKENDS[self.backend](self.graph, self._binding.values)
+        if not hasattr(self._runner, "image"):
+            raise TraceError(f"{what} needs an NPU program; backend {self.backend!r} has none "
+                             f"(use backend='auto', 'sim' or 'rocket')")
+        return self._runner
+
+    def build_program(self, *args: Any) -> "Compiled":
+        """Lower to the NPU program now instead of on the first call. The program depends on
+        the graph and the resident values only, so ``args`` (the same kinds as a call) are
+        checked against the signature and otherwise not looked at. Returns self."""
+        runner = self._npu_runner("build_program")
+        if runner.image is None:
+            example = None
+            if args:
+                example = self._inputs_of(args)
+            runner.compile(example)
+        return self
+
+    def _inputs_of(self, args: tuple) -> list[np.ndarray]:
+        inputs = []
+        for i, arg in self._split_args(args):
+            spec = self.signature.args[i]
+            if spec.kind == "resident":
+                continue
+            for j, leaf in enumerate(self._check(i, arg)):
+                inputs.append(np.asarray(leaf, dtype=spec.leaves[j].dtype))
+        return inputs
+
+    @property
+    def image(self):
+        """The program image (runtime/image.py: plain data), after the first call or
+        ``build_program``; None before."""
+        return getattr(self._runner, "image", None)
+
+    def placement(self) -> list:
+        """Where each IR op runs (``npu``, ``host``, ``view``, ``const``), how, and why the
+        NPU refused it when it is on the host: ``rockjit.runtime.image.Placement`` records.
+        Lowers the program now if the function was not called yet."""
+        return list(self.build_program().image.placement)
+
+    def report(self) -> str:
+        """The placement report as text, one line per IR op."""
+        self.placement()
+        return self.image.report()
+
+    def bundle_signature(self) -> dict[str, Any]:
+        """The call signature a bundle stores: the input arguments' pytrees and leaves (static
+        and resident arguments are compiled in) and the output pytree."""
+        from .runtime.bundle import tree_paths, tree_spec_of
+
+        inputs, trees, k = [], [], 0
+        for i, a in enumerate(self.signature.args):
+            if a.kind != "input":
+                continue
+            n = len(a.leaves)
+            trees.append(tree_spec_of(tree_unflatten(a.treedef, list(range(k, k + n))),
+                                      _where(self.signature.fn, i)))
+            for leaf in a.leaves:
+                inputs.append({"name": f"{_arg_name(self.signature.fn, i) or f'arg{i}'}"
+                                       f"{leaf.path}", "shape": list(leaf.shape),
+                               "dtype": np.dtype(leaf.dtype).name})
+            k += n
+        g = self.graph
+        n_out = len(g.outputs)
+        out_spec = tree_spec_of(tree_unflatten(self.out_tree, list(range(n_out))), "the result")
+        names = tree_paths(out_spec)
+        outputs = [{"name": names[i], "shape": list(v.type.shape),
+                    "dtype": v.type.dtype.to_numpy().name} for i, v in enumerate(g.outputs)]
+        return {"inputs": inputs, "inputs_tree": trees, "outputs": outputs,
+                "outputs_tree": [out_spec]}
+
+    def save(self, path: str) -> dict[str, Any]:
+        """Write the NPU program as a bundle (``rockjit.load(path)`` runs it without JAX).
+        Compiles it first if the function was not called yet. Returns the manifest."""
+        from .runtime.bundle import write_bundle
+
+        self.build_program()
+        return write_bundle(path, self.image, self.bundle_signature(), self.graph.name)
 
 
 class Lowered(_Traced):
@@ -624,13 +712,32 @@ class CompiledFunction:
 
 
 def compile(fn: Callable[..., Any] | None = None, *, static_argnums: int | Sequence[int] = (),
-            resident_argnums: int | Sequence[int] = (), backend: str = "interpreter") -> Any:
+            resident_argnums: int | Sequence[int] = (), backend: str = "auto") -> Any:
     """Compile ``fn`` like ``jax.jit``: usable as ``@rockjit.compile``,
-    ``@rockjit.compile(static_argnums=...)`` and ``rockjit.compile(fn, ...)``."""
+    ``@rockjit.compile(static_argnums=...)`` and ``rockjit.compile(fn, ...)``.
+
+    ``backend``: "auto" (the NPU through /dev/accel/accel0 when it opens, else the C
+    simulator; says once which), "sim", "rocket", "null", "KIND:CHIP", or "interpreter"
+    (the IR's numpy reference)."""
     if fn is None:
         return functools.partial(compile, static_argnums=static_argnums,
                                  resident_argnums=resident_argnums, backend=backend)
     return CompiledFunction(fn, static_argnums, resident_argnums, backend)
+
+
+def export(fn: Callable[..., Any], *args: Any, static_argnums: int | Sequence[int] = (),
+           resident_argnums: int | Sequence[int] = (), backend: str = "auto") -> Compiled:
+    """Compile ``fn`` for ``args`` without running it: input leaves may be
+    ``jax.ShapeDtypeStruct``s (no example data: LUT domains are planned statically); resident
+    arguments must be the weights themselves. ``export(...).save(path)`` writes a bundle.
+    ``fn`` may be a ``rockjit.compile``'d function: its argnums are used unless given."""
+    if isinstance(fn, CompiledFunction):
+        static_argnums = static_argnums or fn.static_argnums
+        resident_argnums = resident_argnums or fn.resident_argnums
+        fn = fn.fn
+    f = compile(fn, static_argnums=static_argnums, resident_argnums=resident_argnums,
+                backend=backend)
+    return f.lower(*args).compile().build_program()
 
 
 @dataclass(frozen=True)

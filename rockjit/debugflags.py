@@ -172,3 +172,9 @@ UPDATE_GOLDEN = flag(
 # Flags of the C table that Python reads too (described there).
 FAKE_ROCKET = "RJ_FAKE_ROCKET"
 SIM_FAITHFUL = "RJ_SIM_FAITHFUL"
+
+PROGRESS = flag(
+    "ROCKJIT_PROGRESS",
+    "on: progress bars on stderr for lowering and image layout of whole models even when stderr "
+    "is not a terminal; off: never. Unset: only on a terminal (rockjit/progress.py).",
+    "")

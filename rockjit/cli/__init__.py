@@ -6,12 +6,12 @@ import argparse
 import sys
 from typing import Sequence
 
-from . import check, convert, trace
+from . import bundle, check, convert, trace
 from .common import EXIT_USAGE, UsageError, parse_assignments
 
 __all__ = ["main", "parse_assignments"]
 
-VERB_MODULES = (trace, convert, check)
+VERB_MODULES = (trace, bundle, convert, check)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,5 +1,7 @@
-"""The NPU backends of ``rockjit.compile``: "sim", "null" and "rocket".
+"""The NPU backends of ``rockjit.compile``: "auto" (the default), "sim", "null" and "rocket".
 
+    f = rockjit.compile(fn)                     # auto: rocket if /dev/accel/accel0 opens,
+                                                # else the simulator (said once per process)
     f = rockjit.compile(fn, backend="sim")      # C simulator, strict hazard checks on
     f = rockjit.compile(fn, backend="null")     # counts work, computes nothing
     f = rockjit.compile(fn, backend="rocket")   # /dev/accel/accel0 (RJ_FAKE_ROCKET=1: the fake)
@@ -9,15 +11,15 @@ The bare names compile for the RK3588; ``KIND:PROFILE`` compiles for another reg
 profile (its CBUF, atoms and core count), so a second chip needs no change here.
 
 Each factory lowers the graph once per bound parameter set (``pipeline.lower_graph`` +
-``program.NpuProgram``). The program depends on the graph and the resident values only (LUT
-domains come from the functions, calibrate.py), so it is built by ``compile()`` without any
-input -- ``Lowered.compile()`` does that when the resident values are bound -- or else on the
-first call.
+``program.ImageBuilder``: a ProgramImage) and loads the image on its device. The program
+depends on the graph and the resident values only (LUT domains come from the functions,
+calibrate.py), so ``compile()`` builds it without any input -- ``Lowered.compile()`` does that
+when the resident values are bound, save/export too -- or else the first call does.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -26,39 +28,62 @@ from ..ir.graph import Graph
 
 
 class NpuRunner:
-    """What a backend factory returns: compiles (from the graph and params alone) when asked or
-    on the first call, then runs the program. ``stats()``/``report()`` describe the compiled
-    program."""
+    """What a backend factory returns: lowers the graph to a ProgramImage on ``compile()`` or
+    the first call, loads the image on a device (made on first use), runs it.
+    ``stats()``/``report()``/``placement()``/``range_plan()`` describe the program. A device
+    fault drops the device and the loaded program (every BO freed) and keeps the lowering, so the
+    next call loads it afresh."""
 
-    def __init__(self, graph: Graph, params: Mapping[str, np.ndarray],
-                 make_device: Callable[[int], Any], profile: str) -> None:
+    def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], kind: str,
+                 profile: str) -> None:
         self.graph = graph
         self.params = dict(params)
-        self._make_device = make_device
+        self.kind = kind
         self.profile = profile
+        self.lowered = None
+        self.builder = None
         self.device = None
         self.program = None
-        self.lowered = None
 
-    def compile(self):
+    @property
+    def image(self):
+        return self.builder.image if self.builder is not None else None
+
+    def compile(self, example_inputs: Sequence[np.ndarray] | None = None):
+        """Lower the graph to its ProgramImage (no device needed); returns the image.
+        ``example_inputs`` is accepted for the API's sake and not looked at."""
         from .pipeline import lower_graph
+        from .program import ImageBuilder
+
+        self.lowered = lower_graph(self.graph, self.params, profile=self.profile)
+        self.builder = ImageBuilder(self.lowered)
+        return self.builder.image
+
+    def load(self):
+        """Load the image on this backend's device (made on first use); returns the program."""
+        from ..runtime import DeviceError
         from .program import NpuProgram
 
-        from .profile import get_profile
-
-        if self.device is None:
-            self.device = self._open_device(get_profile(self.profile).cores)
-        self.lowered = lower_graph(self.graph, self.params, profile=self.profile)
-        self.program = NpuProgram(self.lowered, self.device)
+        if self.builder is None:
+            self.compile()
+        if self.program is None:
+            try:
+                if self.device is None:
+                    self.device = self._open_device(self.image.contexts)
+                self.program = NpuProgram(self.lowered, self.device, builder=self.builder)
+            except DeviceError:
+                self._drop_device()  # a half-built program's BOs go with the device
+                raise
         return self.program
 
-    def _open_device(self, cores: int):
+    def _open_device(self, contexts: int):
         from ..runtime import DeviceError
+        from ..runtime.bundle import make_device
 
         try:
-            return self._make_device(cores)
+            return make_device(self.kind, contexts)
         except DeviceError as e:
-            if self._make_device is not _rocket:
+            if self.kind not in ("rocket", "auto"):
                 raise
             raise type(e)(f"{e.message} {_rocket_hint('rocket')}", e.code) from None
 
@@ -67,17 +92,9 @@ class NpuRunner:
         from .value_checks import check_inputs
 
         check_inputs(self.graph, inputs)      # NaN / Inf / |x| > 65504: refused, not packed
-        if self.program is None:
-            try:
-                if self.lowered is None:
-                    self.compile()
-                else:
-                    self._reload()
-            except DeviceError:
-                self._drop_device()  # a half-built program's BOs go with the device
-                raise
+        program = self.load()
         try:
-            return self.program.run(inputs)
+            return program.run(inputs)
         except DeviceError:
             # A device fault (failed submit, timeout, a job that never finished, the device
             # going away) leaves BOs possibly still owned by a hung job and fds possibly dead:
@@ -85,14 +102,6 @@ class NpuRunner:
             # it afresh on the next call.
             self._drop_device()
             raise
-
-    def _reload(self) -> None:
-        from .profile import get_profile
-        from .program import NpuProgram
-
-        if self.device is None:
-            self.device = self._open_device(get_profile(self.profile).cores)
-        self.program = NpuProgram(self.lowered, self.device)
 
     def _drop_device(self) -> None:
         program, device = self.program, self.device
@@ -103,25 +112,31 @@ class NpuRunner:
             device.close()
 
     def stats(self) -> dict[str, int]:
-        if self.program is None:
+        if self.builder is None:
             raise RuntimeError("the program is not compiled yet; call it, or compile it with "
                                "lower(...).compile()")
+        if self.program is None:
+            return dict(self.image.stats)
         return self.program.stats()
 
     def report(self) -> str:
-        return self.program.report() if self.program is not None else ""
+        return self.image.report() if self.image is not None else ""
+
+    def placement(self) -> list:
+        return list(self.image.placement) if self.image is not None else []
 
     def range_plan(self) -> list:
         """The compiled program's range-plan records (range_plan.RangeRecord)."""
-        if self.program is None:
+        if self.lowered is None:
             raise RuntimeError("the program is compiled on its first call; call it first")
-        return self.program.range_plan
+        rp = self.lowered.range_plan
+        return list(rp.records) if rp is not None else []
 
 
-def _factory(make_device: Callable[[int], Any], profile: str):
+def _factory(kind: str, profile: str):
     def factory(graph: Graph, params: Mapping[str, np.ndarray]) -> NpuRunner:
-        return NpuRunner(graph, params, make_device, profile)
-    factory.probe = PROBES.get(make_device)
+        return NpuRunner(graph, params, kind, profile)
+    factory.probe = PROBES.get(kind)
     return factory
 
 
@@ -147,24 +162,10 @@ def _probe_rocket(backend: str) -> None:
                       + _rocket_hint(backend), DeviceError.code)
 
 
-def _sim(cores: int):
-    from ..runtime import SimDevice
-    return SimDevice(cores=cores, strict=True)
-
-
-def _null(cores: int):
-    from ..runtime import NullDevice
-    return NullDevice(cores=cores)
-
-
-def _rocket(cores: int):
-    from .. import debugflags
-    from ..runtime import RocketDevice
-    return RocketDevice(fake=debugflags.enabled(debugflags.FAKE_ROCKET), cores=cores)
-
-
-DEVICES = {"sim": _sim, "null": _null, "rocket": _rocket}
-PROBES = {_rocket: _probe_rocket}
+# "auto": the rocket device when /dev/accel/accel0 opens, else the simulator
+# (runtime/bundle.py: resolve_auto, said once per process)
+DEVICES = ("auto", "sim", "null", "rocket")
+PROBES = {"rocket": _probe_rocket}
 
 
 def register_npu_backends(profile: str) -> None:
@@ -174,10 +175,10 @@ def register_npu_backends(profile: str) -> None:
     from .profile import get_profile
 
     name = get_profile(profile).name
-    for kind, make in DEVICES.items():
+    for kind in DEVICES:
         for key in ((kind, f"{kind}:{name}") if name == "rk3588" else (f"{kind}:{name}",)):
             if key not in BACKENDS:
-                register_backend(key)(_factory(make, name))
+                register_backend(key)(_factory(kind, name))
 
 
 register_npu_backends("rk3588")

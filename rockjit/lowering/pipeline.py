@@ -194,7 +194,8 @@ class Lowerer:
             self.inputs.append(Boundary(i, v, t))
         self._plan_slots()
         users = g.users()
-        for node in g.nodes:
+        from ..progress import progress
+        for node in progress(g.nodes, "lowering"):
             if node.out.id in self.consts or node.op in (Op.PARAM, Op.CONSTANT):
                 self.decisions.append(Decision(f"%{node.out.id} = {node.op.text}", str(node.loc),
                                                "const", "compile time"))

@@ -1,12 +1,14 @@
-"""NpuProgram: a lowered graph built into one runtime Program, run with numpy in and out.
+"""The lowering's last stage: a lowered graph -> a ProgramImage (plain data, runtime/image.py),
+which the runtime loads (runtime/program.py: ImageProgram) and a bundle stores.
 
-Build (once):
+``build_image`` (once):
   * schedule the calls (schedule.py), compute each arena buffer's live interval in steps, plan
     the arena (memory.py);
   * BOs: one ``arena`` (activations, scratch, graph inputs/outputs), one ``weights`` (every
     const BufferSpec and compile-time tensor, uploaded once), one ``regcmd`` (every kick's
-    words); address words become runtime relocations (``add_reloc``);
-  * jobs and host steps in schedule order.
+    words); address words become relocations (patched by the runtime at load);
+  * jobs and host steps in schedule order, each step with its op's source location.
+The image holds no compiler object. ``NpuProgram`` = build_image + load it on a device.
 Run (per call): write the inputs (cast to the dtype the plan holds them in), ``Program.run()``
 (the whole step list in one C call), read the outputs (cast back to the graph's dtypes).
 
@@ -29,17 +31,16 @@ broadcast convolutions of element-wise ops, the ones-vector sums).
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..ir.types import DType
 from .memory import ArenaPlan, BufReq, align_up, check_plan, plan_arena
-from .opprogram import HostStep, NpuJob
+from .opprogram import HostStep
 from .pipeline import LoweredGraph
-from .rules.base import CubeForm, RowForm
 from .schedule import Step, call_spans, runtime_jobs, schedule
+from ..runtime.image import (BoSpec, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
+                             StepSpec, TensorSig, Upload, Words, ZeroFill)
 
 _LAYOUT_PARAMS = {"height", "width", "channels", "c2", "esize", "line_stride", "surf_stride",
                   "kernels", "kh", "kw", "n_group", "k_group", "group", "rows", "cols", "eps",
@@ -56,9 +57,9 @@ def _spec_dtype(spec) -> str:
     return "f16"
 
 
-def runtime_host_step(hs: HostStep, names: Mapping[str, tuple[int, int]],
-                      spec_of: Callable[[str], Any]):
-    """A lowering HostStep -> the runtime's ``rj_host_step``.
+def host_step_spec(hs: HostStep, names: Mapping[str, tuple[int, int]],
+                   spec_of: Callable[[str], Any]) -> HostStepSpec:
+    """A lowering HostStep -> the image's plain ``HostStepSpec``.
 
     ``names``: buffer name -> (program BO, byte offset of the buffer); ``spec_of(name)``: the
     op's BufferSpec (for an operand's default dtype). Runtime kinds (host_steps.HOST_STEPS)
@@ -67,60 +68,59 @@ def runtime_host_step(hs: HostStep, names: Mapping[str, tuple[int, int]],
     from ``params["<operand>_dtype"]`` / ``"<operand>_row_stride"``, else the BufferSpec;
     the host-op kinds (host_rules.HOST_KINDS) carry everything in their descriptor."""
     from ..runtime import host_steps as HS
-
-    ctor = HS.HOST_STEPS.get(hs.kind)
     from .host_rules import HOST_KINDS
-    if ctor is None or hs.kind in HOST_KINDS:
-        return _host_op_step(names, hs, HS)
+
+    if hs.kind in HOST_KINDS or hs.kind not in HS.HOST_STEPS:
+        return _host_op_spec(names, hs, HS)
     dtypes = hs.params.get("dtypes", {}) or {}
     strides = hs.params.get("row_strides", {}) or {}
-    kw = {}
+    ops = {}
     for opname, sl in hs.operands.items():
         bo, base = names[sl.buffer]
         dt = dtypes.get(opname) or hs.params.get(f"{opname}_dtype") or _spec_dtype(spec_of(sl.buffer))
         rs = strides.get(opname, hs.params.get(f"{opname}_row_stride", 0))
-        kw[opname] = HS.Operand(bo, base + sl.offset, dt, int(rs))
-    for k, v in hs.params.items():
-        if k in _LAYOUT_PARAMS:
-            kw[k] = v
-    return ctor(**kw)
+        ops[opname] = (int(bo), int(base + sl.offset), str(dt), int(rs))
+    params = {k: (float(v) if isinstance(v, (float, np.floating)) else int(v))
+              for k, v in hs.params.items() if k in _LAYOUT_PARAMS}
+    return HostStepSpec(hs.kind, ops, params)
 
 
-def _host_op_step(names, hs: HostStep, HS):
+def runtime_host_step(hs: HostStep, names: Mapping[str, tuple[int, int]],
+                      spec_of: Callable[[str], Any]):
+    """A lowering HostStep -> the runtime's filled ``rj_host_step`` (through its spec)."""
+    from ..runtime.program import _host_step_from_spec
+
+    return _host_step_from_spec(host_step_spec(hs, names, spec_of))
+
+
+def _host_op_spec(names, hs: HostStep, HS) -> HostStepSpec:
     """A host-op library step (host_rules.HOST_KINDS; csrc/runtime/rj_host_ops.h): dst =
-    output, src = input 1, aux = the descriptor, param[0..1]/param64[0..1] = inputs 2..3."""
+    output, src = input 1, desc = the descriptor, src1/src2 = inputs 2..3."""
     from .host_rules import HOST_KINDS
 
     if hs.kind not in HOST_KINDS:
         raise ValueError(f"host step kind {hs.kind!r} is neither a runtime host step "
                          f"({sorted(HS.HOST_STEPS)}) nor a host-op kind ({sorted(HOST_KINDS)})")
-
-    def opnd(name):
-        if name not in hs.operands:
-            return None
-        sl = hs.operands[name]
-        bo, base = names[sl.buffer]
-        return HS.Operand(bo, base + sl.offset, "u8", 0)
-
-    return HS.host_op(hs.kind, opnd("dst"), opnd("desc"), opnd("src"), opnd("src1"), opnd("src2"))
+    ops = {}
+    for name in ("dst", "desc", "src", "src1", "src2"):
+        if name in hs.operands:
+            sl = hs.operands[name]
+            bo, base = names[sl.buffer]
+            ops[name] = (int(bo), int(base + sl.offset), "u8", 0)
+    return HostStepSpec(hs.kind, ops, {})
 
 
-class NpuProgram:
-    """A compiled graph on a device: ``run(inputs) -> outputs``, ``stats()``."""
+class ImageBuilder:
+    """Schedules, plans memory and lays out a LoweredGraph as a ProgramImage for ``contexts``
+    device contexts. Keeps the plan (``plan``, ``steps``, ``context_bos``) for inspection."""
 
-    def __init__(self, lowered: LoweredGraph, device: Any, cores: int | None = None) -> None:
-        from ..runtime import ProgramBuilder
-
+    def __init__(self, lowered: LoweredGraph, contexts: int | None = None,
+                 cores: int | None = None) -> None:
         self.lowered = lowered
-        self.device = device
         self.cores = cores or lowered.profile.cores
-        # write inputs -> run -> read outputs goes through one arena and one C step list
-        # (its job scratch included), so two calls at once would mix their tensors.
-        self._run_lock = threading.Lock()
         self.steps: list[Step] = schedule(lowered.calls, self.cores)
         calls = lowered.calls
         spans = call_spans(self.steps, len(calls))
-        nsteps = len(self.steps)
         bufs = lowered.bufs
         for b in bufs:
             b.first, b.last = 1 << 60, -1
@@ -141,7 +141,7 @@ class NpuProgram:
         check_plan(reqs, self.plan)
         # contexts: a core is one device context (rocket: one fd) with its own IOVA space,
         # so every BO a job touches must live in the job's context
-        ncores = max(1, min(self.cores, getattr(device, "cores", 1)))
+        ncores = max(1, min(self.cores, contexts if contexts is not None else self.cores))
         self.ncores = ncores
         for st in self.steps:
             if st.kind == "npu":
@@ -194,18 +194,18 @@ class NpuProgram:
         check_bo("regcmd", max(rsize.values()), [(f"call {ci}", rspec[ci].nbytes)
                                                  for ci in rspec if rspec[ci] is not None], g)
 
-        b = ProgramBuilder(device)
-        self._builder_stats = {}
+        bos: list[BoSpec] = []
+
+        def add_bo(size: int, role: str, core: int) -> int:
+            bos.append(BoSpec(role, core, int(size)))
+            return len(bos) - 1
+
         # every used context gets its own arena (a mirror at the same offsets, so a job's
         # relocations differ only in the BO), weights and regcmd BOs
-        arena_c = {c: b.add_bo(self.arena_bytes, role="arena", core=c) for c in used}
-        weights_c = {c: b.add_bo(max(wsize[c], 64), role="weights", core=c) for c in used}
-        regcmd_c = {c: b.add_bo(max(rsize[c], 64), role="regcmd", core=c) for c in used}
+        arena_c = {c: add_bo(self.arena_bytes, "arena", c) for c in used}
+        weights_c = {c: add_bo(max(wsize[c], 64), "weights", c) for c in used}
+        regcmd_c = {c: add_bo(max(rsize[c], 64), "regcmd", c) for c in used}
         self.context_bos = {c: (arena_c[c], weights_c[c], regcmd_c[c]) for c in used}
-        arena, weights = arena_c[0], weights_c[0]
-        self._arena = arena
-        # host copy descriptors (cross-context moves) live after the weights of context 0
-        self._copy_descs: list[np.ndarray] = []
 
         def where(bid: int, core: int = 0) -> tuple[int, int]:
             buf = bufs[bid]
@@ -214,13 +214,18 @@ class NpuProgram:
             return arena_c[core], self.plan.offsets[bid]
 
         self._where = where
+        arrays: dict[str, np.ndarray] = {}
+        uploads: list[Upload] = []
+        zero_fills: list[ZeroFill] = []
         for c in used:
             for bf in wbufs:
                 if bf.id in need_w[c] and bf.data is not None and bf.data.size:
-                    b.upload(weights_c[c], bf.data, woff[(c, bf.id)])
+                    key = f"w{bf.id}:{bf.name}"
+                    arrays[key] = np.ascontiguousarray(bf.data).reshape(-1).view(np.uint8)
+                    uploads.append(Upload(weights_c[c], woff[(c, bf.id)], key))
             for bf in bufs:
                 if bf.kind == "arena" and bf.zero:
-                    b.upload(arena_c[c], np.zeros(bf.size, np.uint8), self.plan.offsets[bf.id])
+                    zero_fills.append(ZeroFill(arena_c[c], self.plan.offsets[bf.id], bf.size))
 
         def names_for(ci: int, core: int) -> dict[str, tuple[int, int]]:
             pc = calls[ci]
@@ -235,7 +240,9 @@ class NpuProgram:
         # host steps resolve names in context 0
         self._names = [names_for(ci, 0) for ci in range(len(calls))]
 
-        # regcmd words + relocations, per (core, call), once
+        # regcmd words (one array per regcmd BO; unwritten gaps are zero) + relocations
+        words_of = {c: np.zeros(bos[regcmd_c[c]].size // 8, dtype="<u8") for c in used}
+        relocs: list[tuple[int, int, int, int, int]] = []
         written: set[tuple[int, int, int]] = set()
         for st in self.steps:
             for jr in st.jobs:
@@ -247,20 +254,39 @@ class NpuProgram:
                     written.add(key)
                     bo, base = names[kick.regcmd_buffer]
                     start = base + kick.base_offset
-                    assert start % 8 == 0
-                    b.write_words(bo, np.asarray(kick.words, dtype="<u8"), start // 8)
+                    assert start % 8 == 0 and bo == regcmd_c[jr.core]
+                    w = np.asarray(kick.words, dtype="<u8")
+                    words_of[jr.core][start // 8:start // 8 + w.size] = w
                     for wi, rel in kick.relocs.items():
                         tbo, toff = names[rel.buffer]
-                        b.add_reloc(bo, start // 8 + wi, tbo, toff + rel.offset)
+                        relocs.append((bo, start // 8 + wi, tbo, toff + rel.offset, 0))
+        words: list[Words] = []
+        for c in used:
+            arrays[f"regcmd{c}"] = words_of[c]
+            words.append(Words(regcmd_c[c], 0, f"regcmd{c}"))
+        arrays["relocs"] = np.asarray(relocs, dtype=np.uint64).reshape(-1, 5)
+
+        # sources: the user's file:line of each call's op (from the placement decisions)
+        # keyed on the value ("%7"): a fused activation's decision is labelled by its kind
+        loc_of = {d.node.split(" = ")[0]: d.loc for d in lowered.decisions}
+        sources: list[Source] = []
+        src_index: dict[int, int] = {}
+
+        def source(ci: int) -> int:
+            if ci not in src_index:
+                pc = calls[ci]
+                src_index[ci] = len(sources)
+                sources.append(Source(pc.node, loc_of.get(pc.node.split(" = ")[0], ""),
+                                      pc.call.emitter))
+            return src_index[ci]
 
         # steps
-        from ..runtime.program import Task as RtTask
         from .host_rules import HostView, host_op_step
         from ..ir.types import DType as _DT
         self.job_cores: list[int] = []
         npu_steps = jobs = tasks = kicks = host = 0
         packed = unpacked = dev_read = dev_written = copied = copy_steps = 0
-        desc_bufs: list[tuple[int, np.ndarray]] = []
+        desc_bufs: list[np.ndarray] = []
 
         # A call's scratch is private to one context only when everything that touches it runs
         # there. Host steps run in context 0, so scratch a host step fills (the im2col cube of
@@ -302,6 +328,8 @@ class NpuProgram:
                     out.append((names[a.buffer][1] + a.offset, a.pieces, a.pitch, a.chunk))
             return out
 
+        pending: list[tuple] = []
+
         def copy(src_core: int, dst_core: int, run: tuple[int, int, int, int]) -> None:
             """One strided host copy of a run between the two contexts' arenas (same offsets:
             the arenas mirror each other)."""
@@ -313,14 +341,14 @@ class NpuProgram:
                                    HostView("dst", _DT.U8, lo, (pitch, 1)),
                                    [HostView("src", _DT.U8, lo, (pitch, 1))], sizes, "cdesc",
                                    what="cross-context copy")
-            desc_bufs.append((len(desc_bufs), desc.data))
-            self._pending.append(("copy", src_core, dst_core, len(desc_bufs) - 1))
+            desc_bufs.append(desc.data)
+            pending.append(("copy", src_core, dst_core, len(desc_bufs) - 1))
             copied += pieces * chunk
             copy_steps += 1
             host += 1
 
-        self._pending: list[tuple] = []
-        for st in self.steps:
+        from ..progress import progress
+        for st in progress(self.steps, "laying out the program image"):
             if st.kind == "npu":
                 ins: dict[int, list] = {}
                 outs: dict[int, list] = {}
@@ -348,20 +376,21 @@ class NpuProgram:
                         for kick in rks:
                             bo, base = names[kick.regcmd_buffer]
                             for toff, cnt in zip(kick.task_offsets, kick.task_counts):
-                                tlist.append(RtTask(bo, base + kick.base_offset + 8 * toff, cnt))
-                        ids_step.append((tlist, sorted(rd), sorted(wr), jr.core, chained))
+                                tlist.append((bo, base + kick.base_offset + 8 * toff, cnt))
+                        ids_step.append((tlist, sorted(rd), sorted(wr), jr.core, chained,
+                                         jr.call))
                         self.job_cores.append(jr.core)
                         jobs += 1
                         tasks += len(tlist)
                         kicks += 1 if chained else len(tlist)
-                self._pending.append(("npu", ids_step))
+                pending.append(("npu", ids_step))
                 npu_steps += 1
                 for c, rs in sorted(outs.items()):
                     for run in dict.fromkeys(rs):
                         copy(c, 0, run)
             else:
                 ci, hs = st.host
-                self._pending.append(("host", ci, hs))
+                pending.append(("host", ci, hs))
                 host += 1
                 nb = self._host_bytes(hs)
                 if hs.kind.startswith("pack"):
@@ -369,28 +398,39 @@ class NpuProgram:
                 elif hs.kind.startswith("unpack"):
                     unpacked += nb
         # the copy descriptors: a small BO of context 0 (written once, address-free)
-        cdesc_bo = b.add_bo(max(448 * len(desc_bufs), 64), role="weights", core=0) \
-            if desc_bufs else None
-        for k, data in desc_bufs:
-            b.upload(cdesc_bo, data, 448 * k)
-        from ..runtime import host_steps as HS
-        for item in self._pending:
+        cdesc_bo = add_bo(max(448 * len(desc_bufs), 64), "weights", 0) if desc_bufs else None
+        for k, data in enumerate(desc_bufs):
+            key = f"copydesc{k}"
+            arrays[key] = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+            uploads.append(Upload(cdesc_bo, 448 * k, key))
+        job_specs: list[JobSpec] = []
+        step_specs: list[StepSpec] = []
+        for item in pending:
             if item[0] == "npu":
-                ids = [b.add_job(tl, reads=rd, writes=wr, core=core, chained=ch)
-                       for tl, rd, wr, core, ch in item[1]]
-                b.add_npu_step(ids)
+                ids = []
+                calls_here = []
+                for tl, rd, wr, core, ch, ci in item[1]:
+                    # a BO the job both reads and writes is listed as written only: the kernel
+                    # signals such a job done without running it (ProgramBuilder.add_job)
+                    wr = list(dict.fromkeys(wr))
+                    rd = [x for x in dict.fromkeys(rd) if x not in wr]
+                    job_specs.append(JobSpec(core, bool(ch), tuple(tuple(t) for t in tl),
+                                             tuple(rd), tuple(wr), source(ci)))
+                    ids.append(len(job_specs) - 1)
+                    calls_here.append(ci)
+                step_specs.append(StepSpec("npu", tuple(ids), None, source(calls_here[0])))
             elif item[0] == "host":
-                b.add_host_step(self._host_step(item[1], item[2], None))
+                _, ci, hs = item
+                step_specs.append(StepSpec("host", (), self._host_step(ci, hs), source(ci)))
             else:
                 _, sc, dc, k = item
-                b.add_host_step(HS.host_op("copy", HS.Operand(arena_c[dc], 0, "u8"),
-                                           HS.Operand(cdesc_bo, 448 * k, "u8"),
-                                           HS.Operand(arena_c[sc], 0, "u8")))
-        del self._pending
+                step_specs.append(StepSpec("host", (), HostStepSpec(
+                    "copy", {"dst": (arena_c[dc], 0, "u8", 0),
+                             "desc": (cdesc_bo, 448 * k, "u8", 0),
+                             "src": (arena_c[sc], 0, "u8", 0)}, {}), -1))
         useful = sum(pc.call.program.macs for pc in calls if pc.call.where == "npu"
                      and pc.call.emitter.startswith(("matmul", "conv")))
-        self.program = b.build()
-        self._static = {
+        stats = {
             "npu_steps": npu_steps, "jobs": jobs, "tasks": tasks, "kicks": kicks,
             "host_steps": host, "host_bytes_packed": packed, "host_bytes_unpacked": unpacked,
             "host_copy_steps": copy_steps, "host_bytes_copied": copied,
@@ -406,17 +446,31 @@ class NpuProgram:
             "cores_used": len({c for c in self.job_cores}),
         }
         for c in range(ncores):
-            self._static[f"jobs_core{c}"] = sum(1 for x in self.job_cores if x == c)
+            stats[f"jobs_core{c}"] = sum(1 for x in self.job_cores if x == c)
         # numerics: how many values the range plan prescaled / keeps in fp32 / on the host
         if lowered.range_plan is not None:
-            self._static.update(lowered.range_plan.counts())
+            stats.update(lowered.range_plan.counts())
+        stats = {k: int(v) for k, v in stats.items()}
 
-    @property
-    def range_plan(self) -> list:
-        """The range plan's records (value, op, source line, bound, action), one per float
-        value the program computes (range_plan.RangeRecord)."""
-        rp = self.lowered.range_plan
-        return list(rp.records) if rp is not None else []
+        def sig(bd, prefix: str) -> TensorSig:
+            t = bd.tensor
+            bo, base = where(t.buf)
+            shape = tuple(int(d) for d in bd.value.type.shape)
+            # a 0-d value is held as one element: the same bytes, row-major
+            assert int(np.prod(shape)) == int(np.prod(t.form.shape)), (shape, t.form.shape)
+            return TensorSig(f"{prefix}{bd.index}", int(bd.index), shape,
+                             bd.value.type.dtype.to_numpy().name, t.form.dtype.to_numpy().name,
+                             bo, int(base + t.offset))
+
+        self.image = ProgramImage(
+            profile=lowered.profile.name, contexts=ncores, bos=bos, uploads=uploads,
+            zero_fills=zero_fills, words=words, relocs="relocs", jobs=job_specs,
+            steps=step_specs, inputs=[sig(bd, "in") for bd in lowered.inputs],
+            outputs=[sig(bd, "out") for bd in lowered.outputs], sources=sources,
+            placement=[Placement(d.node, d.loc, d.where, d.how, d.why or "")
+                       for d in lowered.decisions],
+            stats=stats, arrays=arrays)
+        self.image.check()
 
     # ------------------------------------------------------------------ helpers
     def _spec(self, ci: int, name: str):
@@ -425,8 +479,8 @@ class NpuProgram:
                 return s
         return None
 
-    def _host_step(self, ci: int, hs: HostStep, HS):
-        return runtime_host_step(hs, self._names[ci], lambda n: self._spec(ci, n))
+    def _host_step(self, ci: int, hs: HostStep) -> HostStepSpec:
+        return host_step_spec(hs, self._names[ci], lambda n: self._spec(ci, n))
 
     @staticmethod
     def _host_bytes(hs: HostStep) -> int:
@@ -437,29 +491,48 @@ class NpuProgram:
             return int(p["kernels"] * p["channels"] * p["kh"] * p["kw"] * p["esize"])
         return sum(s.nbytes for s in hs.operands.values())
 
-    # ------------------------------------------------------------------ running
+
+def build_image(lowered: LoweredGraph, contexts: int | None = None) -> ProgramImage:
+    """The program image of a lowered graph for ``contexts`` device contexts (default: the
+    chip profile's core count)."""
+    return ImageBuilder(lowered, contexts).image
+
+
+class NpuProgram:
+    """A compiled graph on a device: the image (``image``) loaded there (``loaded``);
+    ``run(inputs) -> outputs``, ``stats()``, ``report()``."""
+
+    def __init__(self, lowered: LoweredGraph, device: Any, cores: int | None = None,
+                 builder: ImageBuilder | None = None) -> None:
+        """``builder``: the image already laid out for ``lowered`` (reused when it has the
+        device's context count, so compile-then-load does not lay it out twice)."""
+        from ..runtime.program import load_image
+
+        self.lowered = lowered
+        self.device = device
+        self.cores = cores or lowered.profile.cores
+        contexts = min(self.cores, getattr(device, "cores", 1))
+        if builder is None or builder.lowered is not lowered or builder.ncores != contexts:
+            builder = ImageBuilder(lowered, contexts, self.cores)
+        self.builder = builder
+        self.image = self.builder.image
+        self.plan = self.builder.plan
+        self.steps = self.builder.steps
+        self.context_bos = self.builder.context_bos
+        self.job_cores = self.builder.job_cores
+        self.ncores = self.builder.ncores
+        self.weights_bytes = self.builder.weights_bytes
+        self.regcmd_bytes = self.builder.regcmd_bytes
+        self.arena_bytes = self.builder.arena_bytes
+        self.loaded = load_image(self.image, device)
+        self.program = self.loaded.program
+
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         g = self.lowered.graph
         if len(inputs) != len(g.inputs):
             from ..errors import TraceError
             raise TraceError(f"graph {g.name!r} takes {len(g.inputs)} input(s), got {len(inputs)}")
-        with self._run_lock:
-            return self._run_locked(inputs)
-
-    def _run_locked(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        for bd in self.lowered.inputs:
-            t = bd.tensor
-            arr = np.ascontiguousarray(np.asarray(inputs[bd.index]).astype(
-                t.form.dtype.to_numpy()))
-            bo, base = self._where(t.buf)
-            self.program.write(bo, arr, base + t.offset)
-        self.program.run()
-        outs = []
-        for bd in self.lowered.outputs:
-            t = bd.tensor
-            bo, base = self._where(t.buf)
-            a = self.program.read_array(bo, t.form.dtype.to_numpy(), t.form.shape, base + t.offset)
-            outs.append(a.astype(bd.value.type.dtype.to_numpy()))
+        outs = self.loaded.run(inputs)
         self._check_finite(inputs, outs)
         return outs
 
@@ -491,26 +564,27 @@ class NpuProgram:
 
     __call__ = run
 
+    @property
+    def range_plan(self) -> list:
+        """The range plan's records (value, op, source line, bound, action), one per float
+        value the program computes (range_plan.RangeRecord)."""
+        rp = self.lowered.range_plan
+        return list(rp.records) if rp is not None else []
+
     def stats(self) -> dict[str, int]:
         """Per-run counts from the plan, plus the runtime's cumulative counters (``rt_*``),
         plus ``modelled_*``: the cost model's estimate at 600 MHz (rockjit.cost; a model, not
         a measurement)."""
-        out = dict(self._static)
+        out = self.loaded.stats()
         if getattr(self, "_modelled", None) is None:
             from ..cost import describe, estimate
             self._modelled = estimate(describe(self)).summary()
         out.update(self._modelled)
-        for k, v in self.program.stats().items():
-            out[f"rt_{k}"] = v
         return out
 
     def report(self) -> str:
         """Where every op ran and why (one line per IR node)."""
-        lines = []
-        for d in self.lowered.decisions:
-            why = f"  [{d.why}]" if d.why else ""
-            lines.append(f"{d.node:<28} {d.where:<5} {d.how:<32} {d.loc}{why}")
-        return "\n".join(lines)
+        return self.image.report()
 
     def close(self) -> None:
-        self.program.close()
+        self.loaded.close()

@@ -6,6 +6,8 @@ steps. ``Program.run()`` then executes the whole step list in one C call
 (``rj_program_run``), so no Python runs between steps."""
 from __future__ import annotations
 
+import math
+import threading
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -81,7 +83,7 @@ class _Access:
 
     def read_array(self, bo: int, dtype, shape: Sequence[int], offset: int = 0) -> np.ndarray:
         dt = np.dtype(dtype)
-        n = int(np.prod(shape)) * dt.itemsize
+        n = math.prod(int(d) for d in shape) * dt.itemsize
         return np.frombuffer(self.read(bo, n, offset), dtype=dt).reshape(shape).copy()
 
     def stats(self) -> dict[str, int]:
@@ -199,3 +201,116 @@ class Program(_Access):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# ---------------------------------------------------------------------- program images
+
+def _host_step_from_spec(spec):
+    """An image's HostStepSpec -> the filled C ``rj_host_step``."""
+    from . import host_steps as HS
+
+    ops = {name: HS.Operand(*op) for name, op in spec.operands.items()}
+    if spec.kind in HS.HOST_OP_KINDS:
+        unknown = set(ops) - {"dst", "desc", "src", "src1", "src2"}
+        if unknown or "dst" not in ops or "desc" not in ops:
+            raise ProgramError(f"host-op step {spec.kind!r} has operands {sorted(ops)}; it "
+                               f"takes dst, desc and src/src1/src2")
+        return HS.host_op(spec.kind, **ops)
+    ctor = HS.HOST_STEPS.get(spec.kind)
+    if ctor is None:
+        raise ProgramError(f"host step kind {spec.kind!r} is not one this runtime knows "
+                           f"({sorted(HS.HOST_STEPS)})")
+    try:
+        return ctor(**ops, **spec.params)
+    except TypeError as e:
+        raise ProgramError(f"host step {spec.kind!r}: {e}") from None
+
+
+class ImageProgram:
+    """A ProgramImage loaded on a device: ``run(inputs) -> outputs`` with numpy arrays in the
+    image's input signature, ``stats()``, ``report()``. Built only from the image's data."""
+
+    def __init__(self, image, device: Device, timeout_s: float = 10.0) -> None:
+        image.check()
+        if image.contexts > device.cores:
+            raise ProgramError(f"this program uses {image.contexts} device contexts; the "
+                               f"{device.kind} device has {device.cores}; open the device with "
+                               f"cores={image.contexts}")
+        self.image = image
+        self.device = device
+        try:
+            self.program = self._build(image, device, timeout_s)
+        except (OverflowError, TypeError, ValueError) as e:
+            # a value no C field can hold (a hand-made or hostile image): refused, not cast
+            raise ProgramError(f"the program image holds a value the runtime cannot take: "
+                               f"{type(e).__name__}: {e}") from None
+        self._in_sig = image.signature("input")
+        self._out_sig = image.signature("output")
+        # write inputs -> run -> read outputs goes through one arena and one C step list (its
+        # job scratch included), so two calls at once would mix their tensors: one at a time
+        self._run_lock = threading.Lock()
+
+    @staticmethod
+    def _build(image, device: Device, timeout_s: float) -> "Program":
+        b = ProgramBuilder(device)
+        for k, bo in enumerate(image.bos):
+            got = b.add_bo(bo.size, role=bo.role, core=bo.core)
+            if got != k:
+                raise ProgramError(f"the runtime numbered BO {k} as {got}")
+        for u in image.uploads:
+            b.upload(u.bo, image.arrays[u.array], u.offset)
+        for z in image.zero_fills:
+            b.upload(z.bo, np.zeros(z.size, np.uint8), z.offset)
+        for w in image.words:
+            b.write_words(w.bo, image.arrays[w.array], w.word_index)
+        for rbo, wi, tbo, toff, keep in image.arrays[image.relocs].tolist():
+            b.add_reloc(rbo, wi, tbo, toff, keep)
+        ids = [b.add_job([Task(*t) for t in j.tasks], reads=j.reads, writes=j.writes,
+                         core=j.core, chained=j.chained) for j in image.jobs]
+        for s in image.steps:
+            if s.kind == "npu":
+                b.add_npu_step([ids[j] for j in s.jobs])
+            else:
+                b.add_host_step(_host_step_from_spec(s.host))
+        return b.build(timeout_s)
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Write the inputs (cast to the dtype the image stores them in), run the whole step
+        list in one C call, read the outputs (cast back to their logical dtypes)."""
+        img = self.image
+        n = len(self._in_sig)
+        if len(inputs) != n:
+            raise ProgramError(f"the program takes {n} input(s), got {len(inputs)}")
+        for sig in img.inputs:
+            x = np.asarray(inputs[sig.index])
+            if x.shape != tuple(sig.shape):
+                raise ProgramError(f"input {sig.name!r}: expected shape {tuple(sig.shape)}, "
+                                   f"got {x.shape}")
+        staged = [(sig, np.ascontiguousarray(np.asarray(inputs[sig.index]).astype(
+            sig.storage_dtype))) for sig in img.inputs]
+        with self._run_lock:
+            for sig, arr in staged:
+                self.program.write(sig.bo, arr, sig.offset)
+            self.program.run()
+            return [self.program.read_array(s.bo, s.storage_dtype, s.shape, s.offset)
+                    .astype(s.dtype) for s in self._out_sig]
+
+    __call__ = run
+
+    def stats(self) -> dict[str, int]:
+        """The image's static counts, plus the runtime's cumulative counters (``rt_*``)."""
+        out = dict(self.image.stats)
+        for k, v in self.program.stats().items():
+            out[f"rt_{k}"] = v
+        return out
+
+    def report(self) -> str:
+        return self.image.report()
+
+    def close(self) -> None:
+        self.program.close()
+
+
+def load_image(image, device: Device, timeout_s: float = 10.0) -> ImageProgram:
+    """Build a runnable program from a ProgramImage (runtime/image.py) on ``device``."""
+    return ImageProgram(image, device, timeout_s)

@@ -20,6 +20,13 @@ def rand(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
+def interp(fn=None, **kw):
+    """rockjit.compile on the IR interpreter: these tests are about tracing, signatures and the
+    cache (compared with jax.jit at float32 precision), not the NPU (tests/lowering,
+    tests/bundle)."""
+    return rockjit.compile(fn, backend="interpreter", **kw)
+
+
 def leaves(tree) -> list[np.ndarray]:
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
 
@@ -34,23 +41,34 @@ def test_decorator_forms_match_jax() -> None:
     x, w = rand(3, 4), rand(4, 5, seed=1)
     want = leaves(jax.jit(_affine)(x, w))
 
-    bare = rockjit.compile(_affine)
+    bare = rockjit.compile(_affine, backend="interpreter")
 
     @rockjit.compile
     def deco(x, w):
         return _affine(x, w)
 
-    @rockjit.compile(static_argnums=())
+    @rockjit.compile(static_argnums=(), backend="interpreter")
     def deco_args(x, w):
         return _affine(x, w)
 
-    for f in (bare, deco, deco_args):
+    for f in (bare, deco_args):
         assert_close(leaves(f(x, w)), want)
     assert deco.__name__ == "deco"
+    # the bare decorator's default backend is "auto": the NPU program (here the simulator or
+    # the device), within the fp16 error bound of its graph
+    from rockjit.lowering import tolerance as T
+
+    assert deco.backend == "auto"
+    got = np.asarray(deco(x, w), np.float64)
+    c = deco.compiled(x, w)
+    ref = np.asarray(want[0], np.float64)
+    T.check(got, ref, T.graph_bound(c.graph, c.params, [x, w])[0] + 2.0 ** -23 * np.abs(ref),
+            "@rockjit.compile default backend")
+    assert c.stats()["npu_ops"] > 0
 
 
 def test_keyword_arguments_are_dynamic() -> None:
-    f = rockjit.compile(_affine)
+    f = interp(_affine)
     x, w = rand(2, 4), rand(4, 3, seed=1)
     assert_close(leaves(f(x, w=w)), leaves(_affine(x, w)))
 
@@ -64,14 +82,14 @@ def test_pytree_arguments_and_results() -> None:
 
     inp = {"a": rand(2, 3), "bc": (rand(2, 3, seed=1), rand(2, 3, seed=2))}
     cfg = {"s": np.float32(0.5)}
-    got = rockjit.compile(fn)(inp, cfg)
+    got = interp(fn)(inp, cfg)
     want = jax.jit(fn)(inp, cfg)
     assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
     assert_close(leaves(got), leaves(want))
 
 
 def test_python_scalars_and_float64_follow_jax_canonicalization() -> None:
-    f = rockjit.compile(lambda x, s: x * s)
+    f = interp(lambda x, s: x * s)
     x64 = np.arange(6, dtype=np.float64).reshape(2, 3)
     got = f(x64, 3)
     want = np.asarray(jax.jit(lambda x, s: x * s)(x64, 3))
@@ -84,7 +102,7 @@ def test_python_scalars_and_float64_follow_jax_canonicalization() -> None:
 def test_same_signature_traces_once_and_new_shape_retraces() -> None:
     traces = []
 
-    @rockjit.compile
+    @interp
     def f(x):
         traces.append(x.shape)
         return jnp.sum(x * x, axis=-1)
@@ -104,7 +122,7 @@ def test_same_signature_traces_once_and_new_shape_retraces() -> None:
 def test_new_pytree_structure_retraces() -> None:
     traces = []
 
-    @rockjit.compile
+    @interp
     def f(d):
         traces.append(sorted(d))
         return sum(d.values())
@@ -120,7 +138,7 @@ def test_new_pytree_structure_retraces() -> None:
 def test_static_argnums() -> None:
     traces = []
 
-    @rockjit.compile(static_argnums=(1, 2))
+    @interp(static_argnums=(1, 2))
     def f(x, n, mode):
         traces.append((n, mode))
         for _ in range(n):
@@ -135,7 +153,7 @@ def test_static_argnums() -> None:
 
 
 def test_negative_static_argnum_and_strings() -> None:
-    f = rockjit.compile(lambda x, op: jnp.exp(x) if op == "exp" else jnp.tanh(x),
+    f = interp(lambda x, op: jnp.exp(x) if op == "exp" else jnp.tanh(x),
                         static_argnums=-1)
     x = rand(4)
     np.testing.assert_allclose(f(x, "exp"), np.exp(x), rtol=1e-6)
@@ -143,7 +161,7 @@ def test_negative_static_argnum_and_strings() -> None:
 
 
 def test_unhashable_static_argument_is_a_trace_error() -> None:
-    f = rockjit.compile(lambda x, cfg: x * cfg[0], static_argnums=1)
+    f = interp(lambda x, cfg: x * cfg[0], static_argnums=1)
     with pytest.raises(TraceError, match=r"static argument 1 \('cfg'\) must be hashable"):
         f(rand(3), [2.0])
 
@@ -162,7 +180,7 @@ def _mlp_params(seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def test_resident_leaves_become_named_params() -> None:
-    f = rockjit.compile(_mlp, resident_argnums=0)
+    f = interp(_mlp, resident_argnums=0)
     params, x = _mlp_params(), rand(2, 4, seed=9)
     lowered = f.lower(params, x)
     g = lowered.graph
@@ -186,12 +204,12 @@ def test_nested_resident_pytree_names_join_keys_with_dots() -> None:
 
     w = {"layers": [{"w": rand(3, 3)}, {"w": rand(3, 3, seed=1)}], "bias": rand(3, seed=2),
          "scale": rand(seed=3)}
-    g = rockjit.compile(fn, resident_argnums=0).lower(w, rand(2, 3)).graph
+    g = interp(fn, resident_argnums=0).lower(w, rand(2, 3)).graph
     assert set(g.params()) == {"bias", "scale", "layers.1.w"}  # layers.0.w is unused -> dropped
 
 
 def test_bare_resident_array_is_named_after_the_parameter() -> None:
-    g = rockjit.compile(lambda x, embed: embed[x], resident_argnums=1).lower(
+    g = interp(lambda x, embed: embed[x], resident_argnums=1).lower(
         np.array([0, 2], np.int32), rand(4, 3)).graph
     assert set(g.params()) == {"embed"}
 
@@ -203,7 +221,7 @@ def test_resident_values_bound_once_and_rebound_without_retrace() -> None:
         traces.append(1)
         return _mlp(params, x)
 
-    f = rockjit.compile(fn, resident_argnums=0)
+    f = interp(fn, resident_argnums=0)
     p0, p1, x = _mlp_params(0), _mlp_params(10), rand(2, 4, seed=9)
     want0 = np.asarray(jax.jit(_mlp)(p0, x))
     want1 = np.asarray(jax.jit(_mlp)(p1, x))
@@ -224,7 +242,7 @@ def test_resident_floats_are_kept_as_float32_copies() -> None:
         return x @ w["w"]
 
     w16 = {"w": rand(3, 2).astype(np.float16)}
-    lowered = rockjit.compile(fn, resident_argnums=0).lower(w16, rand(1, 3))
+    lowered = interp(fn, resident_argnums=0).lower(w16, rand(1, 3))
     compiled = lowered.compile()
     assert lowered.graph.params()["w"].dtype is rockjit.ir.types.DType.F32
     bound = compiled.params["w"]
@@ -235,7 +253,7 @@ def test_resident_floats_are_kept_as_float32_copies() -> None:
 def test_lowering_with_shape_dtype_structs() -> None:
     params = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in _mlp_params().items()}
     x_sds = jax.ShapeDtypeStruct((2, 4), jnp.float32)
-    f = rockjit.compile(_mlp, resident_argnums=0)
+    f = interp(_mlp, resident_argnums=0)
     lowered = f.lower(params, x_sds)
     assert len(lowered.graph.params()) == 3
     compiled = lowered.compile()
@@ -247,7 +265,7 @@ def test_lowering_with_shape_dtype_structs() -> None:
 
 def test_resident_without_values_is_a_trace_error() -> None:
     params = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in _mlp_params().items()}
-    compiled = rockjit.compile(_mlp, resident_argnums=0).lower(params, rand(2, 4)).compile()
+    compiled = interp(_mlp, resident_argnums=0).lower(params, rand(2, 4)).compile()
     with pytest.raises(TraceError, match="resident param 'encoder.layers.0.fc1.(weight|bias)'"):
         compiled(params, rand(2, 4))
 
@@ -261,7 +279,7 @@ def test_lowered_text_parses_back_to_the_graph() -> None:
         return jax.nn.softmax(h, axis=-1), jnp.where(h > 0, h, -h).max()
 
     p = {"embed": rand(10, 4), "w": rand(4, 4, seed=1)}
-    lowered = rockjit.compile(fn, resident_argnums=0).lower(p, rand(3, 4),
+    lowered = interp(fn, resident_argnums=0).lower(p, rand(3, 4),
                                                             np.array([1, 5, 9], np.int32))
     text = lowered.as_text()
     assert str(lowered) == text
@@ -270,12 +288,12 @@ def test_lowered_text_parses_back_to_the_graph() -> None:
 
 def test_lower_compile_call_matches_jax() -> None:
     x, w = rand(3, 4), rand(4, 5, seed=1)
-    compiled = rockjit.compile(_affine).lower(x, w).compile()
+    compiled = interp(_affine).lower(x, w).compile()
     assert_close(leaves(compiled(x, w)), leaves(jax.jit(_affine)(x, w)))
 
 
 def test_compiled_accepts_calls_with_or_without_static_arguments() -> None:
-    f = rockjit.compile(lambda x, k: x * k, static_argnums=1)
+    f = interp(lambda x, k: x * k, static_argnums=1)
     compiled = f.lower(rand(3), 2.0).compile()
     x = rand(3, seed=5)
     np.testing.assert_array_equal(compiled(x), x * np.float32(2.0))
@@ -297,7 +315,7 @@ def test_unsupported_input_dtype_names_argument_and_path() -> None:
     def fn(x, extra):
         return x + extra["b"].real
 
-    f = rockjit.compile(fn)
+    f = interp(fn)
     with pytest.raises(TraceError) as e:
         f(rand(2), {"b": np.ones(2, np.complex64)})
     msg = str(e.value)
@@ -308,7 +326,7 @@ def test_unsupported_input_dtype_names_argument_and_path() -> None:
 
 
 def test_non_array_leaf_suggests_static() -> None:
-    f = rockjit.compile(lambda x, name: x)
+    f = interp(lambda x, name: x)
     with pytest.raises(TraceError, match=r"argument 1 \('name'\): expected an array, got str.*"
                                          r"static_argnums=1"):
         f(rand(2), "hello")
@@ -318,7 +336,7 @@ def test_compiled_rejects_other_shapes_dtypes_and_structures() -> None:
     def fn(inp):
         return inp["x"] * 2.0 + inp["y"].sum()
 
-    compiled = rockjit.compile(fn).lower({"x": rand(2, 3), "y": rand(4)}).compile()
+    compiled = interp(fn).lower({"x": rand(2, 3), "y": rand(4)}).compile()
     with pytest.raises(TraceError) as e:
         compiled({"x": rand(2, 4), "y": rand(4)})
     assert "argument 0 ('inp') at pytree path ['x']: expected f32[2,3], got f32[2,4]" in str(e.value)
@@ -336,14 +354,14 @@ def test_compiled_rejects_other_shapes_dtypes_and_structures() -> None:
 
 
 def test_argnums_out_of_range() -> None:
-    f = rockjit.compile(lambda x: x, resident_argnums=3)
+    f = interp(lambda x: x, resident_argnums=3)
     with pytest.raises(TraceError, match="resident_argnums names argument 3, but the call passes "
                                          "1 positional argument"):
         f(rand(2))
 
 
 def test_duplicate_param_names_are_refused() -> None:
-    f = rockjit.compile(lambda a, b: a["w"] + b["w"], resident_argnums=(0, 1))
+    f = interp(lambda a, b: a["w"] + b["w"], resident_argnums=(0, 1))
     with pytest.raises(TraceError, match="both map to the param name 'w'"):
         f.lower({"w": rand(2)}, {"w": rand(2)})
 
