@@ -20,7 +20,9 @@ from .description import HostStep, Job, NpuStep, Program, Task
 
 
 def describe(prog: Any) -> Program:
-    """``prog``: a built ``rockjit.lowering.program.NpuProgram``."""
+    """``prog``: a built ``rockjit.lowering.program.NpuProgram`` (its ImageBuilder's schedule
+    and the image's static counts)."""
+    from ..lowering.program import ImageBuilder
     from ..lowering.schedule import runtime_jobs
 
     calls = prog.lowered.calls
@@ -33,7 +35,7 @@ def describe(prog: Any) -> Program:
     for si, st in enumerate(prog.steps):
         if st.kind == "host":
             ci, hs = st.host
-            steps.append(HostStep("gather", int(prog._host_bytes(hs)),
+            steps.append(HostStep("gather", int(ImageBuilder._host_bytes(hs)),
                                   f"{calls[ci].node}: {hs.kind}"))
             continue
         jobs: list[Job] = []
@@ -54,7 +56,7 @@ def describe(prog: Any) -> Program:
                 jobs.append(Job(jr.core % ncores, tasks, kicks=1 if chained else len(tasks)))
         label = ", ".join(dict.fromkeys(nodes))
         steps.append(NpuStep(jobs, label=f"step {si}: {label}"))
-    s = prog._static
+    s = prog.image.stats
     if s["host_copy_steps"]:
         per = s["host_bytes_copied"] // s["host_copy_steps"]
         steps.extend(HostStep("copy", per, "cross-context copy")
