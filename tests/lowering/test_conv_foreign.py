@@ -38,6 +38,24 @@ DIFFS: dict[str, dict[tuple[str, str], str]] = {
         ("PC_REGISTER_AMOUNTS", "PC_DATA_AMOUNT"):
             "same chaining: a linked trailer carries the next segment's length; the kernel "
             "programs the first one (rocket_job.c), so an unchained trailer holds 0",
+        # fp32 K partials (emitters/conv.build_tiled): the precision-safe fp16 K-accumulation
+        # the notes describe (encodings/sdp-stage-precision.md: ERDMA_DATA_SIZE 3 = 32-bit,
+        # used as fp32 for this variant); the foreign program keeps fp16 partials, which round
+        # the running sum to 11 bits once per K step. Each non-final step writes fp32 (output
+        # precision, element size, no fp32->fp16 conversion, the fp32 cube's surface pitch)
+        # into a partial slot of its own (other destination/operand addresses); each later step
+        # reads it back as a 32-bit EW operand.
+        ("DPU_DATA_FORMAT", "OUT_PRECISION"): "fp32 partials (see above)",
+        ("DPU_BS_OW_CFG", "SIZE_E_0"): "fp32 partials: 4-byte output elements",
+        ("DPU_BS_OW_CFG", "SIZE_E_1"): "fp32 partials: 4-byte output elements",
+        ("DPU_BS_OW_CFG", "SIZE_E_2"): "fp32 partials: 4-byte output elements",
+        ("DPU_OUT_CVT_SCALE", "FP32TOFP16_EN"): "fp32 partials are written without narrowing",
+        ("DPU_SURFACE_ADD", "SURF_ADD"): "fp32 partials: an fp32 cube's surface pitch",
+        ("DPU_DST_BASE_ADDR", "DST_BASE_ADDR"): "fp32 partials live in their own slots",
+        ("DPU_RDMA_RDMA_ERDMA_CFG", "ERDMA_DATA_SIZE"): "the partial is read as 32-bit (3)",
+        ("DPU_EW_CFG", "EDATA_SIZE"): "the partial is read as 32-bit (3)",
+        ("DPU_RDMA_RDMA_EW_BASE_ADDR", "EW_BASE_ADDR"): "fp32 partials live in their own slots",
+        ("DPU_RDMA_RDMA_SRC_BASE_ADDR", "SRC_BASE_ADDR"): "fp32 partials live in their own slots",
     },
     "04": {},
     "09": {},

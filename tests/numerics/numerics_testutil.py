@@ -24,7 +24,8 @@ def seeded_weights(shapes: dict, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def program_fingerprint(program) -> str:
-    """A digest of everything a lowered program is made of: where each op ran, every placed
+    """``program``: anything holding the ``lowered`` graph (the NPU runner, an NpuProgram).
+    A digest of everything a lowered program is made of: where each op ran, every placed
     call's buffer binding, every kick's regcmd words and relocations, every host step and
     every compile-time byte. Two programs with equal digests run the same words on the same
     data."""

@@ -248,15 +248,15 @@ def test_compile_from_shape_dtype_struct_is_the_program_compiled_after_a_call(mo
         fn, params, xs = _encoder_case(model, rng)
     sds = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs]
     ahead = rockjit.compile(fn, resident_argnums=0, backend="sim").lower(params, *sds).compile()
-    assert ahead._runner is not None and ahead._runner.program is not None, \
+    assert ahead._runner is not None and ahead._runner.image is not None, \
         "compile() with ShapeDtypeStruct inputs must build the program"
-    fp = program_fingerprint(ahead._runner.program)
+    fp = program_fingerprint(ahead._runner)
     scales = (1, 100) if model in ("mlp", "whisper") else (1,)
     for s in scales:
         call = tuple(x * s if x.dtype.kind == "f" else x for x in xs)
         f = rockjit.compile(fn, resident_argnums=0, backend="sim")
         got = f(params, *call)
-        assert program_fingerprint(f.compiled(params, *call)._runner.program) == fp
+        assert program_fingerprint(f.compiled(params, *call)._runner) == fp
     # and the ahead-of-time program runs, giving the same result
     for a, b in zip(jax.tree_util.tree_leaves(ahead(params, *call)),
                     jax.tree_util.tree_leaves(got)):
@@ -272,7 +272,7 @@ def test_fingerprint_sees_a_different_table(monkeypatch) -> None:
 
     def build():
         c = rockjit.compile(_mlp, resident_argnums=0, backend="sim").lower(params, sds).compile()
-        return program_fingerprint(c._runner.program)
+        return program_fingerprint(c._runner)
     first = build()
     real = C.lut_domain
     monkeypatch.setattr(C, "lut_domain",
