@@ -17,8 +17,10 @@ arena (a mirror at the same offsets: a job's relocations differ only in the BO),
 const buffers its jobs read, uploaded once) and regcmd (its jobs' kicks). Context 0 holds the
 canonical arena: before a step, a host copy brings into each other context exactly the strided
 runs its jobs' DMA reads (regcmd.Access, declared by the emitters); after it, the runs they
-write come back. Op-private scratch (K partials, broadcast cubes) never moves. Every copy is
-a counted host step (``host_copy_steps``, ``host_bytes_copied``).
+write come back. Op scratch that only one context touches (K partials, broadcast cubes)
+never moves; scratch a host step of the op fills or reads (the patchify's im2col cube) moves
+like any tensor when a job on another core uses it. Every copy is a counted host step
+(``host_copy_steps``, ``host_bytes_copied``).
 
 Stats: ``device_bytes_read/written`` sum every task's declared DMA streams (what the task's
 registers make the hardware move, not whole buffers per job); ``macs`` counts the model's
