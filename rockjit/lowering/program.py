@@ -251,28 +251,22 @@ class NpuProgram:
         packed = unpacked = dev_read = dev_written = copied = copy_steps = 0
         desc_bufs: list[tuple[int, np.ndarray]] = []
 
-        # A call's scratch is private to one context only when everything that touches it runs
-        # there. Host steps run in context 0, so scratch a host step fills (the im2col cube of
-        # a patchify, the packed B of a run-time matmul) or reads (K partials) and a job on
-        # another core also touches is moved like any other tensor.
-        touched: dict[tuple[int, str], set[int]] = {}
+        # A job's own scratch (DPU K accumulators, broadcast cubes: written and read inside
+        # the job) stays in its context. Scratch a host step of the call touches is shared
+        # with context 0, where host steps run: the im2col cube of a patchify, the packed B of
+        # a run-time matmul, K partials the host sums. It moves like any other tensor.
+        host_scratch: set[tuple[int, str]] = set()
         for st in self.steps:
-            if st.kind == "npu":
-                for jr in st.jobs:
-                    for kick in jr.job.kicks:
-                        for a in kick.reads + kick.writes:
-                            touched.setdefault((jr.call, a.buffer), set()).add(jr.core)
-            else:
+            if st.kind == "host":
                 ci, hs = st.host
-                for sl in hs.operands.values():
-                    touched.setdefault((ci, sl.buffer), set()).add(0)
+                host_scratch.update((ci, sl.buffer) for sl in hs.operands.values())
 
         def private(ci: int, name: str) -> bool:
             sp = self._spec(ci, name)
             if sp is None:
                 return False
             if sp.role == "scratch":
-                return len(touched.get((ci, name), ())) <= 1
+                return (ci, name) not in host_scratch
             return sp.role in ("regcmd", "const")
 
         def ranges(jr, which: str) -> list[tuple[int, int, int, int]]:
