@@ -19,9 +19,9 @@ arena (a mirror at the same offsets: a job's relocations differ only in the BO),
 const buffers its jobs read, uploaded once) and regcmd (its jobs' kicks). Context 0 holds the
 canonical arena: before a step, a host copy brings into each other context exactly the strided
 runs its jobs' DMA reads (regcmd.Access, declared by the emitters); after it, the runs they
-write come back. Op-private scratch (DPU K partials, broadcast cubes) never moves; scratch
-that one of the op's host steps writes or reads (an im2col patch cube, host-packed B tiles,
-host-summed K partials) moves like any arena tensor. Every copy is a counted host step
+write come back. Op scratch that only one context touches (K partials, broadcast cubes)
+never moves; scratch a host step of the op fills or reads (the patchify's im2col cube) moves
+like any tensor when a job on another core uses it. Every copy is a counted host step
 (``host_copy_steps``, ``host_bytes_copied``).
 
 Stats: ``device_bytes_read/written`` sum every task's declared DMA streams (what the task's
@@ -288,21 +288,15 @@ class ImageBuilder:
         packed = unpacked = dev_read = dev_written = copied = copy_steps = 0
         desc_bufs: list[np.ndarray] = []
 
-        # A call's scratch is private to one context only when everything that touches it runs
-        # there. Host steps run in context 0, so scratch a host step fills (the im2col cube of
-        # a patchify, the packed B of a run-time matmul) or reads (K partials) and a job on
-        # another core also touches is moved like any other tensor.
-        touched: dict[tuple[int, str], set[int]] = {}
+        # A job's own scratch (DPU K accumulators, broadcast cubes: written and read inside
+        # the job) stays in its context. Scratch a host step of the call touches is shared
+        # with context 0, where host steps run: the im2col cube of a patchify, the packed B of
+        # a run-time matmul, K partials the host sums. It moves like any other tensor.
+        host_scratch: set[tuple[int, str]] = set()
         for st in self.steps:
-            if st.kind == "npu":
-                for jr in st.jobs:
-                    for kick in jr.job.kicks:
-                        for a in kick.reads + kick.writes:
-                            touched.setdefault((jr.call, a.buffer), set()).add(jr.core)
-            else:
+            if st.kind == "host":
                 ci, hs = st.host
-                for sl in hs.operands.values():
-                    touched.setdefault((ci, sl.buffer), set()).add(0)
+                host_scratch.update((ci, sl.buffer) for sl in hs.operands.values())
 
         def private(ci: int, name: str) -> bool:
             """Only the job itself touches it, so it never moves between contexts."""
@@ -310,7 +304,7 @@ class ImageBuilder:
             if sp is None:
                 return False
             if sp.role == "scratch":
-                return len(touched.get((ci, name), ())) <= 1
+                return (ci, name) not in host_scratch
             return sp.role in ("regcmd", "const")
 
         def ranges(jr, which: str) -> list[tuple[int, int, int, int]]:
