@@ -175,14 +175,16 @@ class QConv2d:
     ``weights`` int8 OIHW ([C, 1, KH, KW] for depthwise), ``bias`` int32 [O] (None: zeros),
     ``x``/``w``/``y`` QuantParams of input, weights and output; ``stride``, ``padding``
     ((top, bottom), (left, right)), ``groups``; ``backend`` "sim" (the C simulator) or a
-    runtime device. Call with int8 NCHW input."""
+    runtime device. Call with int8 NCHW input. ``max_rows`` / ``max_kernels`` cap the tile
+    planner (tests: force row and output-channel tiles)."""
 
     def __init__(self, weights: np.ndarray, bias: np.ndarray | None, x: QuantParams,
                  w: QuantParams, y: QuantParams, *, input_hw: tuple[int, int], batch: int = 1,
                  stride: tuple[int, int] = (1, 1),
                  padding: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0)),
                  groups: int = 1, rounding: str = "single", profile: str = "rk3588",
-                 name: str = "qconv") -> None:
+                 name: str = "qconv", max_rows: int | None = None,
+                 max_kernels: int | None = None) -> None:
         from .lowering.emitters.conv import ConvRequant, ConvSpec, lower_qconv2d
         from .lowering.profile import get_profile
         from .lowering.regcmd import LoweringError
@@ -227,7 +229,8 @@ class QConv2d:
         cr = ConvRequant(pad_value=x.zero_point, ow_op=-w.zero_point, scale=rq.scale,
                          shift=rq.cvt_shift, offset=offset, round_away=True)
         try:
-            self.program = lower_qconv2d(spec, self.profile, wt, vec + t * unit, cr, name=name)
+            self.program = lower_qconv2d(spec, self.profile, wt, vec + t * unit, cr, name=name,
+                                         max_rows=max_rows, max_kernels=max_kernels)
         except LoweringError as e:
             raise QuantError(str(e)) from None
 

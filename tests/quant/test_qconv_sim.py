@@ -29,7 +29,7 @@ CASES = [
 ]
 
 
-def _run(C, O, H, W, K, stride, pad, dw, x_zp, w_zp, y_zp, batch, seed):
+def _run(C, O, H, W, K, stride, pad, dw, x_zp, w_zp, y_zp, batch, seed, **caps):
     rng = np.random.default_rng(seed)
     xq = QuantParams(0.02, x_zp)
     wq = QuantParams(0.004, w_zp)
@@ -42,7 +42,7 @@ def _run(C, O, H, W, K, stride, pad, dw, x_zp, w_zp, y_zp, batch, seed):
     yq = QuantParams(representable_output_scale(xq, wq, xq.scale * wq.scale * acc.std() / 40),
                      y_zp)
     qc = QConv2d(w, b, xq, wq, yq, input_hw=(H, W), batch=batch, stride=stride, padding=pad,
-                 groups=C if dw else 1)
+                 groups=C if dw else 1, **caps)
     got = qc(x)
     want = T.conv_int8(x, w, b, (xq.scale, x_zp), (wq.scale, w_zp), (yq.scale, y_zp), stride,
                        pad, dw, rounding="single")
@@ -106,3 +106,21 @@ def test_refusals_say_what_to_do():
     with pytest.raises(QuantError, match="multiple of 32"):
         QConv2d(np.zeros((32, 20, 3, 3), np.int8), None, xq, QuantParams(0.004, 3),
                 QuantParams(ys), input_hw=(6, 6), padding=((1, 1), (1, 1)))
+
+
+TILED = [
+    # row tiles (each with its own top padding) and output-channel tiles (each reading its
+    # slice of the BS vector)
+    ("direct-row-and-kernel-tiles", 32, 96, 12, 9, 3, (1, 1), ((1, 1), (1, 1)), False, 9, -4, 2, 1,
+     dict(max_rows=4, max_kernels=32)),
+    ("dw-channel-and-row-tiles-s2", 192, 192, 11, 10, 3, (2, 2), ((1, 1), (1, 1)), True, -9, 17,
+     -3, 1, dict(max_rows=5, max_kernels=64)),
+]
+
+
+@pytest.mark.parametrize("case", TILED, ids=[c[0] for c in TILED])
+def test_tiled_qconv_matches_tflite_int8(case):
+    _id, *args, caps = case
+    got, want, _ = _run(*args, seed=len(_id) * 31, **caps)
+    np.testing.assert_array_equal(got, want)
+    assert len(np.unique(want)) > 60
