@@ -185,7 +185,7 @@ class QConv2d:
                  groups: int = 1, rounding: str = "single", profile: str = "rk3588",
                  name: str = "qconv", max_rows: int | None = None,
                  max_kernels: int | None = None) -> None:
-        from .lowering.emitters.conv import ConvRequant, ConvSpec, lower_qconv2d
+        from .lowering.emitters.conv import ConvRequant, ConvSpec, conv_layouts, lower_qconv2d
         from .lowering.profile import get_profile
         from .lowering.regcmd import LoweringError
 
@@ -207,15 +207,15 @@ class QConv2d:
         rq = requant_for(x, w, y, rounding)
         spec = ConvSpec(batch, in_c, input_hw[0], input_hw[1], oc, wt.shape[2], wt.shape[3],
                         tuple(stride), tuple(tuple(p) for p in padding), (1, 1), groups)
-        k_align = self.profile.input(DType.I8).k_align
-        if (w.zero_point and not spec.depthwise and in_c % k_align
-                and any(p for pr in spec.padding for p in pr)):
-            raise QuantError(
-                f"a weight zero point ({w.zero_point}) with padding needs the input channels "
-                f"({in_c}) to be a multiple of {k_align}: CPEND's window sum counts the pad value "
-                f"in the cube's padding channels too, which no per-channel constant can undo. "
-                f"Pad the channels with the input zero point (and zero-point weights) first")
         vec, bound = fold_vector(wt, b, x, w, spec.depthwise)
+        # CPEND's window sum runs over every programmed channel, the cube's padding channels
+        # included (tests/sim/README.md "Integer path"). The call packs those channels with the
+        # input zero point, so at every tap, in the image or in the pad, they add x_zp each:
+        # a constant -w_zp * x_zp * (padding channels) * KH * KW per output, folded here.
+        # (Packed with 0 they would add only at pad taps, a border-dependent error.)
+        lay = conv_layouts(spec, DType.I8, DType.I8, self.profile)
+        self.pad_channels = 0 if spec.depthwise else lay.input.channels - in_c
+        vec = vec + w.zero_point * x.zero_point * self.pad_channels * spec.kh * spec.kw
         unit = 1 << rq.cvt_shift
         t = -(-bound // unit)
         if bound + t * unit > INT32_MAX or (np.abs(vec) + t * unit).max() > INT32_MAX:
@@ -224,6 +224,7 @@ class QConv2d:
                 f"use smaller weights or fewer taps per output")
         offset = y.zero_point - t * rq.scale
         self.requant = rq
+        self.requant_pad = x.zero_point
         self.range_offset = t * unit
         self.spec = spec
         cr = ConvRequant(pad_value=x.zero_point, ow_op=-w.zero_point, scale=rq.scale,
@@ -248,6 +249,8 @@ class QConv2d:
         xb = np.zeros(xs.nbytes, np.uint8)
         for i in range(s.batch):
             xi = np.zeros((lx.height, lx.width, lx.channels), np.int8)
+            if self.pad_channels:
+                xi[:, :, s.in_c:] = self.requant_pad
             xi[:s.height, :, :s.in_c] = x[i].transpose(1, 2, 0)
             blob = lx.pack(xi)
             xb[i * sx:i * sx + blob.size] = blob
