@@ -9,8 +9,12 @@ Lowerings here:
   fp16/fp32 and int8 -> int32; output rows, output channels and input channels tiled as the
   planner says; each output tile lands at its place in the one whole output cube.
 * depthwise (``groups == channels``): CONV_MODE 3 + DW_EN with the depthwise write-out fields
-  (notes: depthwise-conv.md, conformance 09), tiled over channels and rows. fp16 only: the int8
-  depthwise writer is a different, requantising mode (depthwise-conv.md "int8 depthwise").
+  (notes: depthwise-conv.md, conformance 09), tiled over channels and rows. fp16 only on the
+  raw path: the int8 depthwise writer is the requantising mode (depthwise-conv.md "int8
+  depthwise"), which ``lower_qconv2d`` emits.
+* ``lower_qconv2d``: int8 -> int8 direct or depthwise with on-chip requantization
+  (``ConvRequant``: input zero point as the CNA pad, CPEND for the weight zero point, a BS-ALU
+  int32 vector from BRDMA, OUT_CVT scale/shift/offset); rockjit.quant derives the numbers.
 * ``lower_conv1d``: time on the height axis, width 1 (notes: encodings/whisper-encoder.md
   "Lower with time on the HEIGHT axis").
 * non-overlapping patchify (stride == kernel, no padding/dilation) as a host im2col step + a
