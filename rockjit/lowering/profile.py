@@ -182,6 +182,9 @@ RK3588 = ChipProfile(
             chainable=False, core_qd_en=0,
             outputs=MappingProxyType({
                 DType.I32: _out(DType.I32, 4, 4, 7, False, _ATOM),
+                # the requantizing int8 writer (only with OUT_CVT requant, emitters/conv
+                # ConvRequant): size_e 1 direct (depthwise overrides to 3) [dw][conf 14]
+                DType.I8: _out(DType.I8, 0, 1, 1, False, _ATOM),
             })),
     }),
     sources=MappingProxyType({

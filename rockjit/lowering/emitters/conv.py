@@ -9,8 +9,12 @@ Lowerings here:
   fp16/fp32 and int8 -> int32; output rows, output channels and input channels tiled as the
   planner says; each output tile lands at its place in the one whole output cube.
 * depthwise (``groups == channels``): CONV_MODE 3 + DW_EN with the depthwise write-out fields
-  (notes: depthwise-conv.md, conformance 09), tiled over channels and rows. fp16 only: the int8
-  depthwise writer is a different, requantising mode (depthwise-conv.md "int8 depthwise").
+  (notes: depthwise-conv.md, conformance 09), tiled over channels and rows. fp16 only on the
+  raw path: the int8 depthwise writer is the requantising mode (depthwise-conv.md "int8
+  depthwise"), which ``lower_qconv2d`` emits.
+* ``lower_qconv2d``: int8 -> int8 direct or depthwise with on-chip requantization
+  (``ConvRequant``: input zero point as the CNA pad, CPEND for the weight zero point, a BS-ALU
+  int32 vector from BRDMA, OUT_CVT scale/shift/offset); rockjit.quant derives the numbers.
 * ``lower_conv1d``: time on the height axis, width 1 (notes: encodings/whisper-encoder.md
   "Lower with time on the HEIGHT axis").
 * non-overlapping patchify (stride == kernel, no padding/dilation) as a host im2col step + a
@@ -63,6 +67,23 @@ EW_DATA_SIZE = {2: 2, 4: 3}   # operand element bytes -> EDATA_SIZE / ERDMA_DATA
 # ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class ConvRequant:
+    """The int8-output requantizing write-out (Mesa/Teflon's int8 program; facts: [dw] "int8
+    depthwise", encodings/out-cvt-converter.md). The integer accumulator gets CPEND's
+    ``ow_op`` x the window sum of the input (the weight zero point), the per-channel int32
+    vector read by BRDMA added in the BS ALU, then OUT_CVT: round((x * scale) >> shift) (ties
+    away from zero when ``round_away``) + ``offset``, saturated to int8. The CNA pads with
+    ``pad_value`` (the input zero point). rockjit.quant derives the numbers."""
+
+    pad_value: int            # int8 input zero point, the CNA's pad byte
+    ow_op: int                # signed 16: -weight zero point
+    scale: int                # OUT_CVT_SCALE, signed 16
+    shift: int                # OUT_CVT_SHIFT
+    offset: int               # OUT_CVT_OFFSET, signed 32
+    round_away: bool = True   # OUT_CVT_SHIFT.CVT_ROUND
+
+
+@dataclass(frozen=True)
 class ConvTaskGeom:
     """Everything one CNA->CORE->DPU task needs besides its addresses."""
 
@@ -87,6 +108,7 @@ class ConvTaskGeom:
     out_w: int
     dst_surf_stride: int      # bytes between output channel groups where it writes
     ew_esize: int = 0         # K accumulation: bytes per element of the partial it adds (0: none)
+    requant: ConvRequant | None = None   # int8 -> int8 with on-chip requantization
 
     @property
     def out_c(self) -> int:
@@ -99,7 +121,7 @@ class ConvTaskGeom:
 
 def emit_conv_task(g: ConvTaskGeom, profile: ChipProfile, feature: Reloc, weight: Reloc,
                    out: Reloc, ew_operand: Reloc | None = None, name: str = "conv",
-                   reuse: str = "none") -> TaskProgram:
+                   reuse: str = "none", bias: Reloc | None = None) -> TaskProgram:
     """The complete, self-contained task for ``g`` ([task]: every task rewrites its whole
     configuration). ``ew_operand``: the previous K partial (a dense cube of this task's output
     geometry) the DPU adds to the conv result [kacc]. ``reuse``: "data"/"weight" keeps that CBUF
@@ -115,7 +137,14 @@ def emit_conv_task(g: ConvTaskGeom, profile: ChipProfile, feature: Reloc, weight
     p = profile.input(g.in_dtype)
     outf = profile.output(g.in_dtype, g.out_dtype)
     dw = g.depthwise
-    if dw and g.in_dtype != DType.F16:
+    rq = g.requant
+    if (rq is None) != (bias is None):
+        raise LoweringError("a requantizing task needs both ConvTaskGeom.requant and the bias "
+                            "vector address (and a plain task neither)")
+    if rq is not None and (g.in_dtype, g.out_dtype) != (DType.I8, DType.I8):
+        raise LoweringError(f"on-chip requantization is the int8 -> int8 writer; got "
+                            f"{g.in_dtype.value} -> {g.out_dtype.value}")
+    if dw and g.in_dtype != DType.F16 and rq is None:
         raise LoweringError(
             f"{g.in_dtype.value} depthwise is not supported: the int32-raw depthwise writer "
             f"lands outputs at twice the stride on hardware and the working int8 depthwise is a "
@@ -191,10 +220,16 @@ def emit_conv_task(g: ConvTaskGeom, profile: ChipProfile, feature: Reloc, weight
     for i in range(16):
         t.write(f"CNA_DCOMP_AMOUNT{i}")
     t.write("CNA_CVT_CON5")
-    t.write("CNA_PAD_CON1")                                         # pad value 0
+    if rq is None:
+        t.write("CNA_PAD_CON1")                                     # pad value 0
+    else:
+        # the input zero point in every byte lane ([dw] "CNA_PAD_CON1 is read per byte lane")
+        t.write("CNA_PAD_CON1", PAD_VALUE=(rq.pad_value & 0xFF) * 0x01010101)
 
     # ---- CORE: the MAC array --------------------------------------------------------------
-    t.write("CORE_MISC_CFG", QD_EN=p.core_qd_en, DW_EN=int(dw), PROC_PRECISION=p.precision)
+    # the int8-output requant writer needs QD_EN = 1 ([dw] "CORE_MISC_CFG QD_EN = 1")
+    t.write("CORE_MISC_CFG", QD_EN=1 if rq is not None else p.core_qd_en, DW_EN=int(dw),
+            PROC_PRECISION=p.precision)
     t.write("CORE_DATAOUT_SIZE_0", DATAOUT_WIDTH=g.out_w - 1, DATAOUT_HEIGHT=g.out_h - 1)
     t.write("CORE_DATAOUT_SIZE_1", DATAOUT_CHANNEL=g.out_c - 1)
     t.write("CORE_CLIP_TRUNCATE")
@@ -213,14 +248,23 @@ def emit_conv_task(g: ConvTaskGeom, profile: ChipProfile, feature: Reloc, weight
     t.write("DPU_DATA_CUBE_HEIGHT", HEIGHT=g.out_h - 1)
     t.write("DPU_DATA_CUBE_NOTCH_ADDR")
     t.write("DPU_DATA_CUBE_CHANNEL", CHANNEL=g.out_c - 1, ORIG_CHANNEL=g.out_c - 1)
-    t.write("DPU_BS_CFG", BS_BYPASS=1, BS_ALU_BYPASS=1, BS_MUL_BYPASS=1, BS_RELU_BYPASS=1)
+    if rq is None:
+        t.write("DPU_BS_CFG", BS_BYPASS=1, BS_ALU_BYPASS=1, BS_MUL_BYPASS=1, BS_RELU_BYPASS=1)
+    else:
+        # per-channel int32 vector (bias and zero-point fold) added by the BS ALU from BRDMA
+        # ([dw] "DPU_BS_CFG = BS_ALU_ALGO(2)|BS_ALU_SRC(1)|RELU/MUL bypass")
+        t.write("DPU_BS_CFG", BS_ALU_ALGO=2, BS_ALU_SRC=1, BS_RELU_BYPASS=1, BS_MUL_BYPASS=1)
     t.write("DPU_BS_ALU_CFG")
     t.write("DPU_BS_MUL_CFG")
     t.write("DPU_BS_RELUX_CMP_VALUE")
     # write-out element geometry [size-e]; depthwise: size_e 3 with OD_BYPASS clear [dw]
-    t.write("DPU_BS_OW_CFG", OD_BYPASS=int(not dw), SIZE_E_0=size_e, SIZE_E_1=size_e,
-            SIZE_E_2=size_e)
-    t.write("DPU_BS_OW_OP", OW_OP=DW_OW_OP_BASE if dw else 0)
+    # requant: CPEND on (OD_BYPASS = 0), OW_OP = -weight zero point (tests/sim/test_int8_requant)
+    t.write("DPU_BS_OW_CFG", OD_BYPASS=int(not dw and rq is None), SIZE_E_0=size_e,
+            SIZE_E_1=size_e, SIZE_E_2=size_e)
+    if rq is not None:
+        t.write("DPU_BS_OW_OP", OW_OP=rq.ow_op & 0xFFFF)
+    else:
+        t.write("DPU_BS_OW_OP", OW_OP=DW_OW_OP_BASE if dw else 0)
     t.write("DPU_WDMA_SIZE_0", CHANNEL_WDMA=g.out_c - 1)
     t.write("DPU_WDMA_SIZE_1", WIDTH_WDMA=g.out_w - 1, HEIGHT_WDMA=g.out_h - 1)
     t.write("DPU_BN_CFG", BN_BYPASS=1, BN_ALU_BYPASS=1, BN_MUL_BYPASS=1, BN_RELU_BYPASS=1)
@@ -240,9 +284,15 @@ def emit_conv_task(g: ConvTaskGeom, profile: ChipProfile, feature: Reloc, weight
     t.write("DPU_EW_CVT_SCALE_VALUE", EW_OP_CVT_SCALE=1)             # identity
     t.write("DPU_EW_RELUX_CMP_VALUE")
     # output converter: identity, narrowing fp32 -> fp16 for an fp16 result [tile]
-    t.write("DPU_OUT_CVT_OFFSET")
-    t.write("DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=1, FP32TOFP16_EN=int(outf.fp32_to_fp16))
-    t.write("DPU_OUT_CVT_SHIFT")
+    if rq is None:
+        t.write("DPU_OUT_CVT_OFFSET")
+        t.write("DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=1, FP32TOFP16_EN=int(outf.fp32_to_fp16))
+        t.write("DPU_OUT_CVT_SHIFT")
+    else:
+        # out = sat8(round((x * SCALE) >> SHIFT) + OFFSET) (out-cvt-converter.md)
+        t.write("DPU_OUT_CVT_OFFSET", OUT_CVT_OFFSET=rq.offset & 0xFFFFFFFF)
+        t.write("DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=rq.scale & 0xFFFF)
+        t.write("DPU_OUT_CVT_SHIFT", OUT_CVT_SHIFT=rq.shift, CVT_ROUND=int(rq.round_away))
     for i in range(8):
         t.write(f"DPU_EW_OP_VALUE_{i}")
     # SURF_ADD = destination surface stride (16-byte units) x surf_mult: OW*OH*surf_mult for a
@@ -264,8 +314,12 @@ def emit_conv_task(g: ConvTaskGeom, profile: ChipProfile, feature: Reloc, weight
         t.write("DPU_RDMA_RDMA_SRC_BASE_ADDR")
     else:
         t.write_addr("DPU_RDMA_RDMA_SRC_BASE_ADDR", ew_operand.buffer, ew_operand.offset)
-    t.write("DPU_RDMA_RDMA_BRDMA_CFG")
-    t.write("DPU_RDMA_RDMA_BS_BASE_ADDR")
+    if bias is None:
+        t.write("DPU_RDMA_RDMA_BRDMA_CFG")
+        t.write("DPU_RDMA_RDMA_BS_BASE_ADDR")
+    else:
+        t.write("DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=1)          # the int32 [C] vector
+        t.write_addr("DPU_RDMA_RDMA_BS_BASE_ADDR", bias.buffer, bias.offset)
     t.write("DPU_RDMA_RDMA_NRDMA_CFG")
     t.write("DPU_RDMA_RDMA_BN_BASE_ADDR")
     if ew_operand is None:
@@ -305,6 +359,8 @@ def emit_conv_task(g: ConvTaskGeom, profile: ChipProfile, feature: Reloc, weight
     if ew_operand is not None:
         # the partial's own atoms: an fp32 partial holds half the channels per atom
         t.reads(ew_operand, -(-g.out_c // (atom // g.ew_esize)) * g.positions * atom)
+    if bias is not None:
+        t.reads(bias, 4 * g.out_c)
     t.writes(out, g.positions * atom, g_out, g.dst_surf_stride)
     if not p.chainable:
         t.refuse_chaining(
@@ -358,7 +414,8 @@ class TiledTasks:
 
 def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weight_buffer: str,
                 weight_offset: Callable[[int, int], int], out: CubeRef, scratch: Scratch,
-                host_partials: tuple[str, int] | None, name: str, into: TiledTasks) -> None:
+                host_partials: tuple[str, int] | None, name: str, into: TiledTasks,
+                requant: ConvRequant | None = None, bias_buffer: str | None = None) -> None:
     """Append one image's jobs for ``plan`` to ``into``: one job per (row tile, output-channel
     tile), its K steps in order. fp16 K steps are self-chained into one kick (the PC honours the
     in-kick read-after-write of a partial, regcmd-task-model.md "in-kick data dependency");
@@ -424,13 +481,19 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
                     s.in_dtype, out_dtype, s.depthwise, r.in_rows, s.width, cs.size,
                     feature.line_pitch, feature.surf_pitch, s.kh, s.kw, ks.size, s.sy, s.sx,
                     s.dy, s.dx, r.pad_top, s.pad_left, r.out_rows, s.out_w, dsurf,
-                    ew_esize=partf.esize if (plan.kacc == KACC_DPU and ki > 0) else 0)
+                    ew_esize=partf.esize if (plan.kacc == KACC_DPU and ki > 0) else 0,
+                    requant=requant)
                 feat = Reloc(feature.buffer, feature.offset + (cs.start // c2_in) * feature.surf_pitch
                              + r.in_row * feature.line_pitch)
                 wt = Reloc(weight_buffer, weight_offset(j, ki))
                 tname = f"{name}.r{r.out_row}.n{ks.start}.k{cs.start}"
+                # the requant vector of this kernel tile: int32 per output channel
+                bias = None if bias_buffer is None else Reloc(bias_buffer, 4 * ks.start)
                 tasks.append(emit_conv_task(g, profile, feat, wt, dst,
-                                            ew_operand=prev if g.ew_esize else None, name=tname))
+                                            ew_operand=prev if g.ew_esize else None, name=tname,
+                                            bias=bias))
+                if bias is not None:
+                    reads.add(bias.buffer)
                 writes.add(dst.buffer)
                 prev = dst
             # a buffer written inside the job is listed as written only: the intra-kick read of
@@ -665,6 +728,59 @@ def _conv_program(spec: ConvSpec, plan: ConvPlan, profile: ChipProfile, lay: Con
         steps.extend(hs)
         buffers.extend(descs)
     return assemble(profile, tiled, buffers, steps, spec.macs(), integer=s.in_dtype.is_int)
+
+
+def lower_qconv2d(spec: ConvSpec, profile: ChipProfile, weights: np.ndarray, vector: np.ndarray,
+                  requant: ConvRequant, *, name: str = "qconv", max_rows: int | None = None,
+                  max_kernels: int | None = None, max_channels: int | None = None) -> OpProgram:
+    """An int8 -> int8 conv2d / depthwise with on-chip requantization (``ConvRequant``).
+
+    ``vector``: the int32 per-output-channel operand the BS ALU adds (rockjit.quant folds the
+    bias, the zero-point cross term and its range offset into it). Buffers as lower_conv2d
+    ("x" int8 cube in, "y" int8 cube out, "w" packed weights) plus the const "bias" vector.
+    The requant is one pass over the whole accumulator, so the input channels must fit one K
+    step (an integer K split sums int32 partials on the host, after which no on-chip requant
+    is left); a split is refused, naming the limit."""
+    _validate(spec, DType.I8, DType.I32)
+    if spec.height < profile.min_feature_rows:
+        raise LoweringError(
+            f"quantized conv input height {spec.height} < {profile.min_feature_rows}: the cube is "
+            f"padded with zero rows below the image, which would read as 0 instead of the input "
+            f"zero point {requant.pad_value}; pad the image to {profile.min_feature_rows} rows "
+            f"with the zero point first")
+    shape = conv_shape(spec, DType.I8, DType.I8, profile)
+    plan = plan_conv(shape, profile, max_rows=max_rows, max_kernels=max_kernels,
+                     max_channels=max_channels)
+    if plan.k_steps != 1:
+        raise LoweringError(
+            f"quantized conv {spec.in_c} input channels x {spec.kh}x{spec.kw} need {plan.k_steps} "
+            f"K steps in CBUF; the on-chip requant needs the whole sum in one pass. Split the "
+            f"input channels into convs that fit (or run this conv as int8 -> int32 and "
+            f"requantize on the host)")
+    lay = conv_layouts(spec, DType.I8, DType.I8, profile)
+    want = (spec.out_c, 1 if spec.depthwise else spec.in_c, spec.kh, spec.kw)
+    if tuple(np.shape(weights)) != want:
+        raise LoweringError(f"conv weights must have shape {want} (OIHW), got {np.shape(weights)}")
+    wbytes, woff = pack_conv_weights(plan, profile, np.asarray(weights))
+    vec = np.zeros(lay.output.channels, "<i4")
+    vec[:spec.out_c] = np.asarray(vector, np.int64)
+    tiled = TiledTasks()
+    for b in range(spec.batch):
+        feat = CubeRef("x", b * lay.in_stride, lay.input.line_stride, lay.input.surf_stride)
+        out = CubeRef("y", b * lay.out_stride, lay.output.line_stride, lay.output.surf_stride)
+        build_tiled(plan, profile, feature=feat, weight_buffer="w", weight_offset=woff, out=out,
+                    scratch=Scratch("kacc"), host_partials=None, name=f"{name}.b{b}", into=tiled,
+                    requant=requant, bias_buffer="bias")
+    vb = vec.view(np.uint8)
+    buffers = [
+        BufferSpec("x", "input", lay.in_stride * spec.batch, lay.input, "i8",
+                   (spec.batch, spec.in_c, spec.height, spec.width), bind=0),
+        BufferSpec("w", "const", int(wbytes.size), None, "i8", None, data=wbytes),
+        BufferSpec("bias", "const", int(vb.size), None, "i32", None, data=vb),
+        BufferSpec("y", "output", lay.out_stride * spec.batch, lay.output, "i8",
+                   (spec.batch, spec.out_c, spec.out_h, spec.out_w), bind=0),
+    ]
+    return assemble(profile, tiled, buffers, [], spec.macs(), integer=True)
 
 
 def lower_conv1d(batch: int, in_c: int, length: int, out_c: int, k: int, in_dtype: DType,
