@@ -286,7 +286,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1,
                     help="forwards after the first, to time the steady state")
     ap.add_argument("--out", type=Path, default=ROOT / "out",
-                    help="where the converted default weights are cached")
+                    help="where the converted default weights are cached and the bundle is "
+                         "written")
+    ap.add_argument("--no-bundle", action="store_true",
+                    help="skip saving the compiled encoder as a bundle and running it back")
     args = ap.parse_args(argv)
 
     from rockjit.convert.packaged import INSTALL_HINT, find_packaged_whisper_base
@@ -328,8 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         text_ours += f" [cut at {cap} tokens]"
     print(f"weights     {weights}")
     print(f"backend     {args.backend}")
-    print(f"compile     {t_compile:.2f} s (trace + lowering to the IR + weight binding)")
-    print(f"first       {t_first:.2f} s (first forward: lowering to regcmds + run)")
+    print(f"compile     {t_compile:.2f} s (trace, IR, lowering to the NPU program image)")
+    print(f"first       {t_first:.2f} s (first forward: program load onto the device + run)")
     if steady:
         print(f"steady      {np.median(steady):.2f} s per forward (median of {len(steady)})")
     else:
@@ -338,7 +341,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"max rel err {max_rel_err(ours, ref):.3e}")
     print(f"hf fp32     {text_ref.strip()}")
     print(f"transcript  {text_ours.strip()}")
-    return 0
+    same = True
+    if not args.no_bundle and getattr(compiled, "image", None) is not None:
+        # the same encoder as a bundle, run back by the runtime alone (no JAX on that side)
+        import rockjit
+
+        bundle = args.out / "whisper-base.rjb"
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        compiled.save(str(bundle))
+        t_save = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with rockjit.load(bundle, backend=args.backend) as b:
+            t_load = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            again = np.asarray(b(feats))
+            t_b = time.perf_counter() - t0
+        same = np.array_equal(again, ours)
+        print(f"bundle      {bundle} {bundle.stat().st_size / 2**20:.1f} MiB, save {t_save:.2f} s, "
+              f"load {t_load:.2f} s, first call {t_b:.2f} s, "
+              f"{'bit-identical' if same else 'DIFFERS from the in-process run'}")
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

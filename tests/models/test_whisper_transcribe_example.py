@@ -33,3 +33,6 @@ def test_whisper_transcribe_example(tmp_path):
     assert "morning" in fields["hf fp32"].lower(), fields["hf fp32"]
     cos = float(fields["cosine"].split()[0])
     assert fields["transcript"] == fields["hf fp32"], f"cosine {cos}"
+    # the example saves the compiled encoder as a bundle and runs it back: the same bits
+    assert fields["bundle"].endswith("bit-identical"), fields["bundle"]
+    assert (tmp_path / "whisper-base.rjb").stat().st_size > 0
