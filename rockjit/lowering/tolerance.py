@@ -139,6 +139,8 @@ def _lut_error(kind: str, x: np.ndarray, softmax: bool = False) -> np.ndarray:
     from .emitters import lut
     from .regcmd import LoweringError
 
+    if x.size == 0:
+        return np.zeros_like(x, np.float64)     # an empty split piece: nothing to bound
     lo, hi = float(np.min(x)), float(np.max(x))
     w = max(hi - lo, 1e-3)
     # Two tables: the compiler's own (calibrated on these inputs: the range widened by

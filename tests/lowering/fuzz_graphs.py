@@ -488,7 +488,7 @@ def run_spec(spec: dict) -> str:
     for i, (g, r, j, bnd) in enumerate(zip(got_l, ref_l, jx_l, bounds)):
         r64, j64 = np.asarray(r, np.float64), np.asarray(j, np.float64)
         assert r64.shape == j64.shape, f"output {i}: interpreter {r64.shape} != JAX {j64.shape}"
-        np.testing.assert_allclose(r64, j64, rtol=1e-4, atol=1e-5 * (1 + np.abs(j64).max()),
+        np.testing.assert_allclose(r64, j64, rtol=1e-4, atol=1e-5 * (1 + np.abs(j64).max(initial=0.0)),
                                    err_msg=f"output {i}: interpreter vs JAX on CPU")
         T.check(np.asarray(g), r64, bnd + 2.0 ** -23 * np.abs(r64), f"{describe(spec)} out {i}")
     return "ok"

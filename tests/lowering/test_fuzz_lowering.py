@@ -23,6 +23,23 @@ sim = pytest.mark.skipif(bool(MISSING), reason=MISSING or "simulator available")
 # Graphs that failed once (shrunk by hypothesis), each kept with its fix. Each entry:
 # (spec, what was wrong).
 REGRESSIONS: list[tuple[dict, str]] = [
+    (dict(op="unary", fn="gelu", shape=(8, 255), seed=3, profile="rk3588"),
+     "graph_bound bounded GELU by a wider table than the compiler's; at x=-3.47 the compiler's "
+     "table erred 1.1e-5 where the wider one's bound was 5.3e-6 (tolerance._lut_error)"),
+    (dict(op="unary", fn="exp", shape=(41,), seed=3, profile="rk3588"),
+     "graph_bound raised LoweringError building a 2 x MARGIN exp table past fp16's range for a "
+     "graph the compiler had compiled (tolerance._lut_error)"),
+    (dict(op="chain", batch=(), rows=175, d=209, steps=["transpose2", "softmax"],
+          units=["tanh", "tanh"], widths=[1, 1], seed=0, profile="rk3588"),
+     "h - max(h) on a transposed cube view: the per-row DPU op added the row vector along the "
+     "channels (36470 of 36575 wrong; rules/eltwise.py row path)"),
+    (dict(op="chain", batch=(), rows=175, d=100, steps=["transpose2", "softmax"],
+          units=["tanh", "tanh"], widths=[1, 1], seed=0, profile="rk3588"),
+     "the same on a 175 x 100 value: the row vector's layout did not fit the cube "
+     "(ProgramError 'surface stride 1600 B ... 175 lines')"),
+    (dict(op="move", kind="split", shape=(3, 40), axis=1, at=40, then="tanh", seed=0,
+          profile="rk3588"),
+     "graph_bound of a LUT op on an empty split piece raised ValueError (zero-size min)"),
 ]
 
 _CI = dict(deadline=None, database=None, print_blob=True,
