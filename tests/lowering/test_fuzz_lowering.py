@@ -53,20 +53,21 @@ def _check(spec: dict) -> None:
 
 @sim
 @pytest.mark.slow
-@settings(max_examples=110, derandomize=True, **_CI)
+@settings(max_examples=100, derandomize=True, **_CI)
 @given(spec=FG.specs())
 def test_fuzz_fixed_set(spec: dict) -> None:
-    """A fixed (derandomized) set: the same graphs on every run. ~45 s on 2 shared cores."""
+    """A fixed (derandomized) set: the same graphs on every run. 110 examples took 70 s on the
+    shared 2-core machine (with a fuzz bench running beside it); 100 keep it near 60 s."""
     _check(spec)
 
 
 @sim
 @pytest.mark.slow
-@settings(max_examples=25, **_CI)
+@settings(max_examples=20, **_CI)
 @given(spec=FG.specs())
 def test_fuzz_fresh(spec: dict) -> None:
-    """A few fresh graphs per run, so CI keeps exploring; a failure prints its spec to paste
-    into REGRESSIONS."""
+    """A few fresh graphs per run (about 15 s), so CI keeps exploring; a failure prints its spec
+    to paste into REGRESSIONS."""
     _check(spec)
 
 
