@@ -45,6 +45,7 @@ def main() -> None:
     refusals: collections.Counter = collections.Counter()
     failures: list[tuple[dict, str]] = []
     seen_fail: set[str] = set()
+    seen: set[str] = set()                 # distinct specs run, so shrink replays count once
     last_fail: dict = {}
     deadline = time.monotonic() + a.minutes * 60
     t0 = time.monotonic()
@@ -59,6 +60,10 @@ def main() -> None:
             last_fail.clear()
             last_fail.update(spec=spec, err=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
             raise
+        r = repr(spec)
+        if r in seen:
+            return                          # a shrink or replay of a graph already counted
+        seen.add(r)
         tried[key] += 1
         if out.startswith("refused"):
             refused[key] += 1
