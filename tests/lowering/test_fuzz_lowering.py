@@ -42,6 +42,16 @@ REGRESSIONS: list[tuple[dict, str]] = [
      "graph_bound of a LUT op on an empty split piece raised ValueError (zero-size min)"),
 ]
 
+# Failures found but not fixed yet: each must still fail (strict xfail), so a fix shows up.
+OPEN: list[tuple[dict, str]] = [
+    (dict(op="chain", batch=(2, 4), rows=41, d=3, steps=["layernorm"], units=["tanh"],
+          widths=[1], seed=0, profile="rk3588"),
+     "NaN rows (items 0-2, e.g. [0,0,18], [0,1,35]) in LayerNorm of an [8,41,3] batch: the "
+     "per-row division (host reciprocal + eltwise.lower_binary_row, one call per item) then "
+     "x * g as a packed constant cube over the flat items; 6 items or fewer, or a scalar "
+     "instead of g, give no NaN. Root cause not found yet"),
+]
+
 _CI = dict(deadline=None, database=None, print_blob=True,
            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -77,6 +87,14 @@ def test_fuzz_fresh(spec: dict) -> None:
 def test_fuzz_regressions(spec: dict | None) -> None:
     if spec is None:
         pytest.skip("no regression cases recorded")
+    assert FG.run_spec(spec) == "ok"
+
+
+@sim
+@pytest.mark.parametrize("spec", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=r))
+                                  for s, r in OPEN],
+                         ids=[FG.describe(s)[:60] for s, _ in OPEN])
+def test_fuzz_open_failures(spec: dict) -> None:
     assert FG.run_spec(spec) == "ok"
 
 
