@@ -49,7 +49,9 @@ OPEN: list[tuple[dict, str]] = [
      "NaN rows (items 0-2, e.g. [0,0,18], [0,1,35]) in LayerNorm of an [8,41,3] batch: the "
      "per-row division (host reciprocal + eltwise.lower_binary_row, one call per item) then "
      "x * g as a packed constant cube over the flat items; 6 items or fewer, or a scalar "
-     "instead of g, give no NaN. Root cause not found yet"),
+     "instead of g, give no NaN. A second call of the same compiled function gives "
+     "more NaN rows ([1,18], [4,39]): it reads bytes no step of this run wrote (the class of "
+     "the padded-span bug fixed on main). Root cause not found yet"),
 ]
 
 _CI = dict(deadline=None, database=None, print_blob=True,
