@@ -142,7 +142,7 @@ def _lut_error(kind: str, x: np.ndarray, softmax: bool = False) -> np.ndarray:
     from .emitters import lut
 
     dom = lut_domain(kind, softmax)
-    if dom is None:
+    if dom is None or np.asarray(x).size == 0:    # host f32, or an empty split piece
         return np.zeros_like(np.asarray(x, np.float64))
     if kind == "exp" and softmax:
         # softmax's exp is the squared half-exponent table (rules/eltwise.lower_lut_op, exp_sq)

@@ -375,6 +375,11 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
         other = y if run is x else x
         srow = _row_source(ctx, other, shape)
         if srow is not None:
+            if form.roles[-1:] != ("c",) or "c" in form.roles[:-1]:
+                # lower_binary_row adds one value per cube line (H): a transposed view keeps
+                # the value's rows in the channels, where the per-row vector would be applied
+                # along the wrong axis (fuzzer: h - max(h, -1) of swapaxes(swapaxes(x) * 1))
+                raise NoNpuForm("a per-row operand on a transposed cube (rows in the channels)")
             if len(form.batch_items()) > 1:
                 # per-cube calls address the row vector by the cubes' batch index
                 bshape = shape[:len(form.batch_items()[0][0])]
