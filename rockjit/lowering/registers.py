@@ -7,7 +7,7 @@ the op, whose high byte is the target block and low byte 0x01 for a register wri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from .regtable import BLOCKS
 
@@ -56,15 +56,25 @@ class Register:
         known = ", ".join(f.name for f in self.fields)
         raise RegisterError(f"{self.full_name} has no field {name!r}; its fields are: {known}")
 
+    @cached_property
+    def _slots(self) -> dict[str, tuple[int, int]]:
+        """(lo, 1 << width) by field name: pack runs once per field of every emitted word, and
+        a scan of ``fields`` per field was the compile's largest per-word cost."""
+        return {f.name: (f.lo, 1 << f.width) for f in self.fields}
+
     def pack(self, **fields: int) -> int:
         value = 0
+        slots = self._slots
         for name, v in fields.items():
-            f = self.field(name)
+            slot = slots.get(name)
+            if slot is None:
+                self.field(name)                      # raises, naming the known fields
+            lo, limit = slot
             v = int(v)
-            if v < 0 or v >= (1 << f.width):
-                raise RegisterError(
-                    f"{self.full_name}.{name} = {v} does not fit its {f.width}-bit field")
-            value |= v << f.lo
+            if v < 0 or v >= limit:
+                raise RegisterError(f"{self.full_name}.{name} = {v} does not fit its "
+                                    f"{self.field(name).width}-bit field")
+            value |= v << lo
         return value
 
     def unpack(self, value: int) -> dict[str, int]:
