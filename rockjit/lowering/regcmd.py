@@ -185,6 +185,15 @@ class Task:
     def write(self, reg: str, **fields: int) -> None:
         self._append(reg, R.emit(reg, **fields))
 
+    def write_each(self, reg: str, field: str, values) -> None:
+        """``write(reg, field=v)`` for each v of ``values``, in order (a LUT's entries)."""
+        words = R.emit_each(reg, field, values)
+        block = _ALLOWED.get(reg)
+        if block is None:
+            block = self._allow(reg)
+        self._blocks.add(block)
+        self._words.extend(words)
+
     def write_raw(self, reg: str, value: int) -> None:
         self._append(reg, R.emit_raw(reg, value))
 

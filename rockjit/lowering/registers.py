@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+import numpy as np
+
 from .regtable import BLOCKS
 
 OP_WRITE = 0x01
@@ -114,6 +116,19 @@ def emit(full_name: str, **fields: int) -> int:
     """One register-write word; every field not named is zero."""
     reg = register(full_name)
     return word(reg.target | OP_WRITE, reg.pack(**fields), reg.offset)
+
+
+def emit_each(full_name: str, field_name: str, values) -> list[int]:
+    """``emit(full_name, field_name=v)`` for every integer v of ``values``, built as one
+    numpy array: a table written through an access port is hundreds of words of one field."""
+    a = np.asarray(values)
+    reg = register(full_name)
+    slot = reg._slots.get(field_name)
+    if a.ndim != 1 or a.dtype.kind not in "iu" or slot is None or a.size == 0 \
+            or int(a.min()) < 0 or int(a.max()) >= slot[1]:
+        return [emit(full_name, **{field_name: v}) for v in values]  # raises on a bad value
+    head = ((reg.target | OP_WRITE) & 0xFFFF) << 48 | (reg.offset & 0xFFFF)
+    return ((a.astype(np.uint64) << np.uint64(slot[0] + 16)) | np.uint64(head)).tolist()
 
 
 def emit_raw(full_name: str, value: int) -> int:
