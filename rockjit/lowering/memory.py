@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 def align_up(x: int, a: int) -> int:
     return -(-x // a) * a
@@ -57,20 +59,31 @@ class ArenaPlan:
 def plan_arena(reqs: list[BufReq], base_align: int = 4096) -> ArenaPlan:
     """Place every buffer; returns offsets by buffer id and the arena size."""
     plan = ArenaPlan()
-    placed: list[tuple[int, int, BufReq]] = []      # (start, end, req)
     order = sorted(reqs, key=lambda r: (not r.pinned, -r.size, r.first, r.id))
+    # the placed buffers as columns, so each placement filters and scans them in numpy: the
+    # per-buffer scan over every placed one in Python was quadratic in the model's depth
+    n = len(order)
+    start = np.zeros(n, np.int64)
+    end = np.zeros(n, np.int64)
+    first = np.array([r.first for r in order], np.int64)
+    last = np.array([r.last for r in order], np.int64)
+    pinned = np.array([r.pinned for r in order], bool)
     naive = 0
-    for r in order:
+    for i, r in enumerate(order):
         naive = align_up(naive, r.align) + r.size
-        busy = sorted((s, e) for s, e, o in placed if o.overlaps_in_time(r))
-        off = 0
-        for s, e in busy:
-            if align_up(off, r.align) + r.size <= s:
-                break
-            off = max(off, e)
-        off = align_up(off, r.align)
+        # the placed buffers whose interval meets r's (BufReq.overlaps_in_time), by (start, end)
+        hit = pinned[:i] | (r.pinned | ~((last[:i] < r.first) | (r.last < first[:i])))
+        s, e = start[:i][hit], end[:i][hit]
+        k = np.lexsort((e, s))
+        s, e = s[k], e[k]
+        # lowest fitting offset: before the j-th busy range the candidate is the largest end
+        # so far (0 before any); the first gap that holds r wins, else after all of them
+        before = np.maximum.accumulate(np.concatenate(([0], e)))
+        fits = -(-before[:-1] // r.align) * r.align + r.size <= s
+        j = int(np.argmax(fits)) if fits.any() else len(s)
+        off = align_up(int(before[j]), r.align)
         plan.offsets[r.id] = off
-        placed.append((off, off + r.size, r))
+        start[i], end[i] = off, off + r.size
         plan.size = max(plan.size, off + r.size)
     plan.size = align_up(max(plan.size, 1), base_align)
     plan.naive_size = align_up(max(naive, 1), base_align)

@@ -112,9 +112,12 @@ def _absmax(a: np.ndarray) -> float:
         return 0.0
     if a.dtype.kind == "b":
         return 1.0
-    with np.errstate(invalid="ignore"):
-        m = float(np.max(np.abs(a.astype(np.float64))))
-    return INF if not math.isfinite(m) else m
+    # the extremes in the array's own dtype (exact), widened only as two scalars: a float64
+    # copy of every weight, once per bound query, was most of compute_bounds' time
+    hi, lo = float(np.max(a)), float(np.min(a))
+    if not (math.isfinite(hi) and math.isfinite(lo)):
+        return INF
+    return max(abs(hi), abs(lo))
 
 
 def _b_first(n: Node, ctx: BoundCtx) -> float:

@@ -149,6 +149,8 @@ _FORBIDDEN = {
           "that bit makes the task never complete (seeds 003 section 4, rocket_job.c)"
     for name in ("CNA_S_POINTER", "CORE_S_POINTER")
 }
+# register name -> block, for the registers Task._allow has let through
+_ALLOWED: dict[str, str] = {}
 
 
 def _access(where: Reloc, chunk: int, pieces: int, pitch: int) -> Access:
@@ -183,6 +185,15 @@ class Task:
     def write(self, reg: str, **fields: int) -> None:
         self._append(reg, R.emit(reg, **fields))
 
+    def write_each(self, reg: str, field: str, values) -> None:
+        """``write(reg, field=v)`` for each v of ``values``, in order (a LUT's entries)."""
+        words = R.emit_each(reg, field, values)
+        block = _ALLOWED.get(reg)
+        if block is None:
+            block = self._allow(reg)
+        self._blocks.add(block)
+        self._words.extend(words)
+
     def write_raw(self, reg: str, value: int) -> None:
         self._append(reg, R.emit_raw(reg, value))
 
@@ -195,6 +206,15 @@ class Task:
         self._chain_refusal = reason
 
     def _append(self, reg: str, word: int) -> None:
+        block = _ALLOWED.get(reg)
+        if block is None:
+            block = self._allow(reg)
+        self._blocks.add(block)
+        self._words.append(word)
+
+    def _allow(self, reg: str) -> str:
+        """``reg``'s block once it passes the checks below; remembered in _ALLOWED, since
+        every emitted word comes through _append and the answer depends on ``reg`` alone."""
         block = R.register(reg).block
         if reg in _FORBIDDEN:
             raise LoweringError(f"task {self.name!r}: {reg} must not be written from a regcmd: "
@@ -202,8 +222,8 @@ class Task:
         if block == "PC":
             raise LoweringError(f"task {self.name!r}: {reg} is a PC register; the PC trailer "
                                 f"(finish/link) is the only place a task programs the PC")
-        self._blocks.add(block)
-        self._words.append(word)
+        _ALLOWED[reg] = block
+        return block
 
     def finish(self) -> TaskProgram:
         mask = enable_mask(self.profile, self._blocks)

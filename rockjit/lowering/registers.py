@@ -7,7 +7,9 @@ the op, whose high byte is the target block and low byte 0x01 for a register wri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
+
+import numpy as np
 
 from .regtable import BLOCKS
 
@@ -56,15 +58,25 @@ class Register:
         known = ", ".join(f.name for f in self.fields)
         raise RegisterError(f"{self.full_name} has no field {name!r}; its fields are: {known}")
 
+    @cached_property
+    def _slots(self) -> dict[str, tuple[int, int]]:
+        """(lo, 1 << width) by field name: pack runs once per field of every emitted word, and
+        a scan of ``fields`` per field was the compile's largest per-word cost."""
+        return {f.name: (f.lo, 1 << f.width) for f in self.fields}
+
     def pack(self, **fields: int) -> int:
         value = 0
+        slots = self._slots
         for name, v in fields.items():
-            f = self.field(name)
+            slot = slots.get(name)
+            if slot is None:
+                self.field(name)                      # raises, naming the known fields
+            lo, limit = slot
             v = int(v)
-            if v < 0 or v >= (1 << f.width):
-                raise RegisterError(
-                    f"{self.full_name}.{name} = {v} does not fit its {f.width}-bit field")
-            value |= v << f.lo
+            if v < 0 or v >= limit:
+                raise RegisterError(f"{self.full_name}.{name} = {v} does not fit its "
+                                    f"{self.field(name).width}-bit field")
+            value |= v << lo
         return value
 
     def unpack(self, value: int) -> dict[str, int]:
@@ -104,6 +116,19 @@ def emit(full_name: str, **fields: int) -> int:
     """One register-write word; every field not named is zero."""
     reg = register(full_name)
     return word(reg.target | OP_WRITE, reg.pack(**fields), reg.offset)
+
+
+def emit_each(full_name: str, field_name: str, values) -> list[int]:
+    """``emit(full_name, field_name=v)`` for every integer v of ``values``, built as one
+    numpy array: a table written through an access port is hundreds of words of one field."""
+    a = np.asarray(values)
+    reg = register(full_name)
+    slot = reg._slots.get(field_name)
+    if a.ndim != 1 or a.dtype.kind not in "iu" or slot is None or a.size == 0 \
+            or int(a.min()) < 0 or int(a.max()) >= slot[1]:
+        return [emit(full_name, **{field_name: v}) for v in values]  # raises on a bad value
+    head = ((reg.target | OP_WRITE) & 0xFFFF) << 48 | (reg.offset & 0xFFFF)
+    return ((a.astype(np.uint64) << np.uint64(slot[0] + 16)) | np.uint64(head)).tolist()
 
 
 def emit_raw(full_name: str, value: int) -> int:

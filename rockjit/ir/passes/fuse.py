@@ -69,7 +69,7 @@ class Activation:
 
 
 def _region(root: Node, producers: Mapping[int, Node], consts: Mapping[int, np.ndarray],
-            ) -> tuple[list[Node], set[int]] | None:
+            pos: Mapping[int, int]) -> tuple[list[Node], set[int]] | None:
     """The element-wise nodes feeding ``root`` back to non-element-wise or run-time leaves,
     and the ids of its run-time leaves."""
     nodes: dict[int, Node] = {}
@@ -90,14 +90,17 @@ def _region(root: Node, producers: Mapping[int, Node], consts: Mapping[int, np.n
                 stack.append(p)
             else:
                 leaves.add(v.id)
-    order = [n for n in producers.values() if n.out.id in nodes]
-    return order, leaves
+    # graph order, as a scan of ``producers`` would give it, but from the region's own values
+    # (``pos``: each value's index in ``producers``): a scan per region is quadratic in depth
+    vids = sorted((v.id for n in nodes.values() for v in n.outputs), key=pos.__getitem__)
+    return [producers[i] for i in vids], leaves
 
 
 def find_activations(graph: Graph, consts: Mapping[int, np.ndarray]) -> dict[int, Activation]:
     """Composite activations in ``graph`` by root value id (see the module docstring).
     ``consts``: compile-time values by value id (params, constants, their broadcasts)."""
     producers = {v.id: n for n in graph.nodes for v in n.outputs}
+    pos = {vid: i for i, vid in enumerate(producers)}
     users: dict[int, list[Node]] = {}
     for n in graph.nodes:
         for v in n.inputs:
@@ -111,7 +114,7 @@ def find_activations(graph: Graph, consts: Mapping[int, np.ndarray]) -> dict[int
             continue
         if not node.out.type.dtype.is_float:
             continue
-        reg = _region(node, producers, consts)
+        reg = _region(node, producers, consts, pos)
         if reg is None:
             continue
         full, leaves = reg
@@ -193,21 +196,24 @@ def _classify(order: list[Node], x: Value, root: Node,
                     sub[v.id] = a if sel is None else a[sel]
     except ValueError:
         return None
-    gots, p64s = [], []
-    for flat in _probe_rounds(k):
-        probe = flat.astype(dt)
-        env: dict[int, np.ndarray] = {x.id: probe}
-        try:
-            with np.errstate(all="ignore"):
-                for n in order:
-                    args = [env[v.id] if v.id in env else sub[v.id] for v in n.inputs]
-                    env[n.out.id] = evaluate(n.op, args, n.attrs,
-                                             TensorType(n.out.type.dtype, (k,)))
-        except Exception:
-            return None
-        gots.append(np.asarray(env[root.out.id], np.float64))
-        p64s.append(probe.astype(np.float64))
-    got, p64 = np.concatenate(gots), np.concatenate(p64s)
+    # every round in one evaluation: the region is element-wise, so the concatenated probe
+    # (and each constant repeated per round) gives each round's values; one pass per node
+    # instead of one per round matters for a 1-element x, which takes PROBE.size rounds
+    rounds = _probe_rounds(k)
+    probe = np.concatenate(rounds).astype(dt)
+    kk = int(probe.size)
+    subs = {i: np.tile(a, len(rounds)) for i, a in sub.items()}
+    env: dict[int, np.ndarray] = {x.id: probe}
+    try:
+        with np.errstate(all="ignore"):
+            for n in order:
+                args = [env[v.id] if v.id in env else subs[v.id] for v in n.inputs]
+                env[n.out.id] = evaluate(n.op, args, n.attrs,
+                                         TensorType(n.out.type.dtype, (kk,)))
+    except Exception:
+        return None
+    got = np.asarray(env[root.out.id], np.float64)
+    p64 = probe.astype(np.float64)
     for kind, f in KNOWN.items():
         want = f(p64)
         if np.all(np.abs(got - want) <= RTOL * np.abs(want) + ATOL):

@@ -268,8 +268,7 @@ def upload_lut(t: Task, lut: LutProgram) -> None:
     ACCESS_DATA word per entry, the address auto-incrementing [lut][conf 05 words 2/516]."""
     for table_id, entries in ((0, lut.le), (1, lut.lo)):
         t.write("DPU_LUT_ACCESS_CFG", LUT_ACCESS_TYPE=1, LUT_TABLE_ID=table_id, LUT_ADDR=0)
-        for q in entries:
-            t.write("DPU_LUT_ACCESS_DATA", LUT_ACCESS_DATA=int(q))
+        t.write_each("DPU_LUT_ACCESS_DATA", "LUT_ACCESS_DATA", entries)
 
 
 # ---------------------------------------------------------------------------------------------
