@@ -224,3 +224,26 @@ def test_layer_norm_of_short_rows_on_a_poisoned_arena(batch: int) -> None:
     (got,), (ref,), (bound,) = run_poisoned(fn, p, x)
     assert np.isfinite(got).all()
     check_bound(got, ref, bound, f"linear + LayerNorm on [{batch}, 1, {D_}], poisoned arena")
+
+
+# the lowering fuzzer's batched LayerNorm specs (test_fuzz_lowering.py REGRESSIONS), poisoned
+_FOLDED_LN = [
+    dict(op="chain", batch=(2, 4), rows=41, d=3, steps=["layernorm"], units=["tanh"],
+         widths=[1], seed=0, profile="rk3588"),
+    dict(op="chain", batch=(2,), rows=255, d=113, steps=["unary", "layernorm"],
+         units=["tanh", "tanh"], widths=[1, 1], seed=0, profile="rk3588"),
+]
+
+
+@pytest.mark.parametrize("spec", _FOLDED_LN, ids=["8x41x3", "tanh-2x255x113"])
+def test_per_row_division_of_a_folded_batch_on_a_poisoned_arena(spec: dict) -> None:
+    """LayerNorm's x / s[row] on a batch folded into one cube's rows: the per-row rules made
+    one call per item, each over the whole folded layout, with a row vector that held only
+    that item's rows; the positions nothing wrote (NaN here) gave NaN padding results that
+    x * g's flat view mixed into real rows. One call over the folded cube writes every row."""
+    import fuzz_graphs as FG
+
+    fn, p, xs = FG.build(spec)
+    (got,), (ref,), (bound,) = run_poisoned(fn, p, *xs)
+    assert np.isfinite(got).all()
+    check_bound(got, ref, bound, f"{FG.describe(spec)}, poisoned arena")

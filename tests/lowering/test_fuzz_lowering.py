@@ -40,23 +40,20 @@ REGRESSIONS: list[tuple[dict, str]] = [
     (dict(op="move", kind="split", shape=(3, 40), axis=1, at=40, then="tanh", seed=0,
           profile="rk3588"),
      "graph_bound of a LUT op on an empty split piece raised ValueError (zero-size min)"),
+    (dict(op="chain", batch=(2, 4), rows=41, d=3, steps=["layernorm"], units=["tanh"],
+          widths=[1], seed=0, profile="rk3588"),
+     "NaN rows in LayerNorm of an [8,41,3] batch: the operand's batch is folded into one "
+     "328-row cube, but the per-row division (rules/eltwise.py _row_calls, _recip_rows) made "
+     "one lower_binary_row call per item, each over the whole 328-row layout, with a row "
+     "vector of which the host reciprocal wrote only the item's 41 rows; the unwritten "
+     "positions made NaN padding results that x * g's flat view mixed into real rows"),
+    (dict(op="chain", batch=(2,), rows=255, d=113, steps=["unary", "layernorm"],
+          units=["tanh", "tanh"], widths=[1, 1], seed=0, profile="rk3588"),
+     "the same per-item split of a folded [2,255,113] cube in LayerNorm(tanh(x)): NaN"),
 ]
 
 # Failures found but not fixed yet: each must still fail (strict xfail), so a fix shows up.
-OPEN: list[tuple[dict, str]] = [
-    (dict(op="chain", batch=(2, 4), rows=41, d=3, steps=["layernorm"], units=["tanh"],
-          widths=[1], seed=0, profile="rk3588"),
-     "NaN rows (items 0-2, e.g. [0,0,18], [0,1,35]) in LayerNorm of an [8,41,3] batch: the "
-     "per-row division (host reciprocal + eltwise.lower_binary_row, one call per item) then "
-     "x * g as a packed constant cube over the flat items; 6 items or fewer, or a scalar "
-     "instead of g, give no NaN. A second call of the same compiled function gives "
-     "more NaN rows ([1,18], [4,39]): it reads bytes no step of this run wrote (the class of "
-     "the padded-span bug fixed on main). Root cause not found yet"),
-    (dict(op="chain", batch=(2,), rows=255, d=113, steps=["unary", "layernorm"],
-          units=["tanh", "tanh"], widths=[1, 1], seed=0, profile="rk3588"),
-     "NaN in LayerNorm(tanh(x)) of a [2,255,113] batch; likely the same batched per-row "
-     "division + constant-cube multiply as above. Root cause not found yet"),
-]
+OPEN: list[tuple[dict, str]] = []
 
 _CI = dict(deadline=None, database=None, print_blob=True,
            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -98,9 +95,11 @@ def test_fuzz_regressions(spec: dict | None) -> None:
 
 @sim
 @pytest.mark.parametrize("spec", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=r))
-                                  for s, r in OPEN],
-                         ids=[FG.describe(s)[:60] for s, _ in OPEN])
-def test_fuzz_open_failures(spec: dict) -> None:
+                                  for s, r in OPEN] or [None],
+                         ids=[FG.describe(s)[:60] for s, _ in OPEN] or ["none"])
+def test_fuzz_open_failures(spec: dict | None) -> None:
+    if spec is None:
+        pytest.skip("no open failures recorded")
     assert FG.run_spec(spec) == "ok"
 
 

@@ -164,7 +164,10 @@ def _row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFo
 
     out = ctx.node.out
     items = form.batch_items()
-    if len(items) == 1:
+    if len(items) == 1 or _one_cube(form):
+        # a batch folded into the cube's rows is one cube: one call over all its rows. Per
+        # item, each call would run over the whole layout from that item's first row and the
+        # row vector would hold only the item's rows, leaving the rest of its positions unwritten
         lay = form.layout
         if lay.width != 1:
             raise NoNpuForm("per-row operand on a cube with W > 1")
@@ -200,7 +203,7 @@ def _recip_rows(ctx: RuleContext, srow, form: CubeForm, shape: tuple[int, ...]):
     items = form.batch_items()
     lead = shape[:-1]
     rows_total = int(np.prod(lead, dtype=np.int64)) if lead else 1
-    if len(items) == 1:
+    if len(items) == 1 or _one_cube(form):
         batch, rows = 1, rows_total
         lay = ew.row_vector_layout(form.layout.height * form.layout.width, ctx.profile)
         r_shape, roles, item = (rows, 1), ("h", "c"), lay.nbytes
