@@ -41,8 +41,8 @@ class BufferSpec:
     bind: int | None = None
     data: np.ndarray | None = None
     align: int = 64
-    # scratch only: bytes the op's steps never write (cube padding) must read as zero, so
-    # the buffer is zero-filled once at load and never shared with another buffer
+    # scratch or output: bytes the op's steps never write (cube padding) must read as zero,
+    # so the buffer is zero-filled once at load and never shared with another buffer
     zero: bool = False
 
 

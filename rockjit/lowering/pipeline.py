@@ -485,6 +485,12 @@ class Lowerer:
                 if need > buf.size:
                     buf.size = need
                 binding[spec.name] = (t.buf, t.offset)
+                if spec.zero:
+                    # positions of the result the op never writes are read as zero by its
+                    # consumer: zero-filled once, never shared (no other tensor's bytes land
+                    # there, and each run rewrites only the written positions)
+                    buf.size = max(buf.size, need)
+                    buf.pinned = buf.zero = True
                 # the emitter writes its whole (padded) span: bytes past the cube get padding
                 # results, so they can never serve as a reader's zero tail (_tail_free)
                 self.writes.setdefault(t.buf, []).append((t.offset, need))

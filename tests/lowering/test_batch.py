@@ -232,15 +232,20 @@ _FOLDED_LN = [
          widths=[1], seed=0, profile="rk3588"),
     dict(op="chain", batch=(2,), rows=255, d=113, steps=["unary", "layernorm"],
          units=["tanh", "tanh"], widths=[1, 1], seed=0, profile="rk3588"),
+    # 6 rows in an 8-row cube: the two padding positions of the row vector
+    dict(op="chain", batch=(3,), rows=2, d=3, steps=["layernorm"], units=["tanh"],
+         widths=[1], seed=0, profile="rk3588"),
 ]
 
 
-@pytest.mark.parametrize("spec", _FOLDED_LN, ids=["8x41x3", "tanh-2x255x113"])
+@pytest.mark.parametrize("spec", _FOLDED_LN, ids=["8x41x3", "tanh-2x255x113", "3x2x3"])
 def test_per_row_division_of_a_folded_batch_on_a_poisoned_arena(spec: dict) -> None:
     """LayerNorm's x / s[row] on a batch folded into one cube's rows: the per-row rules made
     one call per item, each over the whole folded layout, with a row vector that held only
     that item's rows; the positions nothing wrote (NaN here) gave NaN padding results that
-    x * g's flat view mixed into real rows. One call over the folded cube writes every row."""
+    x * g's flat view mixed into real rows. One call over the folded cube writes every row.
+    The host reciprocal writes only the real rows of the row vector; the broadcast reads every
+    position of the cube (rows padded to 4: 3 x 2 rows in 8), so the rest is zero-filled."""
     import fuzz_graphs as FG
 
     fn, p, xs = FG.build(spec)

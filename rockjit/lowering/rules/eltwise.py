@@ -231,7 +231,11 @@ def _recip_rows(ctx: RuleContext, srow, form: CubeForm, shape: tuple[int, ...]):
     prog = OpProgram((BufferSpec("s", "input", s_rows.nbytes, dtype="f32",
                                  shape=s_rows.shape, bind=0),
                       BufferSpec("one", "const", 4, data=np.ones(1, np.float32).view(np.uint8)),
-                      BufferSpec("out", "output", nbytes_out, layout=lay, bind=0), desc),
+                      # only the real rows' channel 0 is written; lower_binary_row broadcasts
+                      # every position of the layout (rows padded to the row alignment), so
+                      # the rest must be finite: zero (x * 0 stays finite)
+                      BufferSpec("out", "output", nbytes_out, layout=lay, bind=0, zero=True),
+                      desc),
                      (step,))
     call = OpCall(prog, (Use(srow),), (Use(r),), "1/s per row", where="host",
                   emitter="host per-row reciprocal", forms_in=(s_rows,), forms_out=(r_form,))
