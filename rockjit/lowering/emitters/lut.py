@@ -21,8 +21,8 @@ Each activation is one or two passes over the flat view of the cube (eltwise.py)
                2-pass x*Phi(x) route"; single-pass GELU is unreliable, QUIRK 1)
   silu         LUT pass of sigmoid, then x * sigmoid(x) (same 2-pass form)
 
-**The domain.** The caller passes ``x_range = (lo, hi)``, a bound on the data (from calibration,
-or an analytic bound). Symmetric tables cover [-R, R] with R = max(|lo|, |hi|); shifted tables
+**The domain.** The caller passes ``x_range = (lo, hi)``, from the function alone
+(lowering/calibrate.py: a saturating function's saturation radius, softmax's [-16, 0]). Symmetric tables cover [-R, R] with R = max(|lo|, |hi|); shifted tables
 cover [lo, hi]. **Inputs outside the covered domain are clamped to it**: the result is
 f(clamp(x)) for sigmoid/exp/rsqrt/reciprocal/tanh and x * gate(clamp(x)) for gelu/silu (which
 is GELU/SiLU's own limit: gate -> 1 above, -> 0 below; the gate's smallest entry is the QUIRK 4
@@ -218,24 +218,14 @@ def lower_activation(kind: str, layout: CubeLayout, x_range: tuple[float, float]
     act = _kind(kind)
     check_fp16_cube(layout, profile, f"activation {kind}")
     t = act.table(*_range(act, x_range))
-    if act.gate:
-        # pass 1: gate = table(x) over the EW span; pass 2: out = x * gate (identity conv + EW)
+    if act.gate or act.square:
+        # pass 1: g = table(x) over the EW span; pass 2: out = x * g for a gate (x * sigma(x),
+        # x * Phi(x)), g * g for a squared half-table (exp_sq); each an identity conv + EW
         _, span = ew_chunks(layout.nbytes, profile)
-        lut_tasks = _lut_tasks(t, "x", "gate", span, profile, f"{kind}_gate")
-        ew, span = full_ew_tasks("mul", "x", "gate", "out", "weights", layout.nbytes, profile,
-                                 prefix=f"{kind}_mul")
-        bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
-                BufferSpec("out", "output", span, layout=layout, bind=0),
-                BufferSpec("gate", "scratch", span),
-                weights_buffer("mul", profile)]
-        return npu_program(bufs, [lut_tasks, ew], profile, ("x", "weights"), ("out",),
-                           span // 2 * EW_VIEW_CHANNELS)
-    if act.square:
-        # pass 1: g = table(x) over the EW span; pass 2: out = g * g (identity conv + EW)
-        _, span = ew_chunks(layout.nbytes, profile)
-        lut_tasks = _lut_tasks(t, "x", "gate", span, profile, f"{kind}_lut")
-        ew, span = full_ew_tasks("mul", "gate", "gate", "out", "weights", layout.nbytes, profile,
-                                 prefix=f"{kind}_sq")
+        lut_tag, mul_tag = ("gate", "mul") if act.gate else ("lut", "sq")
+        lut_tasks = _lut_tasks(t, "x", "gate", span, profile, f"{kind}_{lut_tag}")
+        ew, span = full_ew_tasks("mul", "x" if act.gate else "gate", "gate", "out", "weights",
+                                 layout.nbytes, profile, prefix=f"{kind}_{mul_tag}")
         bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
                 BufferSpec("out", "output", span, layout=layout, bind=0),
                 BufferSpec("gate", "scratch", span),
