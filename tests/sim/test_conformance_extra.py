@@ -68,7 +68,7 @@ def test_cases_exist():
 def test_extra_case(name: str) -> None:
     case = Case(EXTRA / name)
     flags = case.meta.get("simulator_flags", [])
-    got, want = case.run(Simulator(strict=True, faithful="faithful" in flags))
+    got, want = case.run(Simulator(strict="lenient" not in flags, faithful="faithful" in flags))
     tol = case.meta["expected_output"]["tolerance"]
     assert got.shape == want.shape and not np.isnan(got).any()
     if tol["kind"] == "exact":
@@ -86,6 +86,16 @@ def test_quirk_case_is_refused_in_strict_mode(name: str) -> None:
     with pytest.raises(SimError) as e:
         Case(EXTRA / name).run(Simulator(strict=True))
     assert e.value.code == RJ_EHAZARD and "QUIRK" in e.value.message, e.value.message
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if "lenient" in
+                                  json.loads((EXTRA / n / "program" / "buffers.json").read_text())
+                                  .get("simulator_flags", [])])
+def test_lenient_case_is_a_hazard_in_strict_mode(name: str) -> None:
+    """A case whose geometry silicon is not documented to write is refused by strict mode."""
+    with pytest.raises(SimError) as e:
+        Case(EXTRA / name).run(Simulator(strict=True))
+    assert e.value.code == RJ_EHAZARD, e.value.message
 
 
 def test_quirk_cases_show_the_quirk():
