@@ -56,12 +56,16 @@ static int64_t sat(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x 
 typedef struct sdp_stage {
     const char *name;        /* "BS" or "BN" */
     int active, alu, mul, relu;
+    int mul_src;             /* MUL_SRC = 1: the multiplier comes from the BRDMA group */
+    int alu_src;             /* ALU_SRC = 1: the ALU operand comes from BRDMA */
     uint32_t alu_algo;       /* 0 max, 1 min, 2 sum */
     float alu_f, mul_f;      /* float path register operands */
     int64_t alu_i, mul_i;    /* integer path register operands */
     uint32_t mul_shift;      /* integer path: shift of a non-negative product */
     uint32_t mul_shift_neg;  /* integer path: shift of a negative product (DATA_FORMAT *_NEG) */
-    int32_t *alu_vec;        /* integer path per-channel operand read by BRDMA/NRDMA (owned) */
+    int32_t *alu_vec;        /* integer path per-channel ALU operand read by BRDMA (owned) */
+    int16_t *mul_vec;        /* integer BS: per-channel multiplier C (BRDMA DATA_USE 7; owned) */
+    int16_t *ow_vec;         /* integer BS: per-channel CPEND operand B (BRDMA DATA_USE 7; owned) */
 } sdp_stage;
 
 /* Register views of one stage; BS and BN share the field layout (rk3588-registers.xml). */
@@ -80,6 +84,67 @@ static const stage_regs BN_REGS = {
     RJ_REG_DPU_RDMA_RDMA_NRDMA_CFG, RJ_REG_DPU_RDMA_RDMA_BN_BASE_ADDR,
     "DPU_BN_CFG", "DPU_BN_ALU_CFG", "DPU_BN_MUL_CFG",
     "DPU_RDMA_RDMA_NRDMA_CFG", "DPU_RDMA_RDMA_BN_BASE_ADDR"};
+
+/* The integer BS stage's per-channel operands, read by BRDMA from BS_BASE_ADDR (notes:
+ * encodings/sdp-stage-precision.md, out-cvt-converter.md "Per-channel (per-axis) requant on the
+ * BS multiplier", HW sweeps on RK3588 int8-out depthwise and direct programs):
+ *   DATA_USE 1: a dense int32 [C] vector, the ALU operand;
+ *   DATA_USE 7: a 64-byte group per 8 output channels, int32 A[8] at 0 (ALU), int16 B[8] at 32
+ *               (CPEND, read when DPU_BS_OW_CFG.OW_SRC = 1), int16 C[8] at 48 (MUL_SRC = 1).
+ * The measured program reads A and C together (BS_CFG 0x20140, MUL_CFG (s << 8) | 1); other
+ * DATA_USE values and other combinations are undocumented and refused. */
+static int read_brdma(rj_sim_task *t, const stage_regs *r, uint32_t cfg, uint32_t channels, sdp_stage *st)
+{
+    uint32_t use, base;
+    int rc;
+    if (!(t->enable_mask & RJ_SIM_EN_DPU_RDMA))
+        return UNSUPP(t, "%s = 0x%x reads a per-channel operand through DPU_RDMA, but the enable mask "
+                      "0x%x lacks bit 4 (DPU_RDMA)", r->cfg_name, cfg, t->enable_mask);
+    if ((rc = rj_sim_need(t, r->rdma_cfg, r->rdma_cfg_name, &use)) ||
+        (rc = rj_sim_need(t, r->rdma_base, r->rdma_base_name, &base)))
+        return rc;
+    const uint32_t data_use = RJ_GET(use, DPU_RDMA_RDMA_BRDMA_CFG, BRDMA_DATA_USE);
+    if (data_use == 1 && st->alu_src && !st->mul_src) {
+        const uint8_t *src = rj_sim_mem(t, base, (uint64_t)channels * 4u, r->rdma_base_name);
+        if (!src)
+            return t->err ? t->err->code : RJ_EFAULT;
+        st->alu_vec = malloc((size_t)channels * sizeof(int32_t));
+        if (!st->alu_vec)
+            return rj_sim_fail(t, RJ_ENOMEM, "DPU %s: out of memory", st->name);
+        memcpy(st->alu_vec, src, (size_t)channels * 4u);
+        t->sim->stats.bytes_read += (uint64_t)channels * 4u;
+        return 0;
+    }
+    if (data_use != 7 || !st->alu_src || !st->mul_src)
+        return UNSUPP(t, "%s = 0x%x with %s_ALU_SRC = %d, %s_MUL_SRC = %d: modelled are DATA_USE 1 with the "
+                      "ALU operand alone (an int32 [C] vector) and DATA_USE 7 with both ALU_SRC and "
+                      "MUL_SRC (the 64-byte per-8-channel group); other combinations are undocumented "
+                      "(notes: encodings/out-cvt-converter.md)", r->rdma_cfg_name, use, st->name,
+                      st->alu_src, st->name, st->mul_src);
+    const uint32_t groups = (channels + 7u) / 8u;
+    const uint8_t *src = rj_sim_mem(t, base, (uint64_t)groups * 64u, r->rdma_base_name);
+    if (!src)
+        return t->err ? t->err->code : RJ_EFAULT;
+    st->alu_vec = malloc((size_t)channels * sizeof(int32_t));
+    st->ow_vec = malloc((size_t)channels * sizeof(int16_t));
+    st->mul_vec = malloc((size_t)channels * sizeof(int16_t));
+    if (!st->alu_vec || !st->ow_vec || !st->mul_vec)
+        return rj_sim_fail(t, RJ_ENOMEM, "DPU %s: out of memory", st->name);
+    for (uint32_t c = 0; c < channels; c++) {
+        const uint8_t *g = src + (c / 8u) * 64u;
+        memcpy(&st->alu_vec[c], g + (c % 8u) * 4u, 4);
+        memcpy(&st->ow_vec[c], g + 32u + (c % 8u) * 2u, 2);
+        memcpy(&st->mul_vec[c], g + 48u + (c % 8u) * 2u, 2);
+        /* Every measured multiplier is positive (the planner puts a task's largest at 32767); how a
+         * negative C multiplies is undocumented. */
+        if (st->mul_vec[c] < 0)
+            return UNSUPP(t, "%s: the per-channel multiplier C of channel %u is %d; only C >= 0 is "
+                          "documented (notes: encodings/out-cvt-converter.md)", r->rdma_base_name, c,
+                          (int)st->mul_vec[c]);
+    }
+    t->sim->stats.bytes_read += (uint64_t)groups * 64u;
+    return 0;
+}
 
 static int parse_stage(rj_sim_task *t, const stage_regs *r, const char *name, int int_path,
                        uint32_t channels, sdp_stage *st)
@@ -108,10 +173,31 @@ static int parse_stage(rj_sim_task *t, const stage_regs *r, const char *name, in
         if ((rc = rj_sim_need(t, r->mul_cfg, r->mul_name, &m)))
             return rc;
         /* MUL_CFG: MUL_SRC bit 0, TRUNCATE_SRC bit 1, MUL_SHIFT_VALUE 8..13, MUL_OPERAND 16..31. */
-        if (m & 1u)
-            return UNSUPP(t, "%s = 0x%x: %s_MUL_SRC=1 (per-channel multiplier read from memory) is "
-                          "not modelled: the notes give no layout for it; use the register operand",
-                          r->mul_name, m, name);
+        if (m & 1u) {
+            if (!int_path)
+                return UNSUPP(t, "%s = 0x%x: %s_MUL_SRC=1 (a per-channel multiplier read from memory) on the "
+                              "float path is not modelled: the notes document the per-channel operand group "
+                              "of the integer BS stage only (out-cvt-converter.md \"Per-channel (per-axis) "
+                              "requant on the BS multiplier\"); its fp16/fp32 form, layout and rounding are "
+                              "undocumented. For a per-channel scale on the float path use the EW stage's "
+                              "per-pixel operand (EW_DATA_MODE = ERDMA_DATA_MODE = 1) with the scale "
+                              "broadcast into a full cube (notes: k-accumulation.md, dpu-lut-activation.md "
+                              "\"Two-operand EW\")", r->mul_name, m, name);
+            if (r != &BS_REGS) {
+                /* "BN_MUL_SRC, NRDMA_DATA_USE 7 over the same 64-byte layout ...: all 8 tasks over
+                 * two shapes ran to the 500 ms watchdog and wrote nothing" (notes:
+                 * out-cvt-converter.md "BN stage per-channel multiplier"). */
+                if (strict(t))
+                    return rj_sim_hazard(t, r->mul_name, "per-channel BN multiplier",
+                                         "BN_MUL_SRC = 1: the one configuration measured hung every task "
+                                         "(no output, watchdog); put a per-channel multiplier on the BS stage "
+                                         "(BRDMA_DATA_USE 7) (notes: encodings/out-cvt-converter.md \"BN stage "
+                                         "per-channel multiplier\")");
+                return UNSUPP(t, "%s = 0x%x: BN_MUL_SRC = 1 is not established on hardware (notes: "
+                              "out-cvt-converter.md \"BN stage per-channel multiplier\")", r->mul_name, m);
+            }
+            st->mul_src = 1;
+        }
         if (m & 2u)
             return UNSUPP(t, "%s = 0x%x: %s_TRUNCATE_SRC is not modelled", r->mul_name, m, name);
         uint32_t operand = m >> 16, shift = (m >> 8) & 0x3fu;
@@ -145,32 +231,21 @@ static int parse_stage(rj_sim_task *t, const stage_regs *r, const char *name, in
                           r->cfg_name, cfg, name, st->alu_algo);
         if (cfg & (1u << 8)) {
             if (!int_path)
-                return UNSUPP(t, "%s = 0x%x: %s_ALU_SRC=1 (per-channel operand from memory) on the "
-                              "float path is not modelled: the notes document only the int32 bias "
-                              "vector of the integer path (encodings/sdp-stage-precision.md)",
-                              r->cfg_name, cfg, name);
-            if (!(t->enable_mask & RJ_SIM_EN_DPU_RDMA))
-                return UNSUPP(t, "%s = 0x%x: %s_ALU_SRC=1 reads through DPU_RDMA, but the enable mask "
-                              "0x%x lacks bit 4 (DPU_RDMA)", r->cfg_name, cfg, name, t->enable_mask);
-            uint32_t use, base;
-            if ((rc = rj_sim_need(t, r->rdma_cfg, r->rdma_cfg_name, &use)) ||
-                (rc = rj_sim_need(t, r->rdma_base, r->rdma_base_name, &base)))
-                return rc;
-            /* The per-channel operand is an int32 [C] vector broadcast over all positions, read
-             * with DATA_USE = 1 (notes: encodings/sdp-stage-precision.md, "BRDMA_DATA_USE[1:4]
-             * ... per-channel [C] int32 bias vector"; the BN/NRDMA twin is the same shape). */
-            uint32_t data_use = (use >> 1) & 0xfu;
-            if (data_use != 1)
-                return UNSUPP(t, "%s = 0x%x: DATA_USE = %u is not modelled; only DATA_USE = 1 (the "
-                              "int32 ALU operand vector) is documented", r->rdma_cfg_name, use, data_use);
-            const uint8_t *src = rj_sim_mem(t, base, (uint64_t)channels * 4u, r->rdma_base_name);
-            if (!src)
-                return t->err ? t->err->code : RJ_EFAULT;
-            st->alu_vec = malloc((size_t)channels * sizeof(int32_t));
-            if (!st->alu_vec)
-                return rj_sim_fail(t, RJ_ENOMEM, "DPU %s: out of memory", name);
-            memcpy(st->alu_vec, src, (size_t)channels * 4u);
-            t->sim->stats.bytes_read += (uint64_t)channels * 4u;
+                return UNSUPP(t, "%s = 0x%x: %s_ALU_SRC=1 (a per-channel operand from memory) on the float "
+                              "path is not modelled: the notes document only the integer path's operands "
+                              "(BRDMA_DATA_USE 1: an int32 [C] vector; 7: a 64-byte group per 8 channels; "
+                              "encodings/sdp-stage-precision.md, out-cvt-converter.md); no public program "
+                              "reads an fp16/fp32 BS/BN vector (rocket-userspace's RK3576 float BS arrangement "
+                              "is undecoded). For a per-channel bias on the float path use the EW stage's "
+                              "per-pixel operand (EW_DATA_MODE = ERDMA_DATA_MODE = 1) with the bias broadcast "
+                              "into a full cube (notes: k-accumulation.md, dpu-lut-activation.md \"Two-operand "
+                              "EW\")", r->cfg_name, cfg, name);
+            if (r != &BS_REGS)
+                return UNSUPP(t, "%s = 0x%x: BN_ALU_SRC=1 (a per-channel BN operand through NRDMA) is not "
+                              "established on hardware: no public program enables NRDMA and the one measured "
+                              "NRDMA configuration hung (notes: out-cvt-converter.md \"BN stage per-channel "
+                              "multiplier\"); put the per-channel operand on the BS stage", r->cfg_name, cfg);
+            st->alu_src = 1;
         } else {
             uint32_t a;
             if ((rc = rj_sim_need(t, r->alu_cfg, r->alu_name, &a)))
@@ -181,6 +256,10 @@ static int parse_stage(rj_sim_task *t, const stage_regs *r, const char *name, in
             st->alu_f = f32_of_bits(a);
             st->alu_i = (int32_t)a;
         }
+    }
+    if (st->alu_src || st->mul_src) {
+        if ((rc = read_brdma(t, r, cfg, channels, st)))
+            return rc;
     }
     /* BN runs MUL then ALU (dpu-lut-activation.md, "index = x*BN_MUL + BN_ALU (MUL then ALU)");
      * the integer BS runs ALU then MUL (out-cvt-converter.md, "The add comes before the
@@ -412,7 +491,11 @@ static int parse_ew(rj_sim_task *t, int int_path, int flying, uint32_t W, uint32
         RJ_GET(erdma, DPU_RDMA_RDMA_ERDMA_CFG, ERDMA_SURF_MODE) || RJ_GET(erdma, DPU_RDMA_RDMA_ERDMA_CFG, ERDMA_NONALIGN))
         return UNSUPP(t, "DPU_EW_CFG = 0x%x / DPU_RDMA_RDMA_ERDMA_CFG = 0x%x: only the per-pixel operand "
                       "(EW_DATA_MODE = ERDMA_DATA_MODE = 1) with matching 16-bit (2) or 32-bit (3) "
-                      "data size is modelled (notes: encodings/k-accumulation.md)", cfg, erdma);
+                      "data size is modelled (notes: encodings/k-accumulation.md). The per-channel (0) and "
+                      "per-channel x pixel (2) data modes exist (RK3588 TRM 36.4.3, ERDMA_DATA_MODE) but what "
+                      "they read is unmeasured (notes: sdp-stage-precision.md \"does not show ... the "
+                      "broadcast operand modes\"); broadcast a per-channel operand into a full cube and read "
+                      "it per pixel", cfg, erdma);
     if (RJ_GET(cfg, DPU_EW_CFG, EW_CVT_TYPE) || RJ_GET(cfg, DPU_EW_CFG, EW_CVT_ROUND))
         return UNSUPP(t, "DPU_EW_CFG = 0x%x: EW_CVT_TYPE / EW_CVT_ROUND (the int8 operand converter) "
                       "are not modelled on the float path", cfg);
@@ -555,6 +638,8 @@ typedef struct dpu_run {
 static void run_free(dpu_run *r)
 {
     free(r->bs.alu_vec);
+    free(r->bs.mul_vec);
+    free(r->bs.ow_vec);
     free(r->bn.alu_vec);
     free(r->ew.operand);
     free(r->vf);
@@ -732,7 +817,7 @@ static int run_float(rj_sim_task *t, dpu_run *r, uint64_t n, const out_cvt *cvt)
 }
 
 static int run_int(rj_sim_task *t, dpu_run *r, uint32_t C, uint64_t n, const out_cvt *cvt, uint32_t out_prec,
-                   const rj_sim_acc *acc, int32_t ow_op)
+                   const rj_sim_acc *acc, int32_t ow_op, const int16_t *ow_vec)
 {
     for (uint64_t e = 0; e < n; e++) {
         const uint32_t c = (uint32_t)(e % C);
@@ -743,7 +828,8 @@ static int run_int(rj_sim_task *t, dpu_run *r, uint32_t C, uint64_t n, const out
         if (acc && acc->wsum) {
             const uint64_t p = e / C;
             if (c < acc->channels)
-                x += (int64_t)ow_op * acc->wsum[acc->wsum_per_channel ? p * acc->channels + c : p];
+                x += (ow_vec ? (int64_t)ow_vec[c] : (int64_t)ow_op) *
+                     acc->wsum[acc->wsum_per_channel ? p * acc->channels + c : p];
         }
         const sdp_stage *st[2] = {&r->bs, &r->bn};
         for (int k = 0; k < 2; k++) {
@@ -758,7 +844,7 @@ static int run_int(rj_sim_task *t, dpu_run *r, uint32_t C, uint64_t n, const out
                 /* The product is held wide under a shift, rounded half to even, then saturated
                  * to int32; at shift 0 it saturates directly (out-cvt-converter.md, BS per-channel
                  * multiplier sweep; the register operand and BN are inferences). */
-                const int64_t p = x * s->mul_i;
+                const int64_t p = x * (s->mul_vec ? (int64_t)s->mul_vec[c] : s->mul_i);
                 x = sat(round_shift(p, p >= 0 ? s->mul_shift : s->mul_shift_neg, 0), INT32_MIN, INT32_MAX);
             }
             if (s->alu && !alu_first)
@@ -845,6 +931,7 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
     const uint32_t out_prec = RJ_GET(fmt, DPU_DATA_FORMAT, OUT_PRECISION);
     const int int_path = flying ? 0 : acc->is_int;
     int32_t ow_op = 0; /* CPEND operand, when OD_BYPASS = 0 on the integer path */
+    int ow_src = 0;    /* CPEND operand per channel from the BRDMA group (OW_SRC = 1) */
     /* Precision values (notes: precision-field.md): float accumulators come from fp16 (2), bf16
      * (3) or tf32 (DPU 5) processing, int32 accumulators from int8 (0) or int4 (6). */
     if (int_path) {
@@ -897,18 +984,21 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
              * programs); on the int32-raw writer "clearing OD_BYPASS to reach CPEND makes every
              * value wrong" (notes: depthwise-conv.md). OW_SRC = 1 reads a per-channel operand
              * through BRDMA (out-cvt-converter.md), not modelled. */
-            if (RJ_GET(owcfg, DPU_BS_OW_CFG, OW_SRC))
-                return UNSUPP(t, "DPU_BS_OW_CFG = 0x%x: OW_SRC = 1 (the per-channel CPEND operand read by "
-                              "BRDMA) is not modelled; use DPU_BS_OW_OP", owcfg);
-            uint32_t op;
-            RJ_SIM_REQUIRE(t, DPU_BS_OW_OP, &op);
-            /* OW_OP is read as signed 16-bit ("a read of the low byte alone, or as unsigned, does
-             * not match", depthwise-conv.md). */
-            ow_op = (int16_t)(RJ_GET(op, DPU_BS_OW_OP, OW_OP) & 0xffffu);
+            /* OW_SRC = 1: the operand is B[c] of BRDMA's DATA_USE 7 group, "(acc + A + B[c]*S) * C"
+             * (out-cvt-converter.md "Per-channel (per-axis) requant on the BS multiplier"); checked
+             * against the BS stage's read below. */
+            ow_src = (int)RJ_GET(owcfg, DPU_BS_OW_CFG, OW_SRC);
+            if (!ow_src) {
+                uint32_t op;
+                RJ_SIM_REQUIRE(t, DPU_BS_OW_OP, &op);
+                /* OW_OP is read as signed 16-bit ("a read of the low byte alone, or as unsigned, does
+                 * not match", depthwise-conv.md). */
+                ow_op = (int16_t)(RJ_GET(op, DPU_BS_OW_OP, OW_OP) & 0xffffu);
+            }
             if (!acc->wsum)
                 return rj_sim_fail(t, RJ_EINVAL, "DPU: CPEND needs the CNA's window sums, which the CORE "
                                    "did not hand over");
-            if (acc->clip_truncate && ow_op)
+            if (acc->clip_truncate && (ow_op || ow_src))
                 return UNSUPP(t, "DPU_BS_OW_OP = %d with CORE_CLIP_TRUNCATE = %u: whether CPEND's window "
                               "sum is scaled by the accumulator's rounding shift is not documented",
                               ow_op, acc->clip_truncate);
@@ -978,6 +1068,10 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
     int rc = parse_stage(t, &BS_REGS, "BS", int_path, C, &r.bs);
     if (!rc)
         rc = parse_stage(t, &BN_REGS, "BN", int_path, C, &r.bn);
+    if (!rc && ow_src && !r.bs.ow_vec)
+        rc = UNSUPP(t, "DPU_BS_OW_CFG.OW_SRC = 1 reads the CPEND operand B from BRDMA's DATA_USE 7 group, but "
+                    "the BS stage does not read that group (set BRDMA_DATA_USE 7 with BS_ALU_SRC = 1 and "
+                    "BS_MUL_SRC = 1; notes: encodings/out-cvt-converter.md)");
     if (!rc)
         rc = parse_out_cvt(t, int_path, out_prec, &cvt);
     if (!rc)
@@ -1027,7 +1121,7 @@ int rj_sim_dpu_run(rj_sim_task *t, const rj_sim_acc *acc)
                     r.vf[p * C + c] = acc->f[p * acc->channels + c];
     }
     if (!rc)
-        rc = int_path ? run_int(t, &r, C, n, &cvt, out_prec, acc, ow_op) : run_float(t, &r, n, &cvt);
+        rc = int_path ? run_int(t, &r, C, n, &cvt, out_prec, acc, ow_op, ow_src ? r.bs.ow_vec : NULL) : run_float(t, &r, n, &cvt);
     if (!rc) {
         float *vf = r.vf;
         if (int_path && (out_prec == RJ_PREC_FP32 || out_prec == RJ_PREC_FP16)) {
