@@ -574,6 +574,117 @@ def write_dw_case(root: Path) -> None:
         extra_files={"bias_tflite.bin": bias.astype("<i4").tobytes()})
 
 
+PERC_REF = '''#!/usr/bin/env python3
+"""21_int8_perchannel_requant_depthwise: TFLite's per-channel int8 depthwise arithmetic followed by the
+BS stage's per-channel multiplier, in numpy (int64), independent of any simulator:
+acc[c] = sum over the valid taps of (x[c] - in_zp)(w[c] - w_zp[c]) + bias[c];
+v = sat32(rne(acc * C[c] / 2^(s if acc*C >= 0 else s_neg)));  out = sat8(rne(v * SCALE / 2^SHIFT) + out_zp).
+Reads the packed blobs and the unfolded per-channel parameters (perchannel_tflite.npz), writes
+expected_output.bin."""
+import os
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+C, H, W, KH, KW, PAD = {C}, {H}, {W}, {KH}, {KW}, {PAD}
+IN_ZP, OUT_ZP, S_POS, S_NEG, SCALE, SHIFT = {in_zp}, {out_zp}, {s_pos}, {s_neg}, {scale}, {shift}
+
+
+def rne(v, s):
+    return np.round(v.astype(np.float64) / 2.0 ** s).astype(np.int64)
+
+
+def main():
+    x = np.fromfile(os.path.join(HERE, "program", "blobs", "feature.bin"), np.int8)[:C * H * W]
+    x = x.reshape(C // 16, H, W, 16).transpose(0, 3, 1, 2).reshape(C, H, W).astype(np.int64)
+    w = np.fromfile(os.path.join(HERE, "program", "blobs", "weight.bin"), np.int8)[:C * KH * KW]
+    w = w.reshape(C // 64, KH, KW, 64).transpose(0, 3, 1, 2).reshape(C, KH, KW).astype(np.int64)
+    prm = np.load(os.path.join(HERE, "perchannel_tflite.npz"))
+    w_zp, bias, mult = (prm[k].astype(np.int64) for k in ("w_zp", "bias", "mult"))
+    oh, ow = H + 2 * PAD - KH + 1, W + 2 * PAD - KW + 1
+    xp = np.zeros((C, H + 2 * PAD, W + 2 * PAD), np.int64)   # (x - in_zp) is 0 in the padding
+    xp[:, PAD:PAD + H, PAD:PAD + W] = x - IN_ZP
+    acc = np.zeros((C, oh, ow), np.int64)
+    for ky in range(KH):
+        for kx in range(KW):
+            acc += xp[:, ky:ky + oh, kx:kx + ow] * (w[:, ky, kx] - w_zp)[:, None, None]
+    acc += bias[:, None, None]
+    p = acc * mult[:, None, None]
+    v = np.clip(np.where(p >= 0, rne(p, S_POS), rne(p, S_NEG)), -2 ** 31, 2 ** 31 - 1)
+    out = np.clip(rne(v * SCALE, SHIFT) + OUT_ZP, -128, 127)
+    # output cube [C/16][OH][OW][16] int8
+    out.reshape(C // 16, 16, oh, ow).transpose(0, 2, 3, 1).astype(np.int8).tofile(
+        os.path.join(HERE, "expected_output.bin"))
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def write_perchannel_case(root: Path) -> None:
+    """21: the per-channel requant depthwise program (BRDMA DATA_USE 7, BS_MUL_SRC, OW_SRC)."""
+    import io
+    sys.path.insert(0, str(REPO / "tests" / "sim"))
+    from programs import ConvGeometry, pack_feature, pack_weights_dw, retarget, set_fields, set_raw  # noqa: E402
+    name = "21_int8_perchannel_requant_depthwise"
+    g = ConvGeometry(C=64, H=6, W=5, N=64, KH=3, KW=3, pad=(1, 1), depthwise=True, int8=True)
+    in_zp, out_zp, s_pos, s_neg, scale, shift = -37, 5, 14, 13, 17675, 23
+    rng = np.random.default_rng(21)
+    x = rng.integers(-128, 128, size=(g.C, g.H, g.W)).astype(np.int64)
+    w_zp = rng.integers(-40, 40, size=g.C)
+    wt = np.clip(w_zp[:, None, None] + rng.integers(-90, 90, size=(g.C, g.KH, g.KW)), -128, 127).astype(np.int64)
+    bias = rng.integers(-4000, 4000, size=g.C)
+    mult = rng.integers(2048, 32768, size=g.C)
+    a = bias - in_zp * (wt - w_zp[:, None, None]).sum(axis=(1, 2))      # Mesa's fold, per channel
+    grp = np.zeros((g.C // 8, 64), np.uint8)
+    grp[:, 0:32] = a.astype("<i4").reshape(-1, 8).view(np.uint8).reshape(-1, 32)
+    grp[:, 32:48] = (-w_zp).astype("<i2").reshape(-1, 8).view(np.uint8).reshape(-1, 16)
+    grp[:, 48:64] = mult.astype("<i2").reshape(-1, 8).view(np.uint8).reshape(-1, 16)
+    oh, ow = g.out_hw
+    (_iova, tmpl), = _conf_jobs("03_matmul_int8")
+    w = retarget(tmpl, g, C_FEATURE, C_WEIGHT, C_OUTPUT, in_zp & 0xFF)
+    w = set_raw(w, "CNA_PAD_CON1", (in_zp & 0xFF) * 0x01010101)
+    w = set_fields(w, "CNA_CONV_CON1", CONV_MODE=3)
+    w = set_fields(w, "CORE_MISC_CFG", DW_EN=1, QD_EN=1)
+    w = set_fields(w, "DPU_DATA_FORMAT", OUT_PRECISION=0, BS_MUL_SHIFT_VALUE_NEG=s_neg)
+    w = set_fields(w, "DPU_BS_OW_CFG", OD_BYPASS=0, OW_SRC=1, SIZE_E_0=3, SIZE_E_1=3, SIZE_E_2=3)
+    w = set_fields(w, "DPU_SURFACE_ADD", SURF_ADD=oh * ow * 4)
+    w = set_raw(w, "DPU_BS_CFG", (2 << 16) | (1 << 8) | (1 << 6))          # 0x20140
+    w = set_raw(w, "DPU_BS_MUL_CFG", (s_pos << 8) | 1)
+    w = set_fields(w, "DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=7)
+    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
+    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=scale)
+    w = set_fields(w, "DPU_OUT_CVT_SHIFT", OUT_CVT_SHIFT=shift)
+    w = set_raw(w, "DPU_OUT_CVT_OFFSET", out_zp & 0xFFFFFFFF)
+    buf = io.BytesIO()
+    np.savez(buf, w_zp=w_zp.astype("<i4"), bias=bias.astype("<i4"), mult=mult.astype("<i4"))
+    out_bytes = g.C // 16 * oh * ow * 16
+    write_program_case(
+        root, name, "int8 depthwise 3x3 conv with per-channel weight zero points and per-channel "
+        "multipliers through BRDMA's 64-byte group (BRDMA_DATA_USE 7)",
+        f"64 channels 6x5 -> 6x5, 3x3, pad 1; input zero point {in_zp}, a weight zero point per channel, output "
+        f"zero point {out_zp}. Case 19's program with the per-channel BS epilogue of notes encodings/"
+        "out-cvt-converter.md \"Per-channel (per-axis) requant on the BS multiplier\" (HW sweep on RK3588's "
+        "int8-out depthwise, tests/dw_perc_probe.c): DPU_RDMA_BRDMA_CFG DATA_USE 7 reads a 64-byte group per 8 "
+        "output channels, int32 A[8] at 0 (the BS ALU operand), int16 B[8] at 32 (the CPEND operand, "
+        "DPU_BS_OW_CFG.OW_SRC 1), int16 C[8] at 48 (the multiplier, BS_MUL_CFG = (s << 8) | 1); DPU_BS_CFG "
+        f"0x20140; the product shifted by s = {s_pos} when non-negative and DATA_FORMAT.BS_MUL_SHIFT_VALUE_NEG = "
+        f"{s_neg} when negative, half to even, saturated to int32; then OUT_CVT SCALE/SHIFT {scale}/{shift}. "
+        "A = bias - in_zp*sum(w - w_zp[c]), B = -w_zp[c], C = the channel's multiplier.\n\n"
+        "Layouts: feature [C/16][H][W][16] int8; weights [C/64][KH][KW][64] int8; group [C/8][64] bytes; "
+        "output [C/16][OH][OW][16] int8. perchannel_tflite.npz holds the unfolded w_zp, bias and C.\n\n"
+        "Expected: TFLite's per-channel accumulator, then that multiplier and shift (reference.py). Exact: "
+        "it matches only if B is applied per channel to a window sum with the padded taps at the pad value, "
+        "C per channel, and the shift split by the product's sign.",
+        w, [("feature", C_FEATURE, pack_feature(x.astype(np.int8), np.int8) + bytes(64), "input"),
+            ("weight", C_WEIGHT, pack_weights_dw(wt.astype(np.int8), np.int8), "weight"),
+            ("bias", C_BIAS, grp.tobytes(), "weight"), ("output", C_OUTPUT, bytes(out_bytes), "output")],
+        ("output", out_bytes, "int8", {"kind": "exact"}),
+        PERC_REF.format(C=g.C, H=g.H, W=g.W, KH=g.KH, KW=g.KW, PAD=1, in_zp=in_zp, out_zp=out_zp,
+                        s_pos=s_pos, s_neg=s_neg, scale=scale, shift=shift),
+        extra_files={"perchannel_tflite.npz": buf.getvalue()})
+
+
 FP16_OUT_REF = '''#!/usr/bin/env python3
 """20_int8_matmul_fp16_out: C = A . B^T in int64 (|C| <= 2048, exact in fp16), written as fp16,
 independent of any simulator. Layouts in case.md."""
@@ -909,6 +1020,7 @@ def generate(root: Path) -> None:
         write_bs_case(root)
         write_dw_case(root)
         write_fp16_out_case(root)
+        write_perchannel_case(root)
 
 
 def main() -> int:
