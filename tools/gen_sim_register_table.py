@@ -77,7 +77,8 @@ SOURCES: dict[str, str] = {
     "DPU_BN_CFG": N + "dpu-lut-activation.md (MUL then ALU); " + CONF + "05",
     "DPU_BN_ALU_CFG": N + "dpu-lut-activation.md \"The BN-ALU bias\" (fp32, index domain)",
     "DPU_BN_MUL_CFG": N + "dpu-lut-activation.md (BN_MUL_OPERAND fp16 0x6912); " + CONF + "05",
-    "DPU_EW_CFG": N + "dpu-lut-activation.md (\"Max and Min\", EW multiply); " + CONF + "02, 05, 06",
+    "DPU_EW_CFG": N + "dpu-lut-activation.md (\"Max and Min\", EW multiply), sdp-stage-precision.md "
+                  "(DPU-only two-buffer EW, converter bypass by op); " + CONF + "02, 05, 06",
     "DPU_EW_CVT_OFFSET_VALUE": "inferred",
     "DPU_EW_CVT_SCALE_VALUE": "inferred",
     "DPU_EW_OP_VALUE_0": CONF + "05 (zero register operand is inert); nonzero refused",
@@ -106,11 +107,13 @@ SOURCES: dict[str, str] = {
     "DPU_RDMA_RDMA_DATA_CUBE_CHANNEL": CONF + "02, 05, 06",
     "DPU_RDMA_RDMA_ERDMA_CFG": N + "dpu-lut-activation.md (two-operand EW); " + CONF + "02, 06; "
                                "DATA_MODE 0/2 (TRM 36.4.3: per channel, per channel x pixel) unmeasured: refused",
-    "DPU_RDMA_RDMA_EW_BASE_ADDR": N + "dpu-lut-activation.md (operand + 1 surface); " + CONF + "02, 06",
+    "DPU_RDMA_RDMA_EW_BASE_ADDR": N + "dpu-lut-activation.md (operand + 1 surface), sdp-stage-precision.md "
+                                  "(DPU-only operand); " + CONF + "02, 06",
     "DPU_RDMA_RDMA_EW_SURF_STRIDE": N + "k-accumulation.md (MAX(M,12) floor); " + CONF + "02, 06",
     "DPU_RDMA_RDMA_EW_SURF_NOTCH": N + "k-accumulation.md; " + CONF + "02, 06",
     "DPU_RDMA_RDMA_SURF_NOTCH": N + "mrdma-trap.md",
-    "DPU_RDMA_RDMA_FEATURE_MODE_CFG": N + "mrdma-trap.md, dpu-lut-activation.md; " + CONF + "02, 05, 06",
+    "DPU_RDMA_RDMA_FEATURE_MODE_CFG": N + "mrdma-trap.md, dpu-lut-activation.md, sdp-stage-precision.md "
+                                      "(COMB_USE 4 for a DPU-only operand); " + CONF + "02, 05, 06",
     "DPU_RDMA_RDMA_SRC_BASE_ADDR": CONF + "02, 05, 06",
     "PPU_DATA_CUBE_IN_WIDTH": CONF + "07, 08",
     "PPU_DATA_CUBE_IN_HEIGHT": CONF + "07, 08",

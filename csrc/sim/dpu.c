@@ -300,15 +300,29 @@ static int read_ew_operand(rj_sim_task *t, uint32_t W, uint32_t H, uint32_t C, i
                            uint32_t edata_size, float *dst)
 {
     if (flying) {
-        /* A second EW operand cannot ride on a flying main feed: the operand reads 0 on hardware
-         * (notes: dpu-lut-activation.md, "The flying attempt ... writes all-zero -- the ERDMA
-         * operand reads 0"). */
-        if (strict(t))
-            return rj_sim_hazard(t, "DPU_EW_CFG", "flying two-operand EW",
-                                 "an ERDMA operand in flying mode reads as 0 on hardware; run the EW op "
-                                 "with a conv as the main feed (identity weights) instead "
-                                 "(notes: encodings/dpu-lut-activation.md)");
-        memset(dst, 0, (size_t)W * H * C * sizeof(float));
+        /* DPU-only two-buffer EW: the main cube from MRDMA (SRC_BASE), the operand from ERDMA
+         * (EW_BASE), both one 8-channel fp16 surface in the 16-byte atom layout (notes:
+         * encodings/sdp-stage-precision.md "A two-buffer EW op needs no conv main feed", HW sweep on
+         * RK3588, tests/ew_int_probe.c; the program checked by parse_ew). The earlier note that a
+         * flying ERDMA operand "reads 0" (dpu-lut-activation.md "Two-operand EW") is superseded:
+         * ORIG_CHANNEL, COMB_USE and the converter bypass explain that failure. */
+        uint32_t base;
+        RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_EW_BASE_ADDR, &base);
+        if (edata_size != 2 || C > 8)
+            return UNSUPP(t, "a DPU-only EW operand is measured as one 8-channel fp16 surface (EDATA_SIZE 2); "
+                          "EDATA_SIZE %u with %u channels is not documented (notes: "
+                          "encodings/sdp-stage-precision.md)", edata_size, C);
+        const uint64_t P = (uint64_t)W * H;
+        const uint8_t *s = rj_sim_mem(t, base, P * 16u, "DPU_RDMA_RDMA_EW_BASE_ADDR");
+        if (!s)
+            return t->err ? t->err->code : RJ_EFAULT;
+        for (uint64_t q = 0; q < P; q++)
+            for (uint32_t c = 0; c < C; c++) {
+                uint16_t h;
+                memcpy(&h, s + q * 16u + c * 2u, 2);
+                dst[q * C + c] = rj_f16_to_f32(h);
+            }
+        t->sim->stats.bytes_read += P * 16u;
         return 0;
     }
     uint32_t src, ew_base, ew_stride, notch, ew_notch, fm;
@@ -518,6 +532,37 @@ static int parse_ew(rj_sim_task *t, int int_path, int flying, uint32_t W, uint32
     if (ew->lut)
         return UNSUPP(t, "DPU_EW_CFG = 0x%x runs an EW operand op and the LUT in one pass: their order "
                       "and the LUT mux input are not documented", cfg);
+    if (flying) {
+        /* The three fields that separate the measured DPU-only program from failing ones, each moved
+         * alone on it (notes: encodings/sdp-stage-precision.md "A two-buffer EW op needs no conv main
+         * feed", HW sweep on RK3588). */
+        const uint32_t fm = rj_sim_reg(t->sim, RJ_REG_DPU_RDMA_RDMA_FEATURE_MODE_CFG);
+        const uint32_t comb = RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, COMB_USE);
+        const uint32_t ch = rj_sim_reg(t->sim, RJ_REG_DPU_DATA_CUBE_CHANNEL);
+        const int bypass = (int)RJ_GET(cfg, DPU_EW_CFG, EW_OP_CVT_BYPASS);
+        const char *bad = NULL;
+        if (comb & 1u)
+            bad = "COMB_USE bit 0 set (1 or 5): the program never completes";
+        else if (RJ_GET(ch, DPU_DATA_CUBE_CHANNEL, ORIG_CHANNEL) != RJ_GET(ch, DPU_DATA_CUBE_CHANNEL, CHANNEL))
+            bad = "DPU_DATA_CUBE_CHANNEL.ORIG_CHANNEL != CHANNEL: only lane 0 of each atom is right";
+        else if (ew->op_mul && !bypass)
+            bad = "MUL with the EW input converter live (DPU_EW_CFG[8] = 0): the program times out";
+        else if (!ew->op_mul && ew->alu_algo == 2 && bypass)
+            bad = "ADD with the EW input converter bypassed (DPU_EW_CFG[8] = 1): about half the elements "
+                  "pass the main operand through";
+        if (bad) {
+            if (strict(t))
+                return rj_sim_hazard(t, "DPU_EW_CFG", "DPU-only two-operand EW",
+                                     "%s. The measured program: COMB_USE 4, ORIG_CHANNEL = CHANNEL, ADD/MAX/MIN "
+                                     "with the converter live, MUL with it bypassed (notes: "
+                                     "encodings/sdp-stage-precision.md)", bad);
+            return UNSUPP(t, "DPU-only two-operand EW: %s (notes: encodings/sdp-stage-precision.md)", bad);
+        }
+        if (comb != 4 || (!ew->op_mul && ew->alu_algo != 2 && bypass))
+            return UNSUPP(t, "DPU-only two-operand EW with COMB_USE %u, DPU_EW_CFG = 0x%x: only the measured "
+                          "program is modelled (COMB_USE 4; ADD, MAX, MIN with the EW input converter live, "
+                          "MUL with it bypassed; notes: encodings/sdp-stage-precision.md)", comb, cfg);
+    }
     ew->op = 1;
     ew->operand = malloc((size_t)W * H * C * sizeof(float));
     if (!ew->operand)

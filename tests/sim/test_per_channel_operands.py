@@ -158,3 +158,60 @@ def test_ew_per_channel_data_modes_are_refused(mode):
         return set_fields(w, "DPU_RDMA_RDMA_ERDMA_CFG", ERDMA_DATA_MODE=mode)
     r = run_case("02", mutate=mut, strict=False)
     assert r.rc == RJ_EUNSUPP and "unmeasured" in r.msg and "broadcast" in r.msg, r.msg
+
+
+# ---- DPU-only two-buffer EW (the route a broadcast per-channel operand takes without a conv) ----
+
+OPERAND_OFF = 0x800          # the operand cube inside case 05's input buffer, past its 128 inputs
+
+
+def flying_ew(word: int, comb: int = 4, orig_channel: int = 7):
+    """Conformance 05's DPU-only program turned into a two-buffer EW op: BN and LUT bypassed,
+    identity OUT_CVT, the operand on ERDMA (per pixel, 16-bit) at input + OPERAND_OFF."""
+    from programs import insert_before_trailer
+    from rockjit.lowering.registers import emit_raw
+
+    def mut(j, t, w):
+        w = set_raw(w, "DPU_BN_CFG", 0x53)                                    # BN bypassed
+        w = set_raw(w, "DPU_EW_CFG", word)
+        w = set_raw(w, "DPU_RDMA_RDMA_ERDMA_CFG", 0x40000008)
+        w = set_fields(w, "DPU_RDMA_RDMA_FEATURE_MODE_CFG", COMB_USE=comb)
+        w = set_fields(w, "DPU_DATA_CUBE_CHANNEL", ORIG_CHANNEL=orig_channel)
+        w = set_raw(w, "DPU_OUT_CVT_OFFSET", 0)
+        w = set_fields(w, "DPU_OUT_CVT_SHIFT", MINUS_EXP=0, CVT_TYPE=0)
+        return insert_before_trailer(w, [emit_raw("DPU_RDMA_RDMA_EW_BASE_ADDR", 0x01002000 + OPERAND_OFF)])
+    return mut
+
+
+def operand_values() -> np.ndarray:
+    return np.random.default_rng(5).uniform(-4, 4, 128).astype(np.float16)
+
+
+def put_operand(mem):
+    mem["input"][1][OPERAND_OFF:OPERAND_OFF + 256] = operand_values().tobytes()
+
+
+@pytest.mark.parametrize("word,op", [(0x108202C0, np.add), (0x108003C4, np.multiply),
+                                     (0x108002C0, np.maximum), (0x108102C0, np.minimum)])
+def test_dpu_only_two_operand_ew_computes(word, op):
+    """fp16 ADD/MUL/MAX/MIN of two memory cubes with no conv: 'exactly on every element' (notes:
+    sdp-stage-precision.md "A two-buffer EW op needs no conv main feed"); fp32 math, one fp16
+    rounding at the output."""
+    r = run_case("05", mutate=flying_ew(word), patch=put_operand)
+    assert r.rc == 0, r.msg
+    from test_sim_lut import x_in
+    a, b = x_in().astype(np.float32), operand_values().astype(np.float32)
+    want = op(a, b).astype(np.float16)
+    got = np.frombuffer(bytes(r.buf("output")[:256]), np.float16)
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(want, a.astype(np.float16))
+
+
+@pytest.mark.parametrize("word,comb,orig,what", [
+    (0x108202C0, 5, 7, "never completes"),
+    (0x108202C0, 4, 0, "only lane 0"),
+    (0x108203C4 & ~0x4 | 0x100, 4, 7, "pass the main operand through"),   # ADD, converter bypassed
+    (0x108003C4 & ~0x100, 4, 7, "times out")])                              # MUL, converter live
+def test_dpu_only_two_operand_ew_failures_are_hazards(word, comb, orig, what):
+    r = run_case("05", mutate=flying_ew(word, comb, orig), patch=put_operand)
+    assert r.rc == RJ_EHAZARD and what in r.msg, r.msg

@@ -231,14 +231,16 @@ def test_quirk3_flying_max_width_is_a_hazard():
     assert r.rc == RJ_EHAZARD and "QUIRK 3" in r.msg, r.msg
 
 
-def test_flying_two_operand_ew_is_a_hazard():
-    """An ERDMA operand with a flying main feed reads 0 on hardware (notes:
-    dpu-lut-activation.md "Two-operand EW")."""
+def test_flying_two_operand_ew_outside_the_measured_program_is_refused():
+    """A DPU-only EW operand is modelled only for the measured program (notes:
+    sdp-stage-precision.md "A two-buffer EW op needs no conv main feed": COMB_USE 4, ORIG_CHANNEL =
+    CHANNEL, the converter bypass by op); case 05 keeps COMB_USE 0, which no source measured.
+    The modelled program and its hazards: test_per_channel_operands.py."""
     def mut(j, t, w):
         w = set_raw(w, "DPU_EW_CFG", 0x108003C4)
         return set_raw(w, "DPU_RDMA_RDMA_ERDMA_CFG", 0x40000008)
     r = run_case("05", mutate=mut)
-    assert r.rc == RJ_EHAZARD and "flying two-operand EW" in r.msg, r.msg
+    assert r.rc == RJ_EUNSUPP and "only the measured program" in r.msg, r.msg
 
 
 def test_other_lut_cfg_is_refused():
