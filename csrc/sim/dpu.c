@@ -479,17 +479,33 @@ static int parse_ew(rj_sim_task *t, int int_path, int flying, uint32_t W, uint32
         return 0;
     }
     if (int_path) {
-        /* The EW ALU is float-only: integer EW K-accumulation adds int32 bit patterns as floats
-         * (notes: encodings/k-accumulation.md "Integer EW K-accumulation -- DEAD",
-         * encodings/sdp-stage-precision.md). */
-        if (strict(t))
-            return rj_sim_hazard(t, "DPU_EW_CFG", "integer EW is float-only",
-                                 "value 0x%x runs an EW operand op on the integer (int32 accumulator) "
-                                 "path; the EW ALU treats the int32 patterns as floats and produces "
-                                 "garbage. Sum integer K-partials on the host "
-                                 "(notes: encodings/k-accumulation.md)", cfg);
-        return UNSUPP(t, "DPU_EW_CFG = 0x%x: an EW operand op on the integer path gives garbage on "
-                      "hardware and is not modelled", cfg);
+        /* An EW operand on the int32 accumulator: with the DPU / DPU_RDMA precision fields left at
+         * fp16 the EW adds the int32 patterns as floats, garbage (notes: k-accumulation.md "Integer
+         * EW K-accumulation", measured on the conv-main K-accumulation program; sdp-stage-precision.md:
+         * "int32 element sizes with the precision triple left at fp16 match none of the six models").
+         * With every precision field at the integer code the EW ALU is exact, but that is measured
+         * DPU-only; a conv's CACC as the main feed at an integer proc_precision is not
+         * (sdp-stage-precision.md "The EW stage in integer mode"). Neither is modelled. */
+        const uint32_t fm = rj_sim_reg(t->sim, RJ_REG_DPU_RDMA_RDMA_FEATURE_MODE_CFG);
+        const uint32_t fproc = RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, PROC_PRECISION);
+        const uint32_t fin = RJ_GET(fm, DPU_RDMA_RDMA_FEATURE_MODE_CFG, IN_PRECISION);
+        const int float_code = fproc == RJ_PREC_FP16 || fproc == RJ_PREC_BF16 || fproc == RJ_PREC_FP32 ||
+                               fin == RJ_PREC_FP16 || fin == RJ_PREC_BF16 || fin == RJ_PREC_FP32;
+        if (float_code) {
+            if (strict(t))
+                return rj_sim_hazard(t, "DPU_EW_CFG", "integer EW with float precision fields",
+                                     "value 0x%x runs an EW operand op on the int32 accumulator while "
+                                     "DPU_RDMA_RDMA_FEATURE_MODE_CFG (0x%x) keeps a non-integer precision: the "
+                                     "EW ALU adds the int32 patterns as floats, garbage. Sum integer "
+                                     "K-partials on the host (notes: encodings/k-accumulation.md, "
+                                     "sdp-stage-precision.md)", cfg, fm);
+            return UNSUPP(t, "DPU_EW_CFG = 0x%x: an EW operand op on the integer path with float precision "
+                          "fields gives garbage on hardware and is not modelled", cfg);
+        }
+        return UNSUPP(t, "DPU_EW_CFG = 0x%x: an EW operand op on a conv's int32 accumulator with integer "
+                      "precision fields is unmeasured (the integer EW ALU is measured DPU-only, every "
+                      "precision field at one integer code; notes: encodings/sdp-stage-precision.md \"The EW "
+                      "stage in integer mode\"). Sum integer K-partials on the host", cfg);
     }
     if (!rdma_on)
         return UNSUPP(t, "DPU_EW_CFG = 0x%x reads its operand through DPU_RDMA (EW_OP_SRC=1), but the "

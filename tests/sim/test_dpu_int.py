@@ -132,16 +132,21 @@ def test_size_e_quirk_is_a_hazard():
 
 
 def test_integer_ew_kacc_is_a_hazard():
-    """Integer EW K-accumulation is dead on hardware: the EW ALU is float-only
-    (notes: encodings/k-accumulation.md)."""
-    def mut(j, t, w):
+    """An EW operand on the int32 accumulator with DPU_RDMA's precision fields at fp16 adds the
+    int32 patterns as floats (notes: encodings/k-accumulation.md "Integer EW K-accumulation",
+    sdp-stage-precision.md); with integer precision codes it is unmeasured with a conv main feed
+    (sdp-stage-precision.md "The EW stage in integer mode" measures it DPU-only) and refused."""
+    def mut(j, t, w, fmc=0x00017D40):
         w = set_raw(w, "DPU_EW_CFG", 0x10C202C0)
         w = set_raw(w, "DPU_RDMA_RDMA_ERDMA_CFG", 0x4000000C)
-        return set_raw(w, "DPU_RDMA_RDMA_FEATURE_MODE_CFG", 0x00017D40 & ~(7 << 15) & ~(7 << 5))
+        return set_raw(w, "DPU_RDMA_RDMA_FEATURE_MODE_CFG", fmc)
     r = run_case("03", mutate=mut)
-    assert r.rc == RJ_EHAZARD and "float-only" in r.msg, r.msg
+    assert r.rc == RJ_EHAZARD and "as floats" in r.msg, r.msg
     r = run_case("03", mutate=mut, strict=False)
     assert r.rc == RJ_EUNSUPP, r.msg
+    int_codes = 0x00017D40 & ~(7 << 15) & ~(7 << 5) | (4 << 15) | (4 << 5)
+    r = run_case("03", mutate=lambda j, t, w: mut(j, t, w, int_codes))
+    assert r.rc == RJ_EUNSUPP and "unmeasured" in r.msg, r.msg
 
 
 def int8_out(mut_extra):
