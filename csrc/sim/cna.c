@@ -301,6 +301,19 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
             return BAD("job %u task %u: depthwise output channels %u exceed the input channels %u", J, T, g->N,
                        g->C);
     } else if (g->N > g->kernels) {
+        /* Mesa packs a partial kernel group this way: WEIGHT_KERNELS = OC, the CORE and DPU over the
+         * whole 32-kernel group (notes teflon-add-capture: OC 8, DATAOUT_CHANNEL 31). On RK3588 "a
+         * direct program whose OC ends part way through a 32-kernel group does not complete ... each
+         * task outlasts the driver's watchdog", measured at OC 16 and 48 (notes:
+         * encodings/out-cvt-converter.md "Direct int8-output program"). */
+        const uint32_t grp = g->is_int ? 32u : 16u;
+        if ((t->sim->flags & RJ_SIM_STRICT) && g->kernels % grp && g->N == (g->kernels + grp - 1u) / grp * grp)
+            return rj_sim_hazard(t, "CNA_WEIGHT_SIZE2", "partial kernel group",
+                                 "WEIGHT_KERNELS=%u with CORE_DATAOUT_SIZE_1 over %u channels: a direct program "
+                                 "whose kernels end part way through a %u-kernel group does not complete on "
+                                 "hardware (watchdog). Program whole groups with zero kernels in the padding "
+                                 "(notes: encodings/out-cvt-converter.md \"Direct int8-output program\")",
+                                 g->kernels, g->N, grp);
         return BAD("job %u task %u: CORE_DATAOUT_SIZE_1 asks for %u output channels but CNA_WEIGHT_SIZE2 holds "
                    "%u kernels", J, T, g->N, g->kernels);
     }

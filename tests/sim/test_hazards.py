@@ -160,6 +160,21 @@ def test_unaligned_n_is_refused(name: str, kernels: int, group: int) -> None:
     expect_hazard(name, mut, "CNA_WEIGHT_SIZE2", "unaligned N", f"multiple of {group}")
 
 
+def test_mesa_partial_kernel_group_is_the_watchdog_hazard() -> None:
+    """Mesa packs OC that ends inside a kernel group as WEIGHT_KERNELS = OC with the CORE over the
+    whole group (the notes' teflon-add-capture: OC 8, DATAOUT_CHANNEL 31); such a direct program does
+    not complete on RK3588 (out-cvt-converter.md "Direct int8-output program", OC 16 and 48)."""
+    def mut(w):
+        per = get_raw(w, "CNA_WEIGHT_SIZE1")
+        w = set_fields(w, "CNA_WEIGHT_SIZE2", WEIGHT_KERNELS=48)
+        return set_raw(w, "CNA_WEIGHT_SIZE0", per * 48)          # the CORE still covers 64 channels
+
+    expect_hazard(CASE03, mut, "CNA_WEIGHT_SIZE2", "partial kernel group", "does not complete")
+    with pytest.raises(SimError) as ei:
+        run_case(CASE03, mutate=only_task0(mut), strict=False)
+    assert ei.value.code == RJ_EINVAL
+
+
 # ---- addresses ----------------------------------------------------------------------------
 
 def test_address_outside_every_bo() -> None:
