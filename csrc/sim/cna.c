@@ -305,7 +305,9 @@ static int decode_geom(rj_sim_task *t, conv_geom *g)
          * whole 32-kernel group (notes teflon-add-capture: OC 8, DATAOUT_CHANNEL 31). On RK3588 "a
          * direct program whose OC ends part way through a 32-kernel group does not complete ... each
          * task outlasts the driver's watchdog", measured at OC 16 and 48 (notes:
-         * encodings/out-cvt-converter.md "Direct int8-output program"). */
+         * encodings/out-cvt-converter.md "Direct int8-output program"). Conflicting evidence, noted:
+         * Mesa's CI list of failing tests (ci/rocket-rk3588-fails.txt) names one Conv2D case only,
+         * though its suite has OC 1 and 16; the notes' measurement is followed. */
         const uint32_t grp = g->is_int ? 32u : 16u;
         if ((t->sim->flags & RJ_SIM_STRICT) && g->kernels % grp && g->N == (g->kernels + grp - 1u) / grp * grp)
             return rj_sim_hazard(t, "CNA_WEIGHT_SIZE2", "partial kernel group",
