@@ -25,15 +25,16 @@ import numpy as np
 
 import rockjit
 from models import modernbert
+from models.harness import (
+    bound_ratio,
+    bundle_roundtrip,
+    configure_from_flags,
+    cosine,
+    timed_calls,
+)
 from models.presets import default_weights
-from models.specs import configure
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,17 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                          "the full model: float64 on the host)")
     args = ap.parse_args(argv)
 
-    from rockjit.cli import parse_assignments
-    try:
-        overrides = parse_assignments(args.set)
-    except ValueError as e:
-        ap.error(str(e))
-    if args.layers is not None:
-        overrides["num_hidden_layers"] = args.layers
-    try:
-        config = configure(modernbert.ModernBertConfig(), overrides)
-    except ValueError as e:
-        ap.error(str(e))
+    config, overrides = configure_from_flags(ap, modernbert.ModernBertConfig(), args.set,
+                                             {"num_hidden_layers": args.layers})
 
     # 1. weights: a checkpoint, or the repo's seeded default, through the checked loader
     path = args.weights or default_weights("modernbert", modernbert, config, args.out,
@@ -90,14 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     t_compile = time.perf_counter() - t0
 
     # 3. run: the first call loads the program onto the device; then steady state
-    t0 = time.perf_counter()
-    hidden = compiled(params, ids, mask)
-    t_first = time.perf_counter() - t0
-    steady = []
-    for _ in range(args.runs):
-        t0 = time.perf_counter()
-        compiled(params, ids, mask)
-        steady.append(time.perf_counter() - t0)
+    hidden, t_first, steady = timed_calls(compiled, (params, ids, mask), args.runs)
 
     # 4. compare with JAX on the CPU
     ref = jax.jit(encode)(params, ids, mask)
@@ -115,28 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_bound:
         from rockjit.lowering import tolerance as T
         b, = T.graph_bound(compiled.graph, compiled.params, [ids, mask])
-        r = np.asarray(ref, np.float64)[:, :real]
-        ratio = float(np.max(np.abs(np.asarray(hidden, np.float64)[:, :real] - r)
-                             / (b[:, :real] + 2.0 ** -23 * np.abs(r))))
+        ratio = bound_ratio(np.asarray(hidden)[:, :real], np.asarray(ref)[:, :real],
+                            b[:, :real])
         print(f"bound       last_hidden_state: worst |ours - jax| / fp16 bound = {ratio:.3f}")
         ok = ratio <= 1.0
 
     # 5. save a bundle and run it back (no JAX needed on the loading side)
-    bundle = args.out / "modernbert.rjb"
-    bundle.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    compiled.save(str(bundle))
-    t_save = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    with rockjit.load(bundle, backend=args.backend) as b:
-        t_load = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        b_hidden = b(ids, mask)
-        t_b = time.perf_counter() - t0
-        same = np.array_equal(b_hidden, hidden)
-    print(f"bundle      {bundle} {bundle.stat().st_size / 2**20:.1f} MiB, save {t_save:.2f} s, "
-          f"load {t_load:.2f} s, first call {t_b:.3f} s, "
-          f"{'bit-identical' if same else 'DIFFERS from the in-process run'}")
+    same = bundle_roundtrip(compiled, args.out / "modernbert.rjb", args.backend, (ids, mask),
+                            hidden)
     return 0 if ok and same else 1
 
 

@@ -24,15 +24,16 @@ import numpy as np
 
 import rockjit
 from models import siglip
+from models.harness import (
+    bound_ratio,
+    bundle_roundtrip,
+    configure_from_flags,
+    cosine,
+    timed_calls,
+)
 from models.presets import default_weights
-from models.specs import configure
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,19 +51,9 @@ def main(argv: list[str] | None = None) -> int:
                          "the full model: float64 on the host)")
     args = ap.parse_args(argv)
 
-    from rockjit.cli import parse_assignments
-    try:
-        overrides = parse_assignments(args.set)
-    except ValueError as e:
-        ap.error(str(e))
-    if args.layers is not None:
-        overrides["num_hidden_layers"] = args.layers
-    if args.image_size is not None:
-        overrides["image_size"] = args.image_size
-    try:
-        config = configure(siglip.SiglipVisionConfig(), overrides)
-    except ValueError as e:
-        ap.error(str(e))
+    config, overrides = configure_from_flags(ap, siglip.SiglipVisionConfig(), args.set,
+                                             {"num_hidden_layers": args.layers,
+                                              "image_size": args.image_size})
 
     # 1. weights: a checkpoint, or the repo's seeded default, through the checked loader
     path = args.weights or default_weights("siglip", siglip, config, args.out, overrides)
@@ -84,14 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     t_compile = time.perf_counter() - t0
 
     # 3. run: the first call loads the program onto the device; then steady state
-    t0 = time.perf_counter()
-    hidden, pooled = compiled(params, pixels)
-    t_first = time.perf_counter() - t0
-    steady = []
-    for _ in range(args.runs):
-        t0 = time.perf_counter()
-        compiled(params, pixels)
-        steady.append(time.perf_counter() - t0)
+    (hidden, pooled), t_first, steady = timed_calls(compiled, (params, pixels), args.runs)
 
     # 4. compare with JAX on the CPU
     ref_hidden, ref_pooled = jax.jit(encode)(params, pixels)
@@ -111,28 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         for name, got, ref, b in zip(("last_hidden_state", "pooler_output"), (hidden, pooled),
                                      (ref_hidden, ref_pooled),
                                      T.graph_bound(compiled.graph, compiled.params, [pixels])):
-            ref = np.asarray(ref, np.float64)
-            ratio = float(np.max(np.abs(np.asarray(got, np.float64) - ref)
-                                 / (b + 2.0 ** -23 * np.abs(ref))))
+            ratio = bound_ratio(got, ref, b)
             print(f"bound       {name}: worst |ours - jax| / fp16 bound = {ratio:.3f}")
             ok = ok and ratio <= 1.0
 
     # 5. save a bundle and run it back (no JAX needed on the loading side)
-    bundle = args.out / "siglip.rjb"
-    bundle.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    compiled.save(str(bundle))
-    t_save = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    with rockjit.load(bundle, backend=args.backend) as b:
-        t_load = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        b_hidden, b_pooled = b(pixels)
-        t_b = time.perf_counter() - t0
-        same = np.array_equal(b_hidden, hidden) and np.array_equal(b_pooled, pooled)
-    print(f"bundle      {bundle} {bundle.stat().st_size / 2**20:.1f} MiB, save {t_save:.2f} s, "
-          f"load {t_load:.2f} s, first call {t_b:.3f} s, "
-          f"{'bit-identical' if same else 'DIFFERS from the in-process run'}")
+    same = bundle_roundtrip(compiled, args.out / "siglip.rjb", args.backend, (pixels,),
+                            (hidden, pooled))
     return 0 if ok and same else 1
 
 

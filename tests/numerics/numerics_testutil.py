@@ -6,6 +6,7 @@ import hashlib
 
 import numpy as np
 
+from models.harness import bound_ratio
 from rockjit.lowering import tolerance as T
 
 
@@ -43,11 +44,5 @@ def program_fingerprint(program) -> str:
 def within_bound(compiled, got, ref, inputs) -> tuple[bool, float]:
     """(every element within tolerance.graph_bound plus JAX's own f32 rounding, worst
     |err| / bound)."""
-    ref = np.asarray(ref, np.float64)
-    got = np.asarray(got, np.float64)
-    bound = T.graph_bound(compiled.graph, compiled.params, list(inputs))[0] \
-        + 2.0 ** -23 * np.abs(ref)
-    if not np.isfinite(got).all():
-        return False, float("inf")
-    ratio = float(np.max(np.abs(got - ref) / bound))
+    ratio = bound_ratio(got, ref, T.graph_bound(compiled.graph, compiled.params, list(inputs))[0])
     return ratio <= 1.0, ratio
