@@ -88,17 +88,12 @@ def main() -> int:
     args = ap.parse_args()
 
     import torch
-    from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
     cfg = whisper.PRESETS[args.preset]()
     params = whisper.load_params(args.weights, cfg, prefix=args.prefix)
     feats = _log_mel(args.wav).astype(np.float32)
-    hf = WhisperEncoder(WhisperConfig(
-        d_model=cfg.d_model, encoder_layers=cfg.encoder_layers,
-        encoder_attention_heads=cfg.encoder_attention_heads, encoder_ffn_dim=cfg.encoder_ffn_dim,
-        num_mel_bins=cfg.num_mel_bins, max_source_positions=cfg.max_source_positions,
-        activation_function="gelu", attn_implementation="eager")).eval()
+    hf = WhisperEncoder(cfg.to_hf()).eval()
     hf.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in params.items()}, strict=True)
     with torch.no_grad():
         refs = [h.numpy() for h in hf(input_features=torch.tensor(feats),

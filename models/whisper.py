@@ -47,6 +47,18 @@ class WhisperEncoderConfig:
         """Mel frames per input: conv2 halves the time axis down to max_source_positions."""
         return 2 * self.max_source_positions
 
+    def to_hf(self):
+        """transformers' WhisperConfig of the same encoder (eager attention): HF's model built
+        from it is the tests' reference."""
+        from transformers import WhisperConfig
+
+        return WhisperConfig(
+            d_model=self.d_model, encoder_layers=self.encoder_layers,
+            encoder_attention_heads=self.encoder_attention_heads,
+            encoder_ffn_dim=self.encoder_ffn_dim, num_mel_bins=self.num_mel_bins,
+            max_source_positions=self.max_source_positions, activation_function="gelu",
+            attn_implementation="eager")
+
 
 def expected_shapes(config: WhisperEncoderConfig) -> dict[str, tuple[int, ...]]:
     d, f = config.d_model, config.encoder_ffn_dim
