@@ -1,12 +1,15 @@
-"""What the example scripts share around a compiled encoder: its config from the command line,
-the figures that compare it with a reference (cosine, max relative error, worst error over the
-fp16 bound), timed calls, and the bundle round trip (save, load, run back, compare bits)."""
+"""What the example scripts share around a compiled encoder: their flags and the config and
+weights those select, compiling and timing it, the figures that compare it with a reference
+(cosine, max relative error, worst error over the fp16 bound), and the bundle round trip (save,
+load, run back, compare bits)."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +40,49 @@ def bound_ratio(ours: Any, ref: Any, bound: Any) -> float:
     return float(np.max(np.abs(ours - ref) / (bound + F32_ROUNDING * np.abs(ref))))
 
 
+def encoder_flags(description: str, out_dir: Path, config_name: str, layers: int
+                  ) -> argparse.ArgumentParser:
+    """The flags every encoder example takes: a checkpoint, its depth, other config fields, the
+    backend, timed runs, the output folder and the optional fp16-bound check."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--weights", type=Path, help="safetensors checkpoint (HF tensor names)")
+    ap.add_argument("--layers", type=int,
+                    help=f"encoder layers (default: the checkpoint's {layers})")
+    ap.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
+                    help=f"other {config_name} fields, e.g. hidden_size=64")
+    ap.add_argument("--backend", default="auto", help="auto, sim, rocket (default auto)")
+    ap.add_argument("--runs", type=int, default=3, help="forwards timed after the first")
+    ap.add_argument("--out", type=Path, default=out_dir, help="bundle and seeded weights")
+    ap.add_argument("--check-bound", action="store_true",
+                    help="also hold every output to the graph's fp16 error bound (slow on "
+                         "the full model: float64 on the host)")
+    return ap
+
+
+def compile_and_time(fn: Callable[..., Any], params: Any, inputs: Sequence[Any], backend: str,
+                     runs: int) -> tuple[Any, Any]:
+    """(compiled program, its first output): ``fn(params, *inputs)`` traced and lowered to an
+    NPU program with ``params`` resident, then called ``1 + runs`` times; prints the compile,
+    first-call and steady times."""
+    import rockjit
+
+    t0 = time.perf_counter()
+    lowered = rockjit.compile(fn, resident_argnums=0, backend=backend).lower(params, *inputs)
+    compiled = lowered.compile().build_program(params, *inputs)
+    t_compile = time.perf_counter() - t0
+    out, t_first, steady = timed_calls(compiled, (params, *inputs), runs)
+    print(f"compile     {t_compile:.2f} s")
+    print(f"first call  {t_first:.3f} s")
+    print(f"steady      {float(np.median(steady)):.4f} s per forward (median of {len(steady)})")
+    return compiled, out
+
+
+def print_stats(compiled: Any) -> None:
+    st = compiled.stats()
+    print("stats       " + ", ".join(f"{k}={st[k]}" for k in (
+        "npu_ops", "host_ops", "jobs", "tasks", "host_steps", "macs", "cores_used")))
+
+
 def configure_from_flags(ap: argparse.ArgumentParser, config: Any, assignments: Sequence[str],
                          fields: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
     """(config, overrides): ``config`` with the ``--set NAME=VALUE`` ``assignments`` and the
@@ -52,6 +98,23 @@ def configure_from_flags(ap: argparse.ArgumentParser, config: Any, assignments: 
         return configure(config, overrides), overrides
     except ValueError as e:
         ap.error(str(e))
+
+
+def load_weights(name: str, module: Any, config: Any, weights: Path | None, out_dir: Path,
+                 overrides: Mapping[str, Any]) -> tuple[Path, Any] | None:
+    """(file, params): the checkpoint ``weights``, or else the repo's seeded default for
+    ``config``, through the module's checked loader; None, with the WeightError on stderr,
+    when it does not load."""
+    import rockjit
+
+    from .presets import default_weights
+
+    path = weights or default_weights(name, module, config, out_dir, overrides)
+    try:
+        return path, module.load_params(path, config)
+    except rockjit.WeightError as e:
+        print(f"{name}: WeightError: {e}", file=sys.stderr)
+        return None
 
 
 def timed_calls(fn: Callable[..., Any], args: Sequence[Any], runs: int
