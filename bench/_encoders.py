@@ -13,90 +13,66 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models import modernbert, siglip, whisper  # noqa: E402
-from models.specs import configure  # noqa: E402
+from models.presets import MODELS, ModelEntry  # noqa: E402
+from models.weights import seeded_weights  # noqa: E402
 
 
 @dataclass(frozen=True)
 class Encoder:
+    """A preset of ``models.presets.MODELS`` at a bench size, and the two depths its per-layer
+    stats are taken from."""
     name: str
-    module: Any
-    config: Any
+    preset: str
     layers_field: str
     n1: int
     n2: int
-    make_inputs: Callable[[np.random.Generator, Any], tuple]
+    overrides: tuple[tuple[str, Any], ...] = ()
+    seq_len: int = 512          # ModernBERT's tokens; the others' inputs are fixed by the config
+
+    @property
+    def entry(self) -> ModelEntry:
+        return MODELS[self.preset]
+
+    @property
+    def config(self) -> Any:
+        return self.entry.configure(dict(self.overrides))
 
     @property
     def layers(self) -> int:
         return getattr(self.config, self.layers_field)
 
     def at_depth(self, n: int) -> Any:
-        return configure(self.config, {self.layers_field: n})
-
-
-def _siglip_in(rng, cfg):
-    return (rng.standard_normal((1, cfg.num_channels, cfg.image_size, cfg.image_size),
-                                dtype=np.float32),)
-
-
-def _whisper_in(rng, cfg):
-    return (rng.standard_normal((1, cfg.num_mel_bins, cfg.num_frames), dtype=np.float32),)
-
-
-def _bert_in(seq):
-    def make(rng, cfg):
-        return (rng.integers(0, cfg.vocab_size, (1, seq), dtype=np.int32),
-                np.ones((1, seq), np.int32))
-    return make
+        return self.entry.configure({**dict(self.overrides), self.layers_field: n})
 
 
 ENCODERS = {
-    "siglip-224": Encoder("SigLIP-B/16 224 (196 tokens)", siglip, siglip.SiglipVisionConfig(),
-                          "num_hidden_layers", 1, 2, _siglip_in),
-    "siglip-1024": Encoder("SigLIP-B/16 512 (1024 tokens)", siglip,
-                           configure(siglip.SiglipVisionConfig(), {"image_size": 512}),
-                           "num_hidden_layers", 1, 2, _siglip_in),
-    "modernbert-512": Encoder("ModernBERT-base 512 tokens", modernbert,
-                              modernbert.ModernBertConfig(), "num_hidden_layers", 1, 4,
-                              _bert_in(512)),
-    "whisper-base": Encoder("Whisper-base encoder (1500 frames)", whisper,
-                            whisper.WhisperEncoderConfig.base(), "encoder_layers", 1, 2,
-                            _whisper_in),
-    "whisper-tiny": Encoder("Whisper-tiny encoder (1500 frames)", whisper,
-                            whisper.WhisperEncoderConfig.tiny(), "encoder_layers", 1, 2,
-                            _whisper_in),
+    "siglip-224": Encoder("SigLIP-B/16 224 (196 tokens)", "siglip", "num_hidden_layers", 1, 2),
+    "siglip-1024": Encoder("SigLIP-B/16 512 (1024 tokens)", "siglip", "num_hidden_layers", 1, 2,
+                           overrides=(("image_size", 512),)),
+    "modernbert-512": Encoder("ModernBERT-base 512 tokens", "modernbert", "num_hidden_layers",
+                              1, 4),
+    "whisper-base": Encoder("Whisper-base encoder (1500 frames)", "whisper-base",
+                            "encoder_layers", 1, 2),
+    "whisper-tiny": Encoder("Whisper-tiny encoder (1500 frames)", "whisper-tiny",
+                            "encoder_layers", 1, 2),
 }
 
 
-def seeded_params(module: Any, cfg: Any) -> dict[str, np.ndarray]:
-    """HF-named weights from a fixed seed (the repo's default-model initialisation)."""
-    rng = np.random.default_rng(0)
-    out = {}
-    for key, shape in module.expected_shapes(cfg).items():
-        if key.endswith(("norm.weight", "layer_norm.weight", "layernorm.weight")):
-            out[key] = (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
-        else:
-            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
-            out[key] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
-    return out
-
-
 def setup(enc: Encoder, depth: int):
-    """(fn, params, inputs) for the encoder at ``depth`` layers."""
+    """(fn, params, inputs) for the encoder at ``depth`` layers: the repo's seeded default
+    weights (in memory) and the preset's example inputs."""
     cfg = enc.at_depth(depth)
-    params = seeded_params(enc.module, cfg)
-    inputs = enc.make_inputs(np.random.default_rng(1), cfg)
-    return partial(enc.module.forward, config=cfg), params, inputs
+    params = seeded_weights(enc.entry.module.expected_shapes(cfg))
+    inputs = enc.entry.make_inputs(np.random.default_rng(1), cfg, enc.seq_len)
+    return enc.entry.forward(cfg), params, inputs
 
 
 def compile_stats(enc: Encoder, depth: int, backend: str = "null") -> tuple[dict, float]:

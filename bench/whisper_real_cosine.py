@@ -23,24 +23,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import rockjit  # noqa: E402
-from models import layers as L  # noqa: E402
 from models import whisper  # noqa: E402
-
-
-def _states(params, feats, config):
-    x = L.gelu_exact(whisper._conv1d(feats, params["conv1.weight"], params["conv1.bias"], 1))
-    x = L.gelu_exact(whisper._conv1d(x, params["conv2.weight"], params["conv2.bias"], 2))
-    x = jnp.transpose(x, (0, 2, 1)) + params["embed_positions.weight"]
-    out = [x]
-    for i in range(config.encoder_layers):
-        x = whisper._encoder_layer(params, i, x, config)
-        out.append(x)
-    out[-1] = L.layer_norm(x, params["layer_norm.weight"], params["layer_norm.bias"], 1e-5)
-    return tuple(out)
 
 
 def _layer(params, x, i, config):
@@ -88,24 +74,20 @@ def main() -> int:
     args = ap.parse_args()
 
     import torch
-    from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
     cfg = whisper.PRESETS[args.preset]()
     params = whisper.load_params(args.weights, cfg, prefix=args.prefix)
     feats = _log_mel(args.wav).astype(np.float32)
-    hf = WhisperEncoder(WhisperConfig(
-        d_model=cfg.d_model, encoder_layers=cfg.encoder_layers,
-        encoder_attention_heads=cfg.encoder_attention_heads, encoder_ffn_dim=cfg.encoder_ffn_dim,
-        num_mel_bins=cfg.num_mel_bins, max_source_positions=cfg.max_source_positions,
-        activation_function="gelu", attn_implementation="eager")).eval()
+    hf = WhisperEncoder(cfg.to_hf()).eval()
     hf.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in params.items()}, strict=True)
     with torch.no_grad():
         refs = [h.numpy() for h in hf(input_features=torch.tensor(feats),
                                       output_hidden_states=True).hidden_states]
 
     t0 = time.perf_counter()
-    f = rockjit.compile(partial(_states, config=cfg), resident_argnums=0, backend=args.backend)
+    f = rockjit.compile(partial(whisper.hidden_states, config=cfg), resident_argnums=0,
+                        backend=args.backend)
     ours = [np.asarray(o) for o in f(params, feats)]
     print(f"compile + run: {time.perf_counter() - t0:.1f} s")
     st = f.compiled(params, feats).stats()

@@ -244,18 +244,6 @@ def _greedy_steps(model: Any, enc: Any, ids: Any, dec: Decoding, max_new_tokens:
     return out_tokens
 
 
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a = np.asarray(a, np.float64).ravel()
-    b = np.asarray(b, np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def max_rel_err(ours: np.ndarray, ref: np.ndarray) -> float:
-    ours = np.asarray(ours, np.float64)
-    ref = np.asarray(ref, np.float64)
-    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
-
-
 # ------------------------------------------------------------------ rockjit encoder
 
 def compile_encoder(weights: str | os.PathLike, backend: str, preset: str = "base"
@@ -292,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="skip saving the compiled encoder as a bundle and running it back")
     args = ap.parse_args(argv)
 
+    from models.harness import bundle_roundtrip, cosine, max_rel_err, timed_calls
     from rockjit.convert.packaged import INSTALL_HINT, find_packaged_whisper_base
 
     pk = find_packaged_whisper_base()
@@ -309,14 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     compiled = fn.lower(params, feats).compile()
     t_compile = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ours = np.asarray(compiled(params, feats))
-    t_first = time.perf_counter() - t0
-    steady = []
-    for _ in range(args.runs):
-        t0 = time.perf_counter()
-        ours = np.asarray(compiled(params, feats))
-        steady.append(time.perf_counter() - t0)
+    ours, t_first, steady = timed_calls(compiled, (params, feats), args.runs)
+    ours = np.asarray(ours)
 
     model = hf_model(weights)
     dec = decoding_for(tokenizer, pk.config_json if pk else None, model.config.vocab_size)
@@ -344,23 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     same = True
     if not args.no_bundle and getattr(compiled, "image", None) is not None:
         # the same encoder as a bundle, run back by the runtime alone (no JAX on that side)
-        import rockjit
-
-        bundle = args.out / "whisper-base.rjb"
-        bundle.parent.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        compiled.save(str(bundle))
-        t_save = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        with rockjit.load(bundle, backend=args.backend) as b:
-            t_load = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            again = np.asarray(b(feats))
-            t_b = time.perf_counter() - t0
-        same = np.array_equal(again, ours)
-        print(f"bundle      {bundle} {bundle.stat().st_size / 2**20:.1f} MiB, save {t_save:.2f} s, "
-              f"load {t_load:.2f} s, first call {t_b:.2f} s, "
-              f"{'bit-identical' if same else 'DIFFERS from the in-process run'}")
+        same = bundle_roundtrip(compiled, args.out / "whisper-base.rjb", args.backend, (feats,),
+                                ours)
     return 0 if same else 1
 
 

@@ -52,6 +52,20 @@ class ModernBertConfig:
     def is_global(self, layer: int) -> bool:
         return layer % self.global_attn_every_n_layers == 0
 
+    def to_hf(self):
+        """transformers' ModernBertConfig of the same encoder (eager attention): HF's model
+        built from it is the tests' reference."""
+        from transformers import ModernBertConfig as HFConfig
+
+        return HFConfig(
+            vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size, num_hidden_layers=self.num_hidden_layers,
+            num_attention_heads=self.num_attention_heads, norm_eps=self.norm_eps,
+            global_attn_every_n_layers=self.global_attn_every_n_layers,
+            local_attention=self.local_attention, global_rope_theta=self.global_rope_theta,
+            local_rope_theta=self.local_rope_theta, hidden_activation="gelu",
+            pad_token_id=self.pad_token_id, attn_implementation="eager")
+
 
 def expected_shapes(config: ModernBertConfig) -> dict[str, tuple[int, ...]]:
     d, f = config.hidden_size, config.intermediate_size

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import modernbert, siglip, whisper
 from .specs import configure
+from .weights import seeded_weights
 
 
 @dataclass(frozen=True)
@@ -67,14 +68,7 @@ def default_weights(name: str, module: Any, config: Any, out_dir: Path,
     path = Path(out_dir) / f"{name}{tag}-seed0.safetensors"
     if path.exists():
         return path
-    rng = np.random.default_rng(0)
-    tensors = {}
-    for key, shape in module.expected_shapes(config).items():
-        if key.endswith(("norm.weight", "layer_norm.weight", "layernorm.weight")):
-            tensors[key] = (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
-        else:
-            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
-            tensors[key] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+    tensors = seeded_weights(module.expected_shapes(config))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{id(tensors)}")
     save_file(tensors, str(tmp))

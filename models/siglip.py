@@ -38,6 +38,18 @@ class SiglipVisionConfig:
     def num_patches(self) -> int:
         return (self.image_size // self.patch_size) ** 2
 
+    def to_hf(self):
+        """transformers' SiglipVisionConfig of the same tower (eager attention): HF's model
+        built from it is the tests' reference."""
+        from transformers import SiglipVisionConfig as HFConfig
+
+        return HFConfig(
+            hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_hidden_layers, num_attention_heads=self.num_attention_heads,
+            num_channels=self.num_channels, image_size=self.image_size, patch_size=self.patch_size,
+            layer_norm_eps=self.layer_norm_eps, hidden_act="gelu_pytorch_tanh",
+            attn_implementation="eager")
+
 
 def expected_shapes(config: SiglipVisionConfig) -> dict[str, tuple[int, ...]]:
     d, f, c, p = config.hidden_size, config.intermediate_size, config.num_channels, config.patch_size

@@ -169,3 +169,22 @@ def _load(path: str, where: str, expected: Shapes, prefix: str | None,
                 arr = arr.astype(dtype)
             params[key] = arr
     return params
+
+
+def seeded_tensor(name: str, shape: tuple[int, ...], rng: np.random.Generator,
+                  dtype: np.dtype | type = np.float32) -> np.ndarray:
+    """One tensor of the repo's default (seeded) model, at a trained checkpoint's scale so that
+    activations keep unit size layer after layer: norm scales (HF names ending in
+    ``norm.weight``) 1 + N(0, 0.05^2), every other tensor N(0, 1/fan_in) with fan_in the
+    product of all but the first dimension (a vector's own length)."""
+    shape = tuple(shape)
+    if name.endswith("norm.weight"):
+        return (1.0 + 0.05 * rng.standard_normal(shape)).astype(dtype)
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else max(shape[0] if shape else 1, 1)
+    return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(dtype)
+
+
+def seeded_weights(shapes: Shapes, seed: int = 0) -> dict[str, np.ndarray]:
+    """``seeded_tensor`` for every name of ``shapes`` (in its order), from one generator."""
+    rng = np.random.default_rng(seed)
+    return {key: seeded_tensor(key, shape, rng) for key, shape in shapes.items()}

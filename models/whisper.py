@@ -47,6 +47,18 @@ class WhisperEncoderConfig:
         """Mel frames per input: conv2 halves the time axis down to max_source_positions."""
         return 2 * self.max_source_positions
 
+    def to_hf(self):
+        """transformers' WhisperConfig of the same encoder (eager attention): HF's model built
+        from it is the tests' reference."""
+        from transformers import WhisperConfig
+
+        return WhisperConfig(
+            d_model=self.d_model, encoder_layers=self.encoder_layers,
+            encoder_attention_heads=self.encoder_attention_heads,
+            encoder_ffn_dim=self.encoder_ffn_dim, num_mel_bins=self.num_mel_bins,
+            max_source_positions=self.max_source_positions, activation_function="gelu",
+            attn_implementation="eager")
+
 
 def expected_shapes(config: WhisperEncoderConfig) -> dict[str, tuple[int, ...]]:
     d, f = config.d_model, config.encoder_ffn_dim
@@ -121,9 +133,10 @@ def _encoder_layer(params: dict, i: int, x: jax.Array, config: WhisperEncoderCon
     return x + L.linear(h, params[pre + "fc2.weight"], params[pre + "fc2.bias"])
 
 
-def forward(params: dict, input_features: jax.Array,
-            config: WhisperEncoderConfig = WhisperEncoderConfig()) -> jax.Array:
-    """input_features [B, num_mel_bins, 2*max_source_positions] log-mel -> [B, 1500, d_model]."""
+def hidden_states(params: dict, input_features: jax.Array,
+                  config: WhisperEncoderConfig = WhisperEncoderConfig()) -> tuple[jax.Array, ...]:
+    """HF's ``output_hidden_states``: the embeddings, then each layer's output, the last one
+    after the final LayerNorm (``forward``'s result)."""
     expect = (config.num_mel_bins, config.num_frames)
     if tuple(input_features.shape[1:]) != expect:
         raise ValueError(f"Whisper encoder: input_features has shape "
@@ -131,10 +144,18 @@ def forward(params: dict, input_features: jax.Array,
                          f"pad or trim the log-mel spectrogram to {expect[1]} frames")
     x = L.gelu_exact(_conv1d(input_features, params["conv1.weight"], params["conv1.bias"], 1))
     x = L.gelu_exact(_conv1d(x, params["conv2.weight"], params["conv2.bias"], 2))
-    x = jnp.transpose(x, (0, 2, 1)) + params["embed_positions.weight"]
+    states = [jnp.transpose(x, (0, 2, 1)) + params["embed_positions.weight"]]
     for i in range(config.encoder_layers):
-        x = _encoder_layer(params, i, x, config)
-    return L.layer_norm(x, params["layer_norm.weight"], params["layer_norm.bias"], _LN_EPS)
+        states.append(_encoder_layer(params, i, states[-1], config))
+    states[-1] = L.layer_norm(states[-1], params["layer_norm.weight"], params["layer_norm.bias"],
+                              _LN_EPS)
+    return tuple(states)
+
+
+def forward(params: dict, input_features: jax.Array,
+            config: WhisperEncoderConfig = WhisperEncoderConfig()) -> jax.Array:
+    """input_features [B, num_mel_bins, 2*max_source_positions] log-mel -> [B, 1500, d_model]."""
+    return hidden_states(params, input_features, config)[-1]
 
 
 PRESETS = {"base": WhisperEncoderConfig.base, "tiny": WhisperEncoderConfig.tiny}

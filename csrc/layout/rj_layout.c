@@ -11,8 +11,11 @@ static int mul_ok(uint64_t a, uint64_t b, uint64_t *out)
 
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-static int check_esize(uint32_t esize, const char *what, rj_err *err)
+/* The fields every layout struct starts its checks with (after its NULL check). */
+static int check_common(uint32_t reserved, uint32_t esize, const char *what, rj_err *err)
 {
+    if (reserved)
+        return rj_fail(err, RJ_EINVAL, "%s: reserved field must be zero", what);
     if (esize != 1 && esize != 2 && esize != 4)
         return rj_fail(err, RJ_EINVAL, "%s: element size %u bytes is not 1, 2 or 4", what, esize);
     return 0;
@@ -24,9 +27,7 @@ static int cube_geometry(const rj_cube_layout *l, uint64_t *line, uint64_t *surf
 {
     if (!l)
         return rj_fail(err, RJ_EINVAL, "cube layout: NULL layout");
-    if (l->reserved)
-        return rj_fail(err, RJ_EINVAL, "cube layout: reserved field must be zero");
-    int rc = check_esize(l->esize, "cube layout", err);
+    int rc = check_common(l->reserved, l->esize, "cube layout", err);
     if (rc)
         return rc;
     if (!l->height || !l->width || !l->channels || !l->c2)
@@ -79,6 +80,36 @@ static int size_check(const char *what, const char *side, uint64_t have, uint64_
     return 0;
 }
 
+/* What every pack/unpack checks before it touches memory: the row-major size did not overflow
+ * (plain_ok), both buffers exist and hold what the copy reads and writes (plain bytes row-major,
+ * cube bytes in the layout). A pack then zeroes the cube, whose padding no run writes. */
+static int check_buffers(const char *what, int plain_ok, uint64_t plain, uint64_t cube,
+                         const void *src, uint64_t src_size, void *dst, uint64_t dst_size, int pack,
+                         rj_err *err)
+{
+    if (!plain_ok)
+        return rj_fail(err, RJ_EINVAL, "%s: the row-major tensor size overflows", what);
+    if (!src || !dst)
+        return rj_fail(err, RJ_EINVAL, "%s: NULL buffer", what);
+    int rc = size_check(what, "source", src_size, pack ? plain : cube, err);
+    if (!rc)
+        rc = size_check(what, "destination", dst_size, pack ? cube : plain, err);
+    if (!rc && pack)
+        memset(dst, 0, cube);
+    return rc;
+}
+
+/* One run of n bytes between offset plain of the row-major tensor and offset cube of the
+ * layout, in the copy's direction. */
+static inline void move(uint8_t *d, const uint8_t *s, uint64_t cube, uint64_t plain, uint64_t n,
+                        int pack)
+{
+    if (pack)
+        memcpy(d + cube, s + plain, n);
+    else
+        memcpy(d + plain, s + cube, n);
+}
+
 /* pack = 1: row-major -> cube; pack = 0: cube -> row-major. */
 static int cube_copy(const rj_cube_layout *l, const void *src, uint64_t src_size, void *dst,
                      uint64_t dst_size, int pack, rj_err *err)
@@ -88,13 +119,8 @@ static int cube_copy(const rj_cube_layout *l, const void *src, uint64_t src_size
     int rc = cube_geometry(l, &line, &surf, &bytes, err);
     if (rc)
         return rc;
-    if (!dense_bytes(l->height, l->width, l->channels, l->esize, &plain))
-        return rj_fail(err, RJ_EINVAL, "%s: the row-major tensor size overflows", what);
-    if (!src || !dst)
-        return rj_fail(err, RJ_EINVAL, "%s: NULL buffer", what);
-    rc = size_check(what, "source", src_size, pack ? plain : bytes, err);
-    if (!rc)
-        rc = size_check(what, "destination", dst_size, pack ? bytes : plain, err);
+    const int plain_ok = dense_bytes(l->height, l->width, l->channels, l->esize, &plain);
+    rc = check_buffers(what, plain_ok, plain, bytes, src, src_size, dst, dst_size, pack, err);
     if (rc)
         return rc;
 
@@ -102,8 +128,6 @@ static int cube_copy(const rj_cube_layout *l, const void *src, uint64_t src_size
     uint8_t *d = dst;
     const uint64_t e = l->esize, c2 = l->c2, C = l->channels, W = l->width;
     const uint64_t groups = ceil_div(C, c2);
-    if (pack)
-        memset(d, 0, bytes);
     for (uint64_t g = 0; g < groups; g++) {
         const uint64_t c0 = g * c2;
         const uint64_t run = (C - c0 < c2 ? C - c0 : c2) * e;   /* live bytes of this atom */
@@ -112,10 +136,7 @@ static int cube_copy(const rj_cube_layout *l, const void *src, uint64_t src_size
             const uint64_t plain_row = (h * W * C + c0) * e;
             for (uint64_t w = 0; w < W; w++) {
                 const uint64_t atom = cube_row + w * c2 * e, p = plain_row + w * C * e;
-                if (pack)
-                    memcpy(d + atom, s + p, run);
-                else
-                    memcpy(d + p, s + atom, run);
+                move(d, s, atom, p, run, pack);
             }
         }
     }
@@ -141,9 +162,7 @@ static int weight_geometry(const rj_weight_layout *l, uint64_t *np, uint64_t *kp
 {
     if (!l)
         return rj_fail(err, RJ_EINVAL, "weight layout: NULL layout");
-    if (l->reserved)
-        return rj_fail(err, RJ_EINVAL, "weight layout: reserved field must be zero");
-    int rc = check_esize(l->esize, "weight layout", err);
+    int rc = check_common(l->reserved, l->esize, "weight layout", err);
     if (rc)
         return rc;
     if (!l->kernels || !l->channels || !l->kh || !l->kw || !l->n_group || !l->k_group)
@@ -176,13 +195,9 @@ static int weight_copy(const rj_weight_layout *l, const void *src, uint64_t src_
     int rc = weight_geometry(l, &np, &kp, &bytes, err);
     if (rc)
         return rc;
-    if (!dense_bytes(l->kernels, l->channels, (uint64_t)l->kh * l->kw, l->esize, &plain))
-        return rj_fail(err, RJ_EINVAL, "%s: the row-major tensor size overflows", what);
-    if (!src || !dst)
-        return rj_fail(err, RJ_EINVAL, "%s: NULL buffer", what);
-    rc = size_check(what, "source", src_size, pack ? plain : bytes, err);
-    if (!rc)
-        rc = size_check(what, "destination", dst_size, pack ? bytes : plain, err);
+    const int plain_ok = dense_bytes(l->kernels, l->channels, (uint64_t)l->kh * l->kw, l->esize,
+                                     &plain);
+    rc = check_buffers(what, plain_ok, plain, bytes, src, src_size, dst, dst_size, pack, err);
     if (rc)
         return rc;
 
@@ -190,8 +205,6 @@ static int weight_copy(const rj_weight_layout *l, const void *src, uint64_t src_
     uint8_t *d = dst;
     const uint64_t e = l->esize, N = l->kernels, K = l->channels, KH = l->kh, KW = l->kw;
     const uint64_t ng = l->n_group, kg = l->k_group, taps = KH * KW, kb = kp / kg;
-    if (pack)
-        memset(d, 0, bytes);
     if (taps == 1) {
         /* 1x1 kernels (every matmul): a kernel's channels inside one K group are one run */
         for (uint64_t n = 0; n < N; n++) {
@@ -199,10 +212,7 @@ static int weight_copy(const rj_weight_layout *l, const void *src, uint64_t src_
                 const uint64_t run = (K - k < kg ? K - k : kg) * e;
                 const uint64_t cube = (((n / ng) * kb + k / kg) * ng * kg + (n % ng) * kg) * e;
                 const uint64_t p = (n * K + k) * e;
-                if (pack)
-                    memcpy(d + cube, s + p, run);
-                else
-                    memcpy(d + p, s + cube, run);
+                move(d, s, cube, p, run, pack);
             }
         }
         return 0;
@@ -214,10 +224,7 @@ static int weight_copy(const rj_weight_layout *l, const void *src, uint64_t src_
             for (uint64_t t = 0; t < taps; t++) {
                 const uint64_t cube = ((block0 + t) * ng * kg + inner) * e;
                 const uint64_t p = ((n * K + k) * taps + t) * e;
-                if (pack)
-                    memcpy(d + cube, s + p, e);
-                else
-                    memcpy(d + p, s + cube, e);
+                move(d, s, cube, p, e, pack);
             }
         }
     }
@@ -242,9 +249,7 @@ static int dw_geometry(const rj_dw_weight_layout *l, uint64_t *cp, uint64_t *byt
 {
     if (!l)
         return rj_fail(err, RJ_EINVAL, "depthwise weight layout: NULL layout");
-    if (l->reserved)
-        return rj_fail(err, RJ_EINVAL, "depthwise weight layout: reserved field must be zero");
-    int rc = check_esize(l->esize, "depthwise weight layout", err);
+    int rc = check_common(l->reserved, l->esize, "depthwise weight layout", err);
     if (rc)
         return rc;
     if (!l->channels || !l->kh || !l->kw || !l->group)
@@ -274,29 +279,19 @@ static int dw_copy(const rj_dw_weight_layout *l, const void *src, uint64_t src_s
     int rc = dw_geometry(l, &cp, &bytes, err);
     if (rc)
         return rc;
-    if (!dense_bytes(l->channels, l->kh, l->kw, l->esize, &plain))
-        return rj_fail(err, RJ_EINVAL, "%s: the row-major tensor size overflows", what);
-    if (!src || !dst)
-        return rj_fail(err, RJ_EINVAL, "%s: NULL buffer", what);
-    rc = size_check(what, "source", src_size, pack ? plain : bytes, err);
-    if (!rc)
-        rc = size_check(what, "destination", dst_size, pack ? bytes : plain, err);
+    const int plain_ok = dense_bytes(l->channels, l->kh, l->kw, l->esize, &plain);
+    rc = check_buffers(what, plain_ok, plain, bytes, src, src_size, dst, dst_size, pack, err);
     if (rc)
         return rc;
 
     const uint8_t *s = src;
     uint8_t *d = dst;
     const uint64_t e = l->esize, G = l->group, taps = (uint64_t)l->kh * l->kw;
-    if (pack)
-        memset(d, 0, bytes);
     for (uint64_t c = 0; c < l->channels; c++) {
         for (uint64_t t = 0; t < taps; t++) {
             const uint64_t cube = (((c / G) * taps + t) * G + c % G) * e;
             const uint64_t p = (c * taps + t) * e;
-            if (pack)
-                memcpy(d + cube, s + p, e);
-            else
-                memcpy(d + p, s + cube, e);
+            move(d, s, cube, p, e, pack);
         }
     }
     return 0;

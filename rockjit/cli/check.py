@@ -30,14 +30,14 @@ from .trace import trace_spec
 
 EXIT_UNDER_THRESHOLD = 3
 
-_NORM_SUFFIXES = ("norm.weight", "layer_norm.weight", "layernorm.weight")
-
 
 def fill_abstract(spec: Any, seed: int = 0) -> tuple:
     """The spec's arguments with every jax.ShapeDtypeStruct leaf replaced by seeded data
     (module docstring)."""
     import jax
     from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
+
+    from models.weights import seeded_tensor
 
     rng = np.random.default_rng(seed)
     out = []
@@ -55,12 +55,8 @@ def fill_abstract(spec: Any, seed: int = 0) -> tuple:
             shape, dt = tuple(leaf.shape), np.dtype(leaf.dtype)
             if not np.issubdtype(dt, np.floating):
                 filled.append(np.ones(shape, dt))
-            elif resident and keystr(path).rstrip("']").endswith(_NORM_SUFFIXES):
-                filled.append((1.0 + 0.05 * rng.standard_normal(shape)).astype(dt))
             elif resident:
-                fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else max(shape[0] if shape
-                                                                            else 1, 1)
-                filled.append((rng.standard_normal(shape) / np.sqrt(fan_in)).astype(dt))
+                filled.append(seeded_tensor(keystr(path).rstrip("']"), shape, rng, dt))
             else:
                 filled.append(rng.standard_normal(shape).astype(dt))
         out.append(tree_unflatten(tree, filled))

@@ -80,6 +80,20 @@ def _cross_attention(model: CT2Model, src: str, dst: str, out: dict[str, np.ndar
     _linear(model, src + "/linear_2", dst + ".out_proj", out)
 
 
+def _layer(model: CT2Model, src: str, dst: str, out: dict[str, np.ndarray], cross: bool
+           ) -> None:
+    """One pre-norm layer: self-attention, then (a decoder layer, ``cross``) attention to the
+    encoder output, then the FFN."""
+    _norm(model, src + "/self_attention/layer_norm", dst + ".self_attn_layer_norm", out)
+    _self_attention(model, src + "/self_attention", dst + ".self_attn", out)
+    if cross:
+        _norm(model, src + "/attention/layer_norm", dst + ".encoder_attn_layer_norm", out)
+        _cross_attention(model, src + "/attention", dst + ".encoder_attn", out)
+    _norm(model, src + "/ffn/layer_norm", dst + ".final_layer_norm", out)
+    _linear(model, src + "/ffn/linear_0", dst + ".fc1", out)
+    _linear(model, src + "/ffn/linear_1", dst + ".fc2", out)
+
+
 def _check_flags(model: CT2Model) -> None:
     """Refuse spec options that change the maths away from Whisper's (HF has no name for them)."""
     want = {"encoder/activation": _ACTIVATION_GELU, "decoder/activation": _ACTIVATION_GELU,
@@ -124,25 +138,13 @@ def whisper_to_hf(model: CT2Model) -> dict[str, np.ndarray]:
         _linear(model, f"encoder/{conv}", f"{enc}.{conv}", out)
     out[f"{enc}.embed_positions.weight"] = model.get("encoder/position_encodings/encodings")
     for i in range(cfg["encoder_layers"]):
-        src, dst = f"encoder/layer_{i}", f"{enc}.layers.{i}"
-        _norm(model, src + "/self_attention/layer_norm", dst + ".self_attn_layer_norm", out)
-        _self_attention(model, src + "/self_attention", dst + ".self_attn", out)
-        _norm(model, src + "/ffn/layer_norm", dst + ".final_layer_norm", out)
-        _linear(model, src + "/ffn/linear_0", dst + ".fc1", out)
-        _linear(model, src + "/ffn/linear_1", dst + ".fc2", out)
+        _layer(model, f"encoder/layer_{i}", f"{enc}.layers.{i}", out, cross=False)
     _norm(model, "encoder/layer_norm", f"{enc}.layer_norm", out)
 
     out[f"{dec}.embed_tokens.weight"] = model.get("decoder/embeddings/weight")
     out[f"{dec}.embed_positions.weight"] = model.get("decoder/position_encodings/encodings")
     for i in range(cfg["decoder_layers"]):
-        src, dst = f"decoder/layer_{i}", f"{dec}.layers.{i}"
-        _norm(model, src + "/self_attention/layer_norm", dst + ".self_attn_layer_norm", out)
-        _self_attention(model, src + "/self_attention", dst + ".self_attn", out)
-        _norm(model, src + "/attention/layer_norm", dst + ".encoder_attn_layer_norm", out)
-        _cross_attention(model, src + "/attention", dst + ".encoder_attn", out)
-        _norm(model, src + "/ffn/layer_norm", dst + ".final_layer_norm", out)
-        _linear(model, src + "/ffn/linear_0", dst + ".fc1", out)
-        _linear(model, src + "/ffn/linear_1", dst + ".fc2", out)
+        _layer(model, f"decoder/layer_{i}", f"{dec}.layers.{i}", out, cross=True)
     _norm(model, "decoder/layer_norm", f"{dec}.layer_norm", out)
 
     proj = model.get("decoder/projection/weight")

@@ -7,6 +7,7 @@ import hashlib
 import json
 import struct
 import zlib
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -31,6 +32,18 @@ def weights(seed: int = 0) -> dict[str, np.ndarray]:
 
 def example(seed: int = 1) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((16, 64)).astype(np.float32)
+
+
+def save_block(path: Path, backend: str = "sim") -> tuple[np.ndarray, dict]:
+    """``block`` compiled for ``backend`` with resident ``weights()``, run once on
+    ``example()`` and saved as a bundle at ``path``: (that input, the in-process outputs)."""
+    import rockjit
+
+    p, x = weights(), example()
+    f = rockjit.compile(block, resident_argnums=0, backend=backend)
+    y = f(p, x)
+    f.compiled(p, x).save(str(path))
+    return x, y
 
 
 def check_against_jax(compiled, params, x, got: dict) -> None:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import rockjit
 from rockjit.runtime.bundle import BundleError
 
-from .bundle_testutil import block, example, join, part, replace_part, split, weights
+from .bundle_testutil import join, part, replace_part, save_block, split
 
 EXAMPLES = 500
 # every example reads, verifies and (when it passes) loads and runs a ~100 KB bundle: about
@@ -32,13 +32,9 @@ TIME_BOUND_S = 120.0
 
 @pytest.fixture(scope="module")
 def original(tmp_path_factory):
-    p, x = weights(), example()
-    f = rockjit.compile(block, resident_argnums=0, backend="sim")
-    y = f(p, x)
     path = tmp_path_factory.mktemp("fuzz") / "block.rjb"
-    f.compiled(p, x).save(str(path))
-    data = path.read_bytes()
-    return data, x, sorted(np.asarray(v).tobytes() for v in y.values()), \
+    x, y = save_block(path)
+    return path.read_bytes(), x, sorted(np.asarray(v).tobytes() for v in y.values()), \
         path.parent / "mutated.rjb"
 
 

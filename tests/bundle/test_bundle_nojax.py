@@ -10,9 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-import rockjit
-
-from .bundle_testutil import block, example, weights
+from .bundle_testutil import save_block
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,10 +42,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_bundle_runs_without_jax(tmp_path) -> None:
-    p, x = weights(), example()
-    f = rockjit.compile(block, resident_argnums=0, backend="sim")
-    y = f(p, x)
-    f.compiled(p, x).save(str(tmp_path / "b.rjb"))
+    x, y = save_block(tmp_path / "b.rjb")
     np.save(tmp_path / "x.npy", x)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     r = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "b.rjb"),

@@ -10,16 +10,22 @@ import pytest
 import rockjit
 from rockjit.runtime.bundle import BundleError
 
-from .bundle_testutil import block, example, join, part, replace_part, split, weights
+from .bundle_testutil import (
+    block,
+    example,
+    join,
+    part,
+    replace_part,
+    save_block,
+    split,
+    weights,
+)
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    p, x = weights(), example()
-    f = rockjit.compile(block, resident_argnums=0, backend="sim")
-    y = f(p, x)
     path = tmp_path_factory.mktemp("refuse") / "block.rjb"
-    f.compiled(p, x).save(str(path))
+    x, y = save_block(path)
     return path.read_bytes(), x, y
 
 

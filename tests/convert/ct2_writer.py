@@ -67,32 +67,30 @@ def whisper_ct2_variables(sd: Mapping[str, np.ndarray], encoder_layers: int,
             [h(src + ".q_proj.bias"), zeros, h(src + ".v_proj.bias")])
         lin(src + ".out_proj", dst + "/linear_1")
 
+    def layer(s: str, t: str, cross: bool) -> None:
+        norm(s + ".self_attn_layer_norm", t + "/self_attention/layer_norm")
+        self_attn(s + ".self_attn", t + "/self_attention")
+        if cross:
+            norm(s + ".encoder_attn_layer_norm", t + "/attention/layer_norm")
+            lin(s + ".encoder_attn.q_proj", t + "/attention/linear_0")
+            v[t + "/attention/linear_1/weight"] = np.concatenate(
+                [h(s + ".encoder_attn.k_proj.weight"), h(s + ".encoder_attn.v_proj.weight")])
+            v[t + "/attention/linear_1/bias"] = np.concatenate(
+                [zeros, h(s + ".encoder_attn.v_proj.bias")])
+            lin(s + ".encoder_attn.out_proj", t + "/attention/linear_2")
+        norm(s + ".final_layer_norm", t + "/ffn/layer_norm")
+        lin(s + ".fc1", t + "/ffn/linear_0")
+        lin(s + ".fc2", t + "/ffn/linear_1")
+
     for conv in ("conv1", "conv2"):
         lin(f"model.encoder.{conv}", f"encoder/{conv}")
     v["encoder/position_encodings/encodings"] = h("model.encoder.embed_positions.weight")
     for i in range(encoder_layers):
-        s, t = f"model.encoder.layers.{i}", f"encoder/layer_{i}"
-        norm(s + ".self_attn_layer_norm", t + "/self_attention/layer_norm")
-        self_attn(s + ".self_attn", t + "/self_attention")
-        norm(s + ".final_layer_norm", t + "/ffn/layer_norm")
-        lin(s + ".fc1", t + "/ffn/linear_0")
-        lin(s + ".fc2", t + "/ffn/linear_1")
+        layer(f"model.encoder.layers.{i}", f"encoder/layer_{i}", cross=False)
     norm("model.encoder.layer_norm", "encoder/layer_norm")
     v["decoder/embeddings/weight"] = h("model.decoder.embed_tokens.weight")
     v["decoder/position_encodings/encodings"] = h("model.decoder.embed_positions.weight")
     for i in range(decoder_layers):
-        s, t = f"model.decoder.layers.{i}", f"decoder/layer_{i}"
-        norm(s + ".self_attn_layer_norm", t + "/self_attention/layer_norm")
-        self_attn(s + ".self_attn", t + "/self_attention")
-        norm(s + ".encoder_attn_layer_norm", t + "/attention/layer_norm")
-        lin(s + ".encoder_attn.q_proj", t + "/attention/linear_0")
-        v[t + "/attention/linear_1/weight"] = np.concatenate(
-            [h(s + ".encoder_attn.k_proj.weight"), h(s + ".encoder_attn.v_proj.weight")])
-        v[t + "/attention/linear_1/bias"] = np.concatenate(
-            [zeros, h(s + ".encoder_attn.v_proj.bias")])
-        lin(s + ".encoder_attn.out_proj", t + "/attention/linear_2")
-        norm(s + ".final_layer_norm", t + "/ffn/layer_norm")
-        lin(s + ".fc1", t + "/ffn/linear_0")
-        lin(s + ".fc2", t + "/ffn/linear_1")
+        layer(f"model.decoder.layers.{i}", f"decoder/layer_{i}", cross=True)
     norm("model.decoder.layer_norm", "decoder/layer_norm")
     return v

@@ -9,6 +9,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import numpy as np
 
+from models import harness
+
 if TYPE_CHECKING:  # torch is imported lazily: the IR tests use this module without it
     import torch
 
@@ -17,11 +19,10 @@ TOL = 1e-4
 
 def max_rel_err(ours, ref) -> float:
     """max|ours - ref| / max|ref| over the whole tensor."""
-    ours = np.asarray(ours, dtype=np.float64)
-    ref = np.asarray(ref, dtype=np.float64)
+    ours, ref = np.asarray(ours, np.float64), np.asarray(ref, np.float64)
     assert ours.shape == ref.shape, f"shape {ours.shape} != reference {ref.shape}"
     assert np.isfinite(ours).all(), "non-finite values in our output"
-    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
+    return harness.max_rel_err(ours, ref)
 
 
 def report(label: str, err: float) -> None:

@@ -26,18 +26,11 @@ LENGTHS = (200, 137)
 
 @pytest.fixture(scope="module")
 def case(tmp_path_factory):
-    from transformers import ModernBertConfig, ModernBertModel
+    from transformers import ModernBertModel
     from transformers.initialization import no_init_weights
 
     cfg = modernbert.ModernBertConfig()
-    hf_cfg = ModernBertConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads, norm_eps=cfg.norm_eps,
-        global_attn_every_n_layers=cfg.global_attn_every_n_layers,
-        local_attention=cfg.local_attention, global_rope_theta=cfg.global_rope_theta,
-        local_rope_theta=cfg.local_rope_theta, hidden_activation="gelu",
-        pad_token_id=cfg.pad_token_id, attn_implementation="eager")
+    hf_cfg = cfg.to_hf()
     torch.manual_seed(0)
     with Timer("modernbert: build HF model"), no_init_weights():
         model = ModernBertModel(hf_cfg).eval()

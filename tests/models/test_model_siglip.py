@@ -18,16 +18,11 @@ pytestmark = pytest.mark.reference
 
 
 def _run_case(tmp_path_factory, image_size: int, batch: int, seed: int, layers: int = 12):
-    from transformers import SiglipVisionConfig, SiglipVisionModel
+    from transformers import SiglipVisionModel
     from transformers.initialization import no_init_weights
 
     cfg = siglip.SiglipVisionConfig(image_size=image_size, num_hidden_layers=layers)
-    hf_cfg = SiglipVisionConfig(
-        hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
-        num_channels=cfg.num_channels, image_size=cfg.image_size, patch_size=cfg.patch_size,
-        layer_norm_eps=cfg.layer_norm_eps, hidden_act="gelu_pytorch_tanh",
-        attn_implementation="eager")
+    hf_cfg = cfg.to_hf()
     torch.manual_seed(seed)
     with Timer(f"siglip {image_size}: build HF model"), no_init_weights():
         model = SiglipVisionModel(hf_cfg).eval()

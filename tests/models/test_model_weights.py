@@ -34,6 +34,14 @@ def _write(tmp_path, tensors) -> Path:
     return path
 
 
+def _load_error(tmp_path, mod, cfg, tensors) -> tuple[str, Path]:
+    """(the WeightError message, the file) of loading ``tensors`` for ``cfg``."""
+    path = _write(tmp_path, tensors)
+    with pytest.raises(WeightError) as info:
+        mod.load_params(path, cfg)
+    return str(info.value), path
+
+
 def _tensors(shapes, seed=0):
     rng = np.random.default_rng(seed)
     return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
@@ -58,10 +66,7 @@ def test_missing_tensor_names_key_and_shape(tmp_path, name):
     tensors = _tensors(shapes)
     victim = sorted(shapes)[len(shapes) // 2]
     del tensors[victim]
-    path = _write(tmp_path, tensors)
-    with pytest.raises(WeightError) as info:
-        mod.load_params(path, cfg)
-    msg = str(info.value)
+    msg, path = _load_error(tmp_path, mod, cfg, tensors)
     assert f"'{victim}'" in msg and str(shapes[victim]) in msg and str(path) in msg
 
 
@@ -75,10 +80,7 @@ def test_misnamed_tensor_names_the_closest_present(tmp_path, name, victim, wrong
     shapes = mod.expected_shapes(cfg)
     tensors = _tensors(shapes)
     tensors[wrong] = tensors.pop(victim)
-    path = _write(tmp_path, tensors)
-    with pytest.raises(WeightError) as info:
-        mod.load_params(path, cfg)
-    msg = str(info.value)
+    msg, _ = _load_error(tmp_path, mod, cfg, tensors)
     assert f"missing tensor '{victim}'" in msg
     assert str(shapes[victim]) in msg
     assert f"closest name present is '{wrong}'" in msg
@@ -92,10 +94,7 @@ def test_wrong_shape_names_key_expected_and_got(tmp_path, name):
     victim = [k for k, s in shapes.items() if len(s) == 2][-1]
     bad = (shapes[victim][0] + 1, shapes[victim][1])
     tensors[victim] = np.zeros(bad, np.float32)
-    path = _write(tmp_path, tensors)
-    with pytest.raises(WeightError) as info:
-        mod.load_params(path, cfg)
-    msg = str(info.value)
+    msg, _ = _load_error(tmp_path, mod, cfg, tensors)
     assert f"'{victim}'" in msg
     assert re.search(rf"has shape \({bad[0]}, {bad[1]}\)", msg)
     assert f"expects {shapes[victim]}" in msg

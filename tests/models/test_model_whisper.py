@@ -25,16 +25,10 @@ CONFIGS = {"tiny": whisper.WhisperEncoderConfig.tiny(), "base": whisper.WhisperE
 
 
 def _hf_encoder(cfg: whisper.WhisperEncoderConfig, seed: int):
-    from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
-    hf_cfg = WhisperConfig(
-        d_model=cfg.d_model, encoder_layers=cfg.encoder_layers,
-        encoder_attention_heads=cfg.encoder_attention_heads, encoder_ffn_dim=cfg.encoder_ffn_dim,
-        num_mel_bins=cfg.num_mel_bins, max_source_positions=cfg.max_source_positions,
-        activation_function="gelu", attn_implementation="eager")
     torch.manual_seed(seed)
-    return WhisperEncoder(hf_cfg).eval()
+    return WhisperEncoder(cfg.to_hf()).eval()
 
 
 @pytest.fixture(scope="module", params=["tiny", "base"])

@@ -1,26 +1,13 @@
-"""Shared by the numerics tests: seeded encoder weights, a program fingerprint, and the bound
-check of a compiled function against JAX on the CPU."""
+"""Shared by the numerics tests: a program fingerprint and the bound check of a compiled
+function against JAX on the CPU."""
 from __future__ import annotations
 
 import hashlib
 
 import numpy as np
 
+from models.harness import bound_ratio
 from rockjit.lowering import tolerance as T
-
-
-def seeded_weights(shapes: dict, seed: int = 0) -> dict[str, np.ndarray]:
-    """Weights like a trained checkpoint's scale: N(0, 1/fan_in) matrices, norm scales near 1,
-    small biases (the rule examples/run_model.py uses for its default model)."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for k, shape in shapes.items():
-        if k.endswith(("norm.weight", "layer_norm.weight", "layernorm.weight")):
-            out[k] = (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
-        else:
-            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
-            out[k] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
-    return out
 
 
 def program_fingerprint(program) -> str:
@@ -57,11 +44,5 @@ def program_fingerprint(program) -> str:
 def within_bound(compiled, got, ref, inputs) -> tuple[bool, float]:
     """(every element within tolerance.graph_bound plus JAX's own f32 rounding, worst
     |err| / bound)."""
-    ref = np.asarray(ref, np.float64)
-    got = np.asarray(got, np.float64)
-    bound = T.graph_bound(compiled.graph, compiled.params, list(inputs))[0] \
-        + 2.0 ** -23 * np.abs(ref)
-    if not np.isfinite(got).all():
-        return False, float("inf")
-    ratio = float(np.max(np.abs(got - ref) / bound))
+    ratio = bound_ratio(got, ref, T.graph_bound(compiled.graph, compiled.params, list(inputs))[0])
     return ratio <= 1.0, ratio

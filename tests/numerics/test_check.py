@@ -13,7 +13,7 @@ import pytest
 import rockjit
 from check_targets import params as mlp_params
 from check_targets import three_lines
-from numerics_testutil import seeded_weights
+from models.weights import seeded_weights
 from rockjit.cli import main as cli_main
 from rockjit.lowering import calibrate
 

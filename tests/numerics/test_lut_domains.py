@@ -17,7 +17,8 @@ import pytest
 
 import rockjit
 from models import layers as L
-from numerics_testutil import program_fingerprint, seeded_weights, within_bound
+from models.weights import seeded_weights
+from numerics_testutil import program_fingerprint, within_bound
 from rockjit.lowering import calibrate as C
 from rockjit.lowering import tolerance as T
 from rockjit.lowering.emitters import lut
