@@ -34,8 +34,8 @@ from ..opprogram import BufferSpec, OpProgram
 from ..regcmd import LoweringError, Reloc, TaskProgram
 from ..tiling import (KACC_DPU, KACC_HOST, ConvPlan, ConvShape, field_limit, plan_conv,
                       round_up)
-from .conv import (ConvTaskGeom, CubeRef, Scratch, TiledTasks, assemble, build_tiled,
-                   emit_conv_task, host_partial_sum)
+from .task import ConvTaskGeom, emit_conv_task
+from .tiled import CubeRef, Scratch, TiledTasks, assemble, build_tiled, host_partial_sum
 
 _SUPPORTED = {(DType.F16, DType.F16), (DType.F16, DType.F32), (DType.I8, DType.I32)}
 
@@ -160,7 +160,7 @@ def emit_matmul(tile: MatmulTile, profile: ChipProfile, a: Reloc, b: Reloc, c: R
     ``reuse`` = "data" or "weight" keeps that operand from the previous task of the same job in
     the CBUF instead of fetching it again (CNA_CBUF_CON0 DATA_REUSE / WEIGHT_REUSE [reuse]); the
     caller guarantees the previous task loaded the same operand with the same CBUF split.
-    The task is the 1x1 stride-1 conv of emitters/conv.py over an M-row, 1-wide feature map.
+    The task is the 1x1 stride-1 conv of task.py over an M-row, 1-wide feature map.
     """
     g = ConvTaskGeom(tile.in_dtype, tile.out_dtype, False, tile.m_pad, 1, tile.k_pad,
                      tile.a_layout.line_stride, tile.a_layout.surf_stride, 1, 1, tile.n_pad,
@@ -335,4 +335,4 @@ def lower_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
         hs, descs = host_partial_sum("c", "kpart", c_total, plan.k_steps)
         steps.extend(hs)
         buffers.extend(descs)
-    return assemble(profile, tiled, buffers, steps, batch * m * n * k, integer=in_dtype.is_int)
+    return assemble(profile, tiled, buffers, steps, batch * m * n * k)
