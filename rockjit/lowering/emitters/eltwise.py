@@ -334,7 +334,7 @@ def row_vector_layout(positions: int, profile: ChipProfile | str | None = None) 
     """The runtime per-row operand of lower_binary_row: an fp16 cube of ``positions`` rows x
     32 channels whose channel 0 holds s[row], i.e. s[row] at byte 16*row. Only channel 0 is
     real input (DATAIN_CHANNEL_REAL = 0): the other bytes of the span may hold anything
-    (reduce.lower_row_max writes this form directly)."""
+    (the row max of a softmax arrives in this form)."""
     profile = resolve_profile(profile)
     return feature_layout(profile, DType.F16, positions, 1, EW_VIEW_CHANNELS)
 
