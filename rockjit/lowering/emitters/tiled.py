@@ -12,10 +12,11 @@ from ...ir.types import DType
 from ..bounds import check_tasks
 from ..opprogram import BufferSpec, HostStep, NpuStep, OpProgram
 from ..profile import ChipProfile
-from ..regcmd import Reloc, TaskProgram
+from ..regcmd import LoweringError, Reloc, TaskProgram
 from ..tiling import KACC_DPU, KACC_HOST, ConvPlan, ceil_div, round_up
+from .dpu_stages import ew_stage
 from .jobs import JobTasks, assemble_jobs
-from .task import ConvRequant, ConvTaskGeom, emit_conv_task
+from .task import ConvRequant, ConvTaskGeom, DpuStages, conv_task, emit_conv_task
 
 
 @dataclass(frozen=True)
@@ -49,10 +50,34 @@ class TiledTasks:
     planned: int = 0   # tasks of the plans appended so far (checked against the compile bound)
 
 
+@dataclass(frozen=True)
+class Epilogue:
+    """What the conv's own DPU applies on the way out (issue 9): ``ew`` = (op, buffer,
+    offset(rows, first channel)) combines the result with an operand cube of each task's output
+    geometry (dense, e.g. a bias broadcast over the tile's rows) in the EW stage; ``act`` runs
+    BN / LUT / OUT_CVT stages (a LUT activation, no EW operand). The simulator refuses an EW
+    operand op and the LUT in one pass (csrc/sim/dpu.c: their order is undocumented), and the
+    EW stage of a K-accumulating task adds the partial, so an epilogue needs one K step and at
+    most one of the two."""
+
+    ew: tuple[str, str, Callable[[int, int], int]] | None = None
+    act: DpuStages | None = None
+
+    def stages(self) -> DpuStages:
+        if self.ew is not None and self.act is not None:
+            raise LoweringError("an epilogue runs either an EW operand op or a LUT activation in "
+                                "one task (the order of both in the EW stage is undocumented; "
+                                "csrc/sim/dpu.c refuses it); apply the other as its own pass")
+        if self.ew is None and self.act is None:
+            raise LoweringError("an empty epilogue: give an EW operand op or an activation")
+        return self.act if self.act is not None else DpuStages(ew=ew_stage(self.ew[0]))
+
+
 def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weight_buffer: str,
                 weight_offset: Callable[[int, int], int], out: CubeRef, scratch: Scratch,
                 host_partials: tuple[str, int] | None, name: str, into: TiledTasks,
-                requant: ConvRequant | None = None, bias_buffer: str | None = None) -> None:
+                requant: ConvRequant | None = None, bias_buffer: str | None = None,
+                epilogue: Epilogue | None = None) -> None:
     """Append one image's jobs for ``plan`` to ``into``: one job per (row tile, output-channel
     tile), its K steps in order. fp16 K steps are self-chained into one kick (the PC honours the
     in-kick read-after-write of a partial, regcmd-task-model.md "in-kick data dependency");
@@ -60,8 +85,16 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
     ``host_partials`` = (buffer, stride between K steps) for a host add.
 
     ``weight_offset(j, ki)``: byte offset of the weight tile for kernel tile j, K step ki.
+    ``epilogue``: the DPU stages every (single-K-step, fp16) task applies on the way out.
     """
     s = plan.shape
+    if epilogue is not None:
+        if plan.k_steps != 1 or s.in_dtype != DType.F16 or requant is not None:
+            raise LoweringError(
+                f"{name}: a DPU epilogue needs an fp16 conv/matmul whose K fits one pass (this "
+                f"plan has {plan.k_steps} K steps: the EW stage of a K step adds the partial); "
+                f"run the epilogue as its own pass")
+        ep_stages = epilogue.stages()
     p = profile.input(s.in_dtype)
     outf = profile.output(s.in_dtype, s.out_dtype)
     c2_in = p.feature_c2
@@ -126,9 +159,17 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
                 tname = f"{name}.r{r.out_row}.n{ks.start}.k{cs.start}"
                 # the requant vector of this kernel tile: int32 per output channel
                 bias = None if bias_buffer is None else Reloc(bias_buffer, 4 * ks.start)
-                tasks.append(emit_conv_task(g, profile, feat, wt, dst,
-                                            ew_operand=prev if g.ew_esize else None, name=tname,
-                                            bias=bias))
+                if epilogue is None:
+                    tasks.append(emit_conv_task(g, profile, feat, wt, dst,
+                                                ew_operand=prev if g.ew_esize else None,
+                                                name=tname, bias=bias))
+                else:
+                    where = {"feature": feat, "weight": wt, "out": dst}
+                    if epilogue.ew is not None:
+                        _, ebuf, eoff = epilogue.ew
+                        where["ew"] = Reloc(ebuf, eoff(r.out_rows, ks.start))
+                        reads.add(ebuf)
+                    tasks.append(conv_task(g, profile, where, stages=ep_stages, name=tname))
                 if bias is not None:
                     reads.add(bias.buffer)
                 writes.add(dst.buffer)
