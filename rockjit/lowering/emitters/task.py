@@ -425,8 +425,11 @@ def _build(g: ConvTaskGeom, st: DpuStages, profile: ChipProfile, reuse: str) -> 
     return template_of(t.finish())
 
 
-# (id(profile), description) -> (profile, template); the profile is kept so its id stays unique
+# (id(profile), description) -> (profile, template); the profile is kept so its id stays unique.
+# SigLIP-224 (12 layers, ~5000 tasks) has 55 distinct task shapes; the bound keeps a process
+# that compiles many models from growing without limit.
 _TEMPLATES: dict[tuple, tuple[ChipProfile, TaskTemplate]] = {}
+_TEMPLATES_MAX = 8192
 
 
 def cached_template(profile: ChipProfile, key: tuple,
@@ -436,6 +439,8 @@ def cached_template(profile: ChipProfile, key: tuple,
     hit = _TEMPLATES.get(k)
     if hit is None or hit[0] is not profile:
         hit = (profile, build())
+        if len(_TEMPLATES) >= _TEMPLATES_MAX:
+            _TEMPLATES.clear()
         _TEMPLATES[k] = hit
     return hit[1]
 
