@@ -20,6 +20,7 @@ import rockjit
 from models import siglip
 from models.specs import configure
 from rockjit import debugflags
+from rockjit.lowering.pipeline import lower_graph
 
 from golden_testutil import first_difference, render
 
@@ -50,9 +51,10 @@ def _layer(params, pixels):
 def program_text() -> str:
     params = _params()
     pixels = np.random.default_rng(12).standard_normal((1, 3, 48, 48)).astype(np.float32)
-    compiled = rockjit.compile(_layer, resident_argnums=0, backend="null").lower(
+    # the interpreter backend traces and binds without lowering; the lowering is this call
+    compiled = rockjit.compile(_layer, resident_argnums=0, backend="interpreter").lower(
         params, pixels).compile()
-    lowered = compiled._runner.lowered
+    lowered = lower_graph(compiled.graph, compiled.params, profile="rk3588")
     parts = []
     for i, pc in enumerate(lowered.calls):
         call = pc.call
