@@ -32,13 +32,17 @@ def _ab(m: int, k: int, n: int, seed: int, scale: float = 1.0):
 @pytest.mark.parametrize("m,k,n,caps", [
     (13, 100, 50, {}),                                   # one tile, ragged everything
     (100, 96, 90, {"max_m": 32, "max_n": 32}),           # M and N tiles, a 4-row tail tile
+    (37, 300, 90, {"max_k": 96, "max_n": 32}),           # K steps: the bias rides the first
+    (196, 768, 768, {}),                                  # SigLIP-224's projection plan (4 K steps)
 ])
 def test_bias_epilogue_on_simulator(m, k, n, caps) -> None:
     a, b = _ab(m, k, n, m * 31 + n)
     bias = (np.random.default_rng(n).standard_normal(n) * 4).astype(np.float16)
     prog = lower_matmul(m, k, n, F16, F16, P, b=b, epilogue=MatmulEpilogue(bias=bias), **caps)
-    # no separate pass: every task is a matmul tile (one task per job, one K step)
-    assert all(len(kk.task_offsets) == 1 for j in prog.jobs() for kk in j.kicks)
+    # no separate pass: every task is a matmul tile
+    plain = lower_matmul(m, k, n, F16, F16, P, b=b, **caps)
+    assert sum(len(kk.task_offsets) for j in prog.jobs() for kk in j.kicks) == \
+        sum(len(kk.task_offsets) for j in plain.jobs() for kk in j.kicks)
     got, _ = run_matmul(prog, a)
     mm = a.astype(np.float64) @ b.astype(np.float64).T
     ref = mm + bias.astype(np.float64)
@@ -74,6 +78,6 @@ def test_epilogue_refusals_say_why() -> None:
         lower_matmul(8, 64, 16, F16, F16, P, b=b, epilogue=both)
     with pytest.raises(LoweringError, match="K steps"):
         lower_matmul(8, 128, 16, F16, F16, P, b=np.zeros((16, 128), np.float16), max_k=64,
-                     epilogue=MatmulEpilogue(bias=np.zeros(16)))
+                     epilogue=MatmulEpilogue(act=both.act))
     with pytest.raises(LoweringError, match=r"bias must be \[16\]"):
         lower_matmul(8, 64, 16, F16, F16, P, b=b, epilogue=MatmulEpilogue(bias=np.zeros(15)))

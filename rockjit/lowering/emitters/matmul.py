@@ -347,9 +347,10 @@ def lower_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
 @dataclass(frozen=True)
 class MatmulEpilogue:
     """What a matmul's own DPU applies to C on the way out, instead of separate passes (issue 9):
-    ``bias`` [N] added by the EW stage from a resident broadcast cube (ERDMA), or ``act`` the
-    BN / LUT / OUT_CVT stages of a LUT activation (e.g. a lut_tables.LutTable's bn, lut and
-    out_cvt). One of the two per matmul (tiled.Epilogue says why)."""
+    ``bias`` [N] added by the EW stage from a resident broadcast cube (ERDMA) in the first K
+    step, or ``act`` the BN / LUT / OUT_CVT stages of a LUT activation (e.g. a
+    lut_tables.LutTable's bn, lut and out_cvt; K in one pass). One of the two per matmul
+    (tiled.Epilogue says why)."""
 
     bias: np.ndarray | None = None
     act: DpuStages | None = None
@@ -369,21 +370,24 @@ def _epilogue(ep: MatmulEpilogue | None, plan: ConvPlan, lay: MatmulLayouts, n: 
     if bias.shape != (n,):
         raise LoweringError(f"{name}: epilogue bias must be [{n}], got {list(bias.shape)}")
     # one dense [rows x N_pad] broadcast cube per distinct row-tile height: the EW operand is a
-    # dense cube of the task's own output geometry (k-accumulation.md)
+    # dense cube of the task's own output geometry, in that task's output format -- fp32 when
+    # the bias rides the first of several K steps (an fp32 partial, k-accumulation.md)
     full = np.zeros(lay.n_pad, np.float16)
     full[:n] = bias
-    c2 = profile.output(in_dtype, out_dtype).c2
+    cube_dtype = DType.F32 if plan.k_steps > 1 else out_dtype
     blobs, offs, pos = [], {}, 0
     for rows in sorted({r.out_rows for r in plan.rows}):
-        cube = matrix_output_layout(profile, in_dtype, out_dtype, rows, lay.n_pad)
-        blob = pack_matrix(cube, np.ascontiguousarray(np.broadcast_to(full, (rows, lay.n_pad))))
+        cube = matrix_output_layout(profile, in_dtype, cube_dtype, rows, lay.n_pad)
+        mat = np.broadcast_to(full.astype(cube_dtype.to_numpy()), (rows, lay.n_pad))
+        blob = pack_matrix(cube, np.ascontiguousarray(mat))
         offs[rows] = pos
         blobs.append(blob)
         pos += round_up(blob.size, 64)
+    c2 = cube.c2
     data = np.zeros(pos, np.uint8)
     for rows, blob in zip(sorted(offs), blobs):
         data[offs[rows]:offs[rows] + blob.size] = blob
     def where(rows: int, ch: int) -> int:
         return offs[rows] + (ch // c2) * rows * profile.atom_bytes
-    return (Epilogue(ew=("add", "bias", where), act=ep.act),
+    return (Epilogue(ew=("add", "bias", where), act=ep.act, ew_esize=cube.esize),
             [BufferSpec("bias", "const", int(data.size), None, "f16", (n,), data=data)])

@@ -56,12 +56,14 @@ class Epilogue:
     offset(rows, first channel)) combines the result with an operand cube of each task's output
     geometry (dense, e.g. a bias broadcast over the tile's rows) in the EW stage; ``act`` runs
     BN / LUT / OUT_CVT stages (a LUT activation, no EW operand). The simulator refuses an EW
-    operand op and the LUT in one pass (csrc/sim/dpu.c: their order is undocumented), and the
-    EW stage of a K-accumulating task adds the partial, so an epilogue needs one K step and at
-    most one of the two."""
+    operand op and the LUT in one pass (csrc/sim/dpu.c: their order is undocumented), so an
+    epilogue is one of the two. The EW stage of every later K step adds the partial, so the EW
+    operand rides the *first* K step (whose output is then an fp32 partial: ``ew_esize`` 4, the
+    operand in the partials' own format [kacc]) and an activation needs one K step."""
 
     ew: tuple[str, str, Callable[[int, int], int]] | None = None
     act: DpuStages | None = None
+    ew_esize: int = 2
 
     def stages(self) -> DpuStages:
         if self.ew is not None and self.act is not None:
@@ -70,7 +72,7 @@ class Epilogue:
                                 "csrc/sim/dpu.c refuses it); apply the other as its own pass")
         if self.ew is None and self.act is None:
             raise LoweringError("an empty epilogue: give an EW operand op or an activation")
-        return self.act if self.act is not None else DpuStages(ew=ew_stage(self.ew[0]))
+        return self.act if self.act is not None else DpuStages(ew=ew_stage(self.ew[0], self.ew_esize))
 
 
 def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weight_buffer: str,
@@ -85,16 +87,22 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
     ``host_partials`` = (buffer, stride between K steps) for a host add.
 
     ``weight_offset(j, ki)``: byte offset of the weight tile for kernel tile j, K step ki.
-    ``epilogue``: the DPU stages every (single-K-step, fp16) task applies on the way out.
+    ``epilogue``: the DPU stages the first K step of every (fp16) job applies (Epilogue).
     """
     s = plan.shape
     if epilogue is not None:
-        if plan.k_steps != 1 or s.in_dtype != DType.F16 or requant is not None:
-            raise LoweringError(
-                f"{name}: a DPU epilogue needs an fp16 conv/matmul whose K fits one pass (this "
-                f"plan has {plan.k_steps} K steps: the EW stage of a K step adds the partial); "
-                f"run the epilogue as its own pass")
         ep_stages = epilogue.stages()
+        if s.in_dtype != DType.F16 or requant is not None or s.depthwise:
+            raise LoweringError(f"{name}: a DPU epilogue runs on the fp16 direct path")
+        if plan.k_steps > 1 and (epilogue.act is not None or plan.kacc != KACC_DPU):
+            raise LoweringError(
+                f"{name}: an activation epilogue needs K in one pass, and this plan has "
+                f"{plan.k_steps} K steps (the EW stage of the last one adds the partial, and the "
+                f"simulator refuses an EW operand op with the LUT); run it as its own pass")
+        want = profile.output(s.in_dtype, DType.F32 if plan.k_steps > 1 else s.out_dtype).esize
+        if epilogue.ew is not None and epilogue.ew_esize != want:
+            raise LoweringError(f"{name}: the EW epilogue operand must have {want}-byte elements "
+                                f"(the first K step's output format), got {epilogue.ew_esize}")
     p = profile.input(s.in_dtype)
     outf = profile.output(s.in_dtype, s.out_dtype)
     c2_in = p.feature_c2
@@ -159,7 +167,7 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
                 tname = f"{name}.r{r.out_row}.n{ks.start}.k{cs.start}"
                 # the requant vector of this kernel tile: int32 per output channel
                 bias = None if bias_buffer is None else Reloc(bias_buffer, 4 * ks.start)
-                if epilogue is None:
+                if epilogue is None or ki > 0:
                     tasks.append(emit_conv_task(g, profile, feat, wt, dst,
                                                 ew_operand=prev if g.ew_esize else None,
                                                 name=tname, bias=bias))
