@@ -239,6 +239,42 @@ class Task:
                            reads=tuple(self._reads), writes=tuple(self._writes))
 
 
+@dataclass(frozen=True)
+class TaskTemplate:
+    """A finished task whose addresses are *roles* (``Reloc(role, delta)``) rather than
+    buffers: the words never depend on addresses (address words hold 0 until ``patch``), so a
+    task emitter builds the template once per description and ``bind`` fills the roles in --
+    the compile-time lever of emitting the same task shape thousands of times (issue 9)."""
+
+    words: tuple[int, ...]
+    relocs: tuple[tuple[int, str, int], ...]                     # (word index, role, delta)
+    enable: int
+    chain_refusal: str
+    reads: tuple[Access, ...]                                    # Access.buffer is the role
+    writes: tuple[Access, ...]
+
+    def bind(self, name: str, where: Mapping[str, Reloc]) -> TaskProgram:
+        """The task with every role replaced by its Reloc in ``where`` (offsets added)."""
+        def at(a: Access) -> Access:
+            r = where[a.buffer]
+            return Access(r.buffer, r.offset + a.offset, a.extent, a.nbytes, a.pieces, a.pitch)
+
+        relocs = {}
+        for i, role, delta in self.relocs:
+            r = where[role]
+            relocs[i] = Reloc(r.buffer, r.offset + delta)
+        return TaskProgram(name, self.words, MappingProxyType(relocs), self.enable,
+                           chainable=not self.chain_refusal, chain_refusal=self.chain_refusal,
+                           reads=tuple(at(a) for a in self.reads),
+                           writes=tuple(at(a) for a in self.writes))
+
+
+def template_of(task: TaskProgram) -> TaskTemplate:
+    """The template of a task built with role names as its buffer names."""
+    return TaskTemplate(task.words, tuple((i, r.buffer, r.offset) for i, r in task.relocs.items()),
+                        task.enable, task.chain_refusal, task.reads, task.writes)
+
+
 # ---------------------------------------------------------------------------------------------
 # self-chaining: N tasks, one kick
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import pytest
 
 from rockjit.ir.types import DType
 from rockjit.lowering import tolerance as T
-from rockjit.lowering.emitters.conv import (ConvSpec, choose_patchify, lower_conv1d, lower_conv2d)
+from rockjit.lowering.emitters.conv import ConvSpec, lower_conv2d
+from rockjit.lowering.emitters.patchify import choose_patchify
 from rockjit.lowering.opprogram import HostStep
 from rockjit.lowering.profile import get_profile
 from rockjit.lowering.regcmd import LoweringError
@@ -133,12 +134,9 @@ def test_conv_on_simulator(op: CV) -> None:
     rng = np.random.default_rng(zlib.crc32(op.why.encode()))
     x, w = _data(op, rng)
     s = op.spec
-    if op.conv1d:
-        prog = lower_conv1d(s.batch, s.in_c, s.height, s.out_c, s.kh, op.i, op.o, P, w[..., 0],
-                            stride=s.stride[0], padding=s.padding[0], dilation=s.dilation[0],
-                            groups=s.groups, **(op.caps or {}))
-    else:
-        prog = lower_conv2d(s, op.i, op.o, P, w, patchify=op.route, **(op.caps or {}))
+    # a conv1d is the conv2d with time on the rows and width 1 (rules/conv.py builds it so)
+    route = "direct" if op.conv1d else op.route
+    prog = lower_conv2d(s, op.i, op.o, P, w, patchify=route, **(op.caps or {}))
     got, run = run_conv(prog, x)
     ref, bnd = reference(x, w, s, op.i == I8, fp16_out=op.o == F16)
     if op.i == I8:
@@ -160,11 +158,11 @@ def test_patchify_cost_rule() -> None:
 
 
 def test_conv1d_puts_time_on_the_rows() -> None:
-    prog = lower_conv1d(1, 80, 3000, 384, 3, F16, F16, P, np.zeros((384, 80, 3), np.float16),
-                        padding=(1, 1))
+    spec = S(80, 3000, 1, 384, 3, 1, pad=((1, 1), (0, 0)))
+    prog = lower_conv2d(spec, F16, F16, P, np.zeros((384, 80, 3, 1), np.float16), patchify="direct")
     lx = prog.buffer("x").layout
     assert (lx.height, lx.width) == (3000, 1)
-    plan = plan_conv(conv_shape(S(80, 3000, 1, 384, 3, 1, pad=((1, 1), (0, 0))), F16, F16, P), P)
+    plan = plan_conv(conv_shape(spec, F16, F16, P), P)
     assert len(plan.rows) > 1 and all(r.in_rows <= P.max_feature_rows for r in plan.rows)
     # consecutive row tiles overlap by the kernel halo
     assert all(b.in_row <= a.in_row + a.in_rows - 2 for a, b in zip(plan.rows, plan.rows[1:]))

@@ -8,17 +8,24 @@ only pins their exact words. Relocations are patched with fixed fake addresses s
 not depend on placement."""
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
 
+from golden_testutil import first_difference, render
+
 from rockjit import debugflags
 from rockjit.ir.types import DType
-from rockjit.lowering import registers as R
-from rockjit.lowering.emitters.conv import ConvSpec, lower_conv2d
+from rockjit.lowering.emitters import eltwise as E
+from rockjit.lowering.emitters.conv import ConvRequant, ConvSpec, lower_conv2d, lower_qconv2d
+from rockjit.lowering.emitters.lut import lower_activation
 from rockjit.lowering.emitters.matmul import lower_matmul
-from rockjit.lowering.opprogram import HostStep, OpProgram
+from rockjit.lowering.emitters.pool import lower_global_pool, lower_pool
+from rockjit.lowering.layouts import feature_layout
+from rockjit.lowering.opprogram import OpProgram
 from rockjit.lowering.profile import get_profile
 
 P = get_profile("rk3588")
@@ -26,53 +33,59 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 F16, I8, I32 = DType.F16, DType.I8, DType.I32
 
 
-def _ops() -> dict[str, OpProgram]:
-    return {
-        "matmul_f16_kacc_16x192x32_kt64_nt16": lower_matmul(
-            16, 192, 32, F16, F16, P, b=np.zeros((32, 192), np.float16), max_k=64, max_n=16),
-        "matmul_i8_8x128x64_kt64": lower_matmul(
-            8, 128, 64, I8, I32, P, b=np.zeros((64, 128), np.int8), max_k=64),
-        "conv3x3_s2_p1_f16_64x10x12_to_32": lower_conv2d(
-            ConvSpec(1, 64, 10, 12, 32, 3, 3, (2, 2), ((1, 0), (1, 0))), F16, F16, P,
-            np.zeros((32, 64, 3, 3), np.float16)),
-        "dwconv3x3_s2_p1_f16_64x8x12": lower_conv2d(
-            ConvSpec(1, 64, 8, 12, 64, 3, 3, (2, 2), ((1, 0), (1, 0)), groups=64), F16, F16, P,
-            np.zeros((64, 1, 3, 3), np.float16)),
-    }
+# fp16 cubes for the element-wise / LUT / pooling ops: ragged channels and a flat view that
+# spans more than one EW chunk / flying task is not needed to pin the words, small is enough
+CUBE = feature_layout(P, F16, 6, 5, 20)
+POOL_CUBE = feature_layout(P, F16, 8, 10, 24)
+VEC = np.arange(20, dtype=np.float16)
+REQ = ConvRequant(pad_value=-3, ow_op=5, scale=1234, shift=17, offset=-7)
+
+BUILDERS: dict[str, Callable[[], OpProgram]] = {
+    "matmul_f16_kacc_16x192x32_kt64_nt16": lambda: lower_matmul(
+        16, 192, 32, F16, F16, P, b=np.zeros((32, 192), np.float16), max_k=64, max_n=16),
+    "matmul_i8_8x128x64_kt64": lambda: lower_matmul(
+        8, 128, 64, I8, I32, P, b=np.zeros((64, 128), np.int8), max_k=64),
+    "matmul_f16_f32_12x64x48": lambda: lower_matmul(
+        12, 64, 48, F16, DType.F32, P, b=np.zeros((48, 64), np.float16)),
+    "conv3x3_s2_p1_f16_64x10x12_to_32": lambda: lower_conv2d(
+        ConvSpec(1, 64, 10, 12, 32, 3, 3, (2, 2), ((1, 0), (1, 0))), F16, F16, P,
+        np.zeros((32, 64, 3, 3), np.float16)),
+    "dwconv3x3_s2_p1_f16_64x8x12": lambda: lower_conv2d(
+        ConvSpec(1, 64, 8, 12, 64, 3, 3, (2, 2), ((1, 0), (1, 0)), groups=64), F16, F16, P,
+        np.zeros((64, 1, 3, 3), np.float16)),
+    "qconv3x3_i8_requant_16x6x6_to_16": lambda: lower_qconv2d(
+        ConvSpec(1, 16, 6, 6, 16, 3, 3, (1, 1), ((1, 1), (1, 1))), P,
+        np.zeros((16, 16, 3, 3), np.int8), np.arange(16), REQ),
+    "qdwconv3x3_i8_requant_32x6x6": lambda: lower_qconv2d(
+        ConvSpec(1, 32, 6, 6, 32, 3, 3, (1, 1), ((1, 1), (1, 1)), groups=32), P,
+        np.zeros((32, 1, 3, 3), np.int8), np.arange(32), REQ),
+    "ew_add_6x5x20": lambda: E.lower_binary("add", CUBE, P),
+    "ew_sub_6x5x20": lambda: E.lower_binary("sub", CUBE, P),
+    "ew_mul_6x5x20": lambda: E.lower_binary("mul", CUBE, P),
+    "ew_max_6x5x20": lambda: E.lower_binary("max", CUBE, P),
+    "flying_scalar_add_6x5x20": lambda: E.lower_binary_scalar("add", CUBE, 1.5, profile=P),
+    "flying_scalar_mul_6x5x20": lambda: E.lower_binary_scalar("mul", CUBE, -0.25, profile=P),
+    "flying_scalar_rsub_6x5x20": lambda: E.lower_binary_scalar("sub", CUBE, 2.0, True, P),
+    "ew_channel_min_6x5x20": lambda: E.lower_binary_channel("min", CUBE, VEC, profile=P),
+    "ew_channel_rsub_6x5x20": lambda: E.lower_binary_channel("sub", CUBE, VEC, True, P),
+    "ew_row_mul_6x5x20": lambda: E.lower_binary_row("mul", CUBE, profile=P),
+    "lut_sigmoid_6x5x20": lambda: lower_activation("sigmoid", CUBE, (-4.0, 4.0), P),
+    "lut_gelu_tanh_6x5x20": lambda: lower_activation("gelu_tanh", CUBE, (-6.0, 6.0), P),
+    "pool_max2x2_8x10x24": lambda: lower_pool("max", POOL_CUBE, (2, 2), profile=P),
+    "pool_avg3x3_s2_p1_8x10x24": lambda: lower_pool("avg", POOL_CUBE, (3, 3), (2, 2),
+                                                     (1, 1, 1, 1), P),
+    "pool_global_mean_8x10x24": lambda: lower_global_pool("avg", POOL_CUBE, P),
+}
 
 
-def render(prog: OpProgram) -> str:
-    """Every kick's words (relocations at fake addresses), one per line with its register."""
-    fake = {b.name: 0x10000000 + 0x01000000 * i for i, b in enumerate(sorted(prog.buffers, key=lambda b: b.name))}
-    lines = ["# buffers: " + ", ".join(f"{b.name}={b.role}:{b.nbytes}@{fake[b.name]:#x}"
-                                      for b in prog.buffers)]
-    for ji, job in enumerate(prog.jobs()):
-        for ki, k in enumerate(job.kicks):
-            lines.append(f"# job {ji} kick {ki}: regcmd+{k.base_offset:#x}, tasks "
-                         f"{list(k.task_counts)}, enables {[hex(e) for e in k.enables]}")
-            for i, w in enumerate(k.array(fake).tolist()):
-                op, value, off = R.decode(w)
-                reg = R.lookup(op & 0xFF00, off) if op & 0xFF == R.OP_WRITE else None
-                name = reg.full_name if reg else f"op{op:04x}"
-                rel = f"  <- {k.relocs[i].buffer}+{k.relocs[i].offset:#x}" if i in k.relocs else ""
-                lines.append(f"{w:#018x} {name}{rel}")
-    for s in prog.steps:
-        if isinstance(s, HostStep):
-            ops = ", ".join(f"{n}={sl.buffer}+{sl.offset:#x}:{sl.nbytes}" for n, sl in s.operands.items())
-            lines.append(f"# host {s.kind}({ops}) {dict(sorted(s.params.items()))}")
-    return "\n".join(lines) + "\n"
+@cache
+def _op(name: str) -> OpProgram:
+    return BUILDERS[name]()
 
 
-def first_difference(want: str, got: str) -> str:
-    for i, (a, b) in enumerate(zip(want.splitlines(), got.splitlines())):
-        if a != b:
-            return f"line {i + 1}:\n  golden  {a}\n  emitted {b}"
-    return f"length differs: golden {len(want.splitlines())} lines, emitted {len(got.splitlines())}"
-
-
-@pytest.mark.parametrize("name", sorted(_ops()))
+@pytest.mark.parametrize("name", sorted(BUILDERS))
 def test_golden_regcmd(name: str) -> None:
-    got = render(_ops()[name])
+    got = render(_op(name))
     path = GOLDEN / f"{name}.txt"
     if debugflags.enabled("ROCKJIT_UPDATE_GOLDEN"):
         GOLDEN.mkdir(exist_ok=True)
@@ -87,7 +100,7 @@ def test_golden_regcmd(name: str) -> None:
 
 
 def test_golden_comparison_can_fail() -> None:
-    text = render(_ops()["conv3x3_s2_p1_f16_64x10x12_to_32"])
+    text = render(_op("conv3x3_s2_p1_f16_64x10x12_to_32"))
     changed = text.replace("CNA_PAD_CON0", "CNA_PAD_CON0 ", 1)
     assert changed != text and "line" in first_difference(text, changed)
 

@@ -10,10 +10,10 @@ from rockjit.ir.types import DType
 from rockjit.lowering import tolerance as T
 from rockjit.lowering.emitters.eltwise import lower_binary_row
 from rockjit.lowering.emitters.lut import activation_error, lower_activation
-from rockjit.lowering.emitters.reduce import lower_feature_reduce, lower_row_max
+from rockjit.lowering.emitters.eltwise import EW_VIEW_CHANNELS
+from rockjit.lowering.emitters.matmul import lower_matmul
 from rockjit.lowering.layouts import feature_layout, pack_matrix, unpack_matrix
-from rockjit.lowering.opprogram import HostStep
-from rockjit.lowering.regcmd import LoweringError
+from rockjit.lowering.opprogram import BufferSpec, HostStep, OpProgram, Slice
 
 from test_eltwise_harness import P, Memory, needs_sim, run_program
 
@@ -29,7 +29,9 @@ RECORDS = [("sum", 1, 1), ("sum", 1, 45), ("sum", 3, 5), ("mean", 4, 32), ("sum"
 def test_feature_reduce(kind, m, k) -> None:
     rng = np.random.default_rng(m * 7919 + k)
     x = rng.uniform(-4, 4, (m, k)).astype(np.float16)
-    prog = lower_feature_reduce(kind, m, k, P)
+    # the compiler's reduce_sum / mean form (rules/reduce.py): a matmul with a ones row
+    w = 1.0 if kind == "sum" else 1.0 / k
+    prog = lower_matmul(m, k, 1, F16, DType.F32, P, b=np.full((1, k), w, np.float16))
     a, c = prog.buffer("a"), prog.buffer("c")
     xp = np.zeros((a.layout.height, a.layout.channels), np.float16)
     xp[:m, :k] = x
@@ -48,11 +50,6 @@ def test_feature_reduce(kind, m, k) -> None:
         bound = bound + abs(w * k - 1.0) * np.abs(ref)
     T.check(got[:m, 0], ref, bound, f"{kind} {m}x{k}")
     assert np.all(got[:m, 1:] == 0)
-
-
-def test_reduce_refusals() -> None:
-    with pytest.raises(LoweringError, match="host step"):
-        lower_feature_reduce("max", 4, 8, P)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,6 +82,42 @@ def run_host_step(mem: Memory, step: HostStep) -> None:
     assert rc == 0, ffi.string(err.msg).decode()
 
 
+def row_max_program(layout, out_format: str = "row_vector", profile=P) -> OpProgram:
+    """out[p] = max over channels of x[p, :] for every position p (row) of an fp16 cube, as
+    the runtime's unpack_cube + row_max host steps (the compiler itself uses the generic
+    ``reduce`` host op; these exercise the runtime's kinds).
+
+    ``out_format``: "row_vector" writes fp16 maxima into the per-row operand form of
+    eltwise.lower_binary_row (``row_vector_layout``: the max of row p at byte 16 p), so
+    softmax's ``x - rowmax`` runs on the NPU next; "f32" writes a plain float32 [P] vector.
+    Buffers: ``x`` (input 0), ``rows`` (scratch, row-major fp16 [P, C]), ``out`` (output 0).
+    Steps: HostStep("unpack_cube"), HostStep("row_max")."""
+    positions = layout.height * layout.width
+    c = layout.channels
+    dense = positions * c * 2
+    if out_format == "row_vector":
+        out_lay = feature_layout(profile, DType.F16, positions, 1, EW_VIEW_CHANNELS)
+        out_spec = BufferSpec("out", "output", out_lay.nbytes, layout=out_lay, bind=0)
+        dtype, stride, nbytes = "f16", profile.atom_bytes, out_lay.nbytes
+    else:
+        out_spec = BufferSpec("out", "output", positions * 4, dtype="float32", shape=(positions,),
+                              bind=0)
+        dtype, stride, nbytes = "f32", 4, positions * 4
+    unpack = HostStep("unpack_cube", {"src": Slice("x", 0, layout.nbytes),
+                                      "dst": Slice("rows", 0, dense)},
+                      {"height": layout.height, "width": layout.width, "channels": c,
+                       "c2": layout.c2, "esize": layout.esize,
+                       "line_stride": layout.line_stride, "surf_stride": layout.surf_stride,
+                       "dtypes": {"src": "f16", "dst": "f16"}, "row_strides": {}})
+    rmax = HostStep("row_max", {"src": Slice("rows", 0, dense), "dst": Slice("out", 0, nbytes)},
+                    {"rows": positions, "cols": c, "dtypes": {"src": "f16", "dst": dtype},
+                     "row_strides": {"src": c * 2, "dst": stride}})
+    bufs = (BufferSpec("x", "input", layout.nbytes, layout=layout, bind=0),
+            BufferSpec("rows", "scratch", dense, dtype="float16", shape=(positions, c)),
+            out_spec)
+    return OpProgram(bufs, (unpack, rmax))
+
+
 HOST = {"row_max": run_host_step, "unpack_cube": run_host_step}
 
 ROWMAX_RECORDS = [((1, 1, 1), "f32"), ((1, 1, 45), "f32"), ((37, 1, 45), "row_vector"),
@@ -96,7 +129,7 @@ def test_row_max_host_steps(shape, fmt) -> None:
     rng = np.random.default_rng(shape[0] * 31 + shape[2])
     lay = feature_layout(P, F16, *shape)
     x = rng.uniform(-30, 30, shape).astype(np.float16)
-    prog = lower_row_max(lay, fmt, P)
+    prog = row_max_program(lay, fmt)
     assert [s.kind for s in prog.steps] == ["unpack_cube", "row_max"]
     mem = run_program(prog, {"x": lay.pack(x)}, HOST)
     ref = x.astype(np.float64).reshape(-1, shape[2]).max(1)
@@ -115,7 +148,7 @@ def test_softmax_numerator_chain(rows, cols) -> None:
     rng = np.random.default_rng(rows + cols)
     lay = feature_layout(P, F16, rows, 1, cols)
     x = rng.uniform(-10, 10, (rows, 1, cols)).astype(np.float16)
-    mx = run_program(lower_row_max(lay, "row_vector", P), {"x": lay.pack(x)}, HOST)
+    mx = run_program(row_max_program(lay, "row_vector"), {"x": lay.pack(x)}, HOST)
     sub = lower_binary_row("sub", lay, profile=P)
     raw = np.zeros(sub.buffer("x").nbytes, np.uint8)
     raw[:lay.nbytes] = lay.pack(x)

@@ -40,33 +40,25 @@ notes encodings/dpu-lut-activation.md, k-accumulation.md, mrdma-trap.md, regcmd-
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ...ir.types import DType
 from ..layouts import CubeLayout, feature_layout, weight_layout
-from ..opprogram import BufferSpec, NpuJob, NpuStep, OpProgram
+from ..opprogram import BufferSpec, NpuStep, OpProgram
 from ..profile import ChipProfile, get_profile
-from ..regcmd import Kick, LoweringError, Reloc, Task, TaskProgram, link
-from ..tiling import ceil_div, round_up
-
-# DMA burst length code 15 on every DPU / DPU_RDMA / CNA read and write: the value of every
-# conformance program (01-09) and of Mesa's emitter.
-BURST_LEN = 15
-# DPU_FEATURE_MODE_CFG.OUTPUT_MODE 2 (write the result to memory): every conformance program
-# with a DPU (01-06, 09); no source documents the other codes.
-OUTPUT_TO_MEMORY = 2
+from ..regcmd import LoweringError, Reloc, TaskProgram
+from ..tiling import CbufSplit, ceil_div, round_up
+# the DPU stage records live in dpu_stages.py; LUT builders import them from here too
+from .dpu_stages import LutProgram, OutCvt, SdpStage, ew_stage  # noqa: F401
+from .flying import FLYING_MAX_POSITIONS, emit_flying
+from .jobs import JobTasks, assemble_jobs
+from .task import ConvTaskGeom, DpuStages, conv_task
 
 # ---------------------------------------------------------------------------------------------
 # limits and small helpers
 # ---------------------------------------------------------------------------------------------
-
-# Flying DPU tasks stay at 4096 columns, well under the 13-bit maximum that corrupts a tail of
-# the cube (notes: dpu-lut-activation.md QUIRK 3, "Tiling well under the ceiling at
-# DPU_LUT_MAXN = 32768 (cols = 4096) is bit-clean").
-FLYING_MAX_POSITIONS = 4096
 
 # The EW operand transport's surface stride has a floor of 12 positions; below it the upper
 # surfaces mis-stride (notes: k-accumulation.md "MAX(out_w*out_h, 12)", "test with M>=12").
@@ -102,242 +94,20 @@ def check_fp16_cube(layout: CubeLayout, profile: ChipProfile, what: str) -> None
                             f"layout ({dense.line_stride}/{dense.surf_stride} B): repack it")
 
 
-def chain_kicks(groups: Sequence[Sequence[TaskProgram]], profile: ChipProfile,
-                regcmd: str = "regcmd") -> tuple[list[Kick], int]:
-    """Link each group of tasks into self-chained kicks (as few as PC_TASK_CON.TASK_NUMBER
-    allows), all laid out in one regcmd buffer. A group boundary is always a kick boundary, so
-    a pass that reads what the previous pass wrote starts after that pass has retired.
-    Returns the kicks and the regcmd bytes they span."""
-    from .. import registers as R
-    cap = (1 << R.register("PC_TASK_CON").field("TASK_NUMBER").width) - 1
-    kicks, off = [], 0
-    for tasks in groups:
-        for i in range(0, len(tasks), cap):
-            k = link(tasks[i:i + cap], profile, regcmd, base_offset=off)
-            kicks.append(k)
-            off += round_up(k.nbytes, profile.regcmd_align_bytes)
-    return kicks, off
-
-
 def npu_program(buffers: list[BufferSpec], groups: Sequence[Sequence[TaskProgram]],
                 profile: ChipProfile, reads: Sequence[str], writes: Sequence[str],
                 macs: int = 0) -> OpProgram:
     """One NPU step of one job: the task groups (passes) run in order, each pass its own
     kick(s) of self-chained tasks (fp16 chains, notes: encodings/regcmd-task-model.md)."""
-    kicks, nbytes = chain_kicks(groups, profile)
-    bufs = list(buffers) + [BufferSpec("regcmd", "regcmd", nbytes)]
-    job = NpuJob(tuple(kicks), tuple(reads), tuple(writes))
-    return OpProgram(tuple(bufs), (NpuStep((job,)),), macs=macs)
+    jobs, end = assemble_jobs(profile, [JobTasks([list(g) for g in groups], tuple(reads),
+                                                 tuple(writes))])
+    bufs = list(buffers) + [BufferSpec("regcmd", "regcmd", round_up(end, profile.regcmd_align_bytes))]
+    return OpProgram(tuple(bufs), (NpuStep(tuple(jobs)),), macs=macs)
 
 
 # ---------------------------------------------------------------------------------------------
-# the DPU block
+# the identity / broadcast conv task
 # ---------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SdpStage:
-    """Register operands of the BS or BN stage (float path). ``alu`` = (algo, fp32 operand
-    bits), algo 0 max / 1 min / 2 sum [ew "Max / Min"]; ``mul`` = fp16 operand bits."""
-
-    alu: tuple[int, int] | None = None
-    mul: int | None = None
-
-
-@dataclass(frozen=True)
-class OutCvt:
-    """DPU OUT_CVT. Identity for plain results; the affine float form
-    out = (v + offset) * 2^-minus_exp * scale (CVT_TYPE 1) after a LUT [lut "Signed / wide
-    output -- the affine OUT_CVT"]."""
-
-    offset: int = 0
-    scale: int = 1
-    minus_exp: int = 0
-    affine: bool = False
-
-
-@dataclass(frozen=True)
-class LutProgram:
-    """LUT tables and geometry (built by lut_tables.py)."""
-
-    le: tuple[int, ...]
-    lo: tuple[int, ...]
-    le_start: int
-    le_end: int
-    lo_start: int
-    lo_end: int
-    le_select: int
-    lo_select: int
-    cfg: Mapping[str, int] = field(default_factory=lambda: {
-        # the LE/LO hybrid: HYBRID_PRIORITY | OFLOW_PRIORITY | LO_LE_MUX=2 = 0x68 [lut][conf 05]
-        "LUT_HYBRID_PRIORITY": 1, "LUT_OFLOW_PRIORITY": 1, "LUT_LO_LE_MUX": 2})
-    # out-of-table slopes: 0 = the end entry is held (documented clamp)
-    le_slope: tuple[int, int, int, int] = (0, 0, 0, 0)   # uflow scale, oflow scale, shifts
-    lo_slope: tuple[int, int, int, int] = (0, 0, 0, 0)
-
-
-def _write_stage(t: Task, name: str, st: SdpStage | None) -> None:
-    if st is None:
-        t.write(f"DPU_{name}_CFG", **{f"{name}_BYPASS": 1, f"{name}_ALU_BYPASS": 1,
-                                      f"{name}_MUL_BYPASS": 1, f"{name}_RELU_BYPASS": 1})
-        t.write(f"DPU_{name}_ALU_CFG")
-        t.write(f"DPU_{name}_MUL_CFG")
-        return
-    cfg = {f"{name}_RELU_BYPASS": 1}
-    if st.alu is None:
-        cfg[f"{name}_ALU_BYPASS"] = 1
-    else:
-        cfg[f"{name}_ALU_ALGO"] = st.alu[0]
-    if st.mul is None:
-        cfg[f"{name}_MUL_BYPASS"] = 1
-    t.write(f"DPU_{name}_CFG", **cfg)
-    t.write_raw(f"DPU_{name}_ALU_CFG", st.alu[1] if st.alu else 0)
-    t.write(f"DPU_{name}_MUL_CFG", **({f"{name}_MUL_OPERAND": st.mul} if st.mul is not None else {}))
-
-
-def write_dpu(t: Task, profile: ChipProfile, *, flying: bool, width: int, height: int,
-              channels: int, dst: Reloc, dst_surf_stride: int, bs: SdpStage | None = None,
-              bn: SdpStage | None = None, ew_cfg: Mapping[str, int] | None = None,
-              out_cvt: OutCvt = OutCvt(), lut: LutProgram | None = None) -> None:
-    """The DPU register block of an fp16-in / fp16-out task.
-
-    ``flying``: the source is DPU_RDMA's MRDMA stream (no CNA/CORE), else the CORE accumulator.
-    ``ew_cfg``: DPU_EW_CFG fields; None = the EW stage bypassed (with its LUT).
-    """
-    p = profile.input(DType.F16)
-    out = profile.output(DType.F16, DType.F16)
-    t.write("DPU_FEATURE_MODE_CFG", FLYING_MODE=int(flying), OUTPUT_MODE=OUTPUT_TO_MEMORY,
-            BURST_LEN=BURST_LEN)
-    t.write("DPU_DATA_FORMAT", PROC_PRECISION=p.precision, IN_PRECISION=p.precision,
-            OUT_PRECISION=out.precision)
-    t.write("DPU_OFFSET_PEND")
-    t.write_addr("DPU_DST_BASE_ADDR", dst.buffer, dst.offset)
-    t.write("DPU_DST_SURF_STRIDE", DST_SURF_STRIDE=dst_surf_stride // 16)
-    t.write("DPU_DATA_CUBE_WIDTH", WIDTH=width - 1)
-    t.write("DPU_DATA_CUBE_HEIGHT", HEIGHT=height - 1)
-    t.write("DPU_DATA_CUBE_NOTCH_ADDR")
-    t.write("DPU_DATA_CUBE_CHANNEL", CHANNEL=channels - 1, ORIG_CHANNEL=channels - 1)
-    _write_stage(t, "BS", bs)
-    t.write("DPU_BS_RELUX_CMP_VALUE")
-    # The flying source is written with SIZE_E 0 and SURF_ADD = positions (conformance 05, the
-    # hardware-validated flying program); the conv path with the fp16 output format's size_e
-    # and surf_mult (profile, [size-e]; conformance 01/06).
-    size_e = 0 if flying else out.size_e
-    surf_mult = 1 if flying else out.surf_mult
-    t.write("DPU_BS_OW_CFG", OD_BYPASS=1, SIZE_E_0=size_e, SIZE_E_1=size_e, SIZE_E_2=size_e)
-    t.write("DPU_BS_OW_OP")
-    t.write("DPU_WDMA_SIZE_0", CHANNEL_WDMA=channels - 1)
-    t.write("DPU_WDMA_SIZE_1", WIDTH_WDMA=width - 1, HEIGHT_WDMA=height - 1)
-    _write_stage(t, "BN", bn)
-    t.write("DPU_BN_RELUX_CMP_VALUE")
-    if ew_cfg is None:
-        t.write("DPU_EW_CFG", EW_BYPASS=1, EW_OP_BYPASS=1, EW_LUT_BYPASS=1, EW_OP_CVT_BYPASS=1,
-                EW_RELU_BYPASS=1)
-    else:
-        t.write("DPU_EW_CFG", **ew_cfg)
-    t.write("DPU_EW_CVT_OFFSET_VALUE")
-    t.write("DPU_EW_CVT_SCALE_VALUE", EW_OP_CVT_SCALE=1)
-    t.write("DPU_EW_RELUX_CMP_VALUE")
-    t.write_raw("DPU_OUT_CVT_OFFSET", out_cvt.offset & 0xFFFFFFFF)
-    t.write("DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=out_cvt.scale, FP32TOFP16_EN=int(out.fp32_to_fp16))
-    t.write("DPU_OUT_CVT_SHIFT", MINUS_EXP=out_cvt.minus_exp, CVT_TYPE=int(out_cvt.affine))
-    for i in range(8):
-        t.write(f"DPU_EW_OP_VALUE_{i}")
-    t.write("DPU_SURFACE_ADD", SURF_ADD=width * height * surf_mult)
-    t.write("DPU_UNDOC_40C4")
-    if lut is None:
-        # LUT unused: clear its registers so no earlier task's setup carries over [chain]
-        for reg in ("ACCESS_CFG", "ACCESS_DATA", "CFG", "INFO", "LE_START", "LE_END", "LO_START",
-                    "LO_END", "LE_SLOPE_SCALE", "LE_SLOPE_SHIFT", "LO_SLOPE_SCALE", "LO_SLOPE_SHIFT"):
-            t.write(f"DPU_LUT_{reg}")
-    else:
-        t.write("DPU_LUT_CFG", **lut.cfg)
-        t.write("DPU_LUT_INFO", LUT_LE_INDEX_SELECT=lut.le_select, LUT_LO_INDEX_SELECT=lut.lo_select)
-        t.write_raw("DPU_LUT_LE_START", lut.le_start & 0xFFFFFFFF)
-        t.write_raw("DPU_LUT_LE_END", lut.le_end & 0xFFFFFFFF)
-        t.write_raw("DPU_LUT_LO_START", lut.lo_start & 0xFFFFFFFF)
-        t.write_raw("DPU_LUT_LO_END", lut.lo_end & 0xFFFFFFFF)
-        for tab, sl in (("LE", lut.le_slope), ("LO", lut.lo_slope)):
-            t.write(f"DPU_LUT_{tab}_SLOPE_SCALE", **{f"LUT_{tab}_SLOPE_UFLOW_SCALE": sl[0],
-                                                     f"LUT_{tab}_SLOPE_OFLOW_SCALE": sl[1]})
-            t.write(f"DPU_LUT_{tab}_SLOPE_SHIFT", **{f"LUT_{tab}_SLOPE_UFLOW_SHIFT": sl[2],
-                                                     f"LUT_{tab}_SLOPE_OFLOW_SHIFT": sl[3]})
-
-
-def upload_lut(t: Task, lut: LutProgram) -> None:
-    """Both tables through the access port: ACCESS_CFG (write, table id, address 0) then one
-    ACCESS_DATA word per entry, the address auto-incrementing [lut][conf 05 words 2/516]."""
-    for table_id, entries in ((0, lut.le), (1, lut.lo)):
-        t.write("DPU_LUT_ACCESS_CFG", LUT_ACCESS_TYPE=1, LUT_TABLE_ID=table_id, LUT_ADDR=0)
-        t.write_each("DPU_LUT_ACCESS_DATA", "LUT_ACCESS_DATA", entries)
-
-
-# ---------------------------------------------------------------------------------------------
-# task builders
-# ---------------------------------------------------------------------------------------------
-
-def emit_flying(name: str, profile: ChipProfile, src: Reloc, dst: Reloc, positions: int, *,
-                bs: SdpStage | None = None, bn: SdpStage | None = None,
-                lut: LutProgram | None = None, out_cvt: OutCvt = OutCvt()) -> TaskProgram:
-    """A DPU-only task over ``positions`` consecutive 16-byte atoms (8 fp16 lanes each) at
-    ``src``, written to ``dst``: cube width = positions, height 1, 8 channels, one surface --
-    the flat-vector framing of conformance 05 [lut "Pipeline", "Framing"]."""
-    if not 1 <= positions <= FLYING_MAX_POSITIONS:
-        raise LoweringError(f"{name}: a flying DPU task covers 1..{FLYING_MAX_POSITIONS} positions "
-                            f"(QUIRK 3 keeps it well under the 13-bit width), got {positions}")
-    c2 = profile.input(DType.F16).feature_c2
-    t = Task(name, profile)
-    t.write("DPU_S_POINTER", POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)
-    t.write("DPU_RDMA_RDMA_S_POINTER", POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)
-    if lut is not None:
-        upload_lut(t, lut)
-        # the LUT runs in the EW stage with the operand op unused: conformance 05's word
-        # (EW_RELU_BYPASS | EW_OP_CVT_BYPASS; the register operands, all 0, are inert)
-        ew_cfg = {"EW_OP_CVT_BYPASS": 1, "EW_RELU_BYPASS": 1}
-    else:
-        ew_cfg = None
-    write_dpu(t, profile, flying=True, width=positions, height=1, channels=c2, dst=dst,
-              dst_surf_stride=positions * profile.atom_bytes, bs=bs, bn=bn, ew_cfg=ew_cfg,
-              out_cvt=out_cvt, lut=lut)
-    p = profile.input(DType.F16)
-    t.write("DPU_RDMA_RDMA_DATA_CUBE_WIDTH", WIDTH=positions - 1)
-    t.write("DPU_RDMA_RDMA_DATA_CUBE_HEIGHT", HEIGHT=0)
-    t.write("DPU_RDMA_RDMA_DATA_CUBE_CHANNEL", CHANNEL=c2 - 1)
-    t.write_addr("DPU_RDMA_RDMA_SRC_BASE_ADDR", src.buffer, src.offset)
-    t.write("DPU_RDMA_RDMA_BRDMA_CFG")
-    t.write("DPU_RDMA_RDMA_BS_BASE_ADDR")
-    t.write("DPU_RDMA_RDMA_NRDMA_CFG")
-    t.write("DPU_RDMA_RDMA_BN_BASE_ADDR")
-    t.write("DPU_RDMA_RDMA_ERDMA_CFG", ERDMA_DISABLE=1)
-    t.write("DPU_RDMA_RDMA_EW_BASE_ADDR")
-    t.write("DPU_RDMA_RDMA_EW_SURF_STRIDE")
-    # flying MRDMA: fp16 read and widened to fp32 [lut "Pipeline"]; value of conformance 05
-    t.write("DPU_RDMA_RDMA_FEATURE_MODE_CFG", FLYING_MODE=1, MRDMA_FP16TOFP32_EN=1,
-            PROC_PRECISION=p.precision, BURST_LEN=BURST_LEN, IN_PRECISION=p.precision)
-    t.write("DPU_RDMA_RDMA_SRC_DMA_CFG")
-    t.write("DPU_RDMA_RDMA_SURF_NOTCH")
-    t.write("DPU_RDMA_RDMA_PAD_CFG")
-    t.write("DPU_RDMA_RDMA_WEIGHT", M_WEIGHT=1, B_WEIGHT=1, N_WEIGHT=1, E_WEIGHT=1)
-    t.write("DPU_RDMA_RDMA_EW_SURF_NOTCH")
-    # DMA: the source atoms in, the result atoms out
-    t.reads(src, positions * profile.atom_bytes)
-    t.writes(dst, positions * profile.atom_bytes)
-    return t.finish()
-
-
-# DPU_EW_CFG for each binary op on the conv-main EW datapath: per-pixel operand
-# (EW_DATA_MODE 1), 16-bit (EDATA_SIZE 2), operand from memory (EW_OP_SRC 1), ReLU and LUT
-# bypassed. mul = EW_OP_TYPE 1 with the operand converter bypassed (0x108003C4); the ALU ops
-# differ only in EW_ALU_ALGO, 0 max / 1 min / 2 sum (0x108002C0 / 0x108102C0 / 0x108202C0)
-# [ew "Two-operand EW", "Max / Min"; k-acc].
-_EW_COMMON = {"EW_DATA_MODE": 1, "EDATA_SIZE": 2, "EW_OP_SRC": 1, "EW_LUT_BYPASS": 1,
-              "EW_RELU_BYPASS": 1}
-EW_CFG = {
-    "add": {**_EW_COMMON, "EW_ALU_ALGO": 2},
-    "max": {**_EW_COMMON, "EW_ALU_ALGO": 0},
-    "min": {**_EW_COMMON, "EW_ALU_ALGO": 1},
-    "mul": {**_EW_COMMON, "EW_OP_TYPE": 1, "EW_OP_CVT_BYPASS": 1},
-}
-
 
 def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
                   feature_surf_pitch: int, weights: Reloc, kernels: int, out: Reloc,
@@ -376,109 +146,23 @@ def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
     data_banks = ceil_div(rows * data_entries * profile.cbuf_entry_bytes, profile.cbuf_bank_bytes)
     if data_banks + ceil_div(w_bytes, profile.cbuf_bank_bytes) > profile.cbuf_banks:
         raise LoweringError(f"{name}: {rows} rows x {kernels} kernels do not fit the CBUF")
-    t = Task(name, profile)
-    t.write("DPU_S_POINTER", POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)
-    t.write("DPU_RDMA_RDMA_S_POINTER", POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)
-    # ---- CNA ----
-    t.write("CNA_CONV_CON1", CONV_MODE=0, IN_PRECISION=p.precision, PROC_PRECISION=p.precision)
-    t.write("CNA_CONV_CON2", FEATURE_GRAINS=rows + 1)
-    t.write("CNA_CONV_CON3", CONV_X_STRIDE=1, CONV_Y_STRIDE=1)
-    t.write("CNA_DATA_SIZE0", DATAIN_WIDTH=1, DATAIN_HEIGHT=rows)
-    t.write("CNA_DATA_SIZE1", DATAIN_CHANNEL=k, DATAIN_CHANNEL_REAL=(real_channels or k) - 1)
-    t.write("CNA_DATA_SIZE2", DATAOUT_WIDTH=1)
-    t.write("CNA_DATA_SIZE3", DATAOUT_ATOMICS=rows)
-    t.write("CNA_WEIGHT_SIZE0", WEIGHT_BYTES=w_bytes)
-    t.write("CNA_WEIGHT_SIZE1", WEIGHT_BYTES_PER_KERNEL=k * p.esize)
-    t.write("CNA_WEIGHT_SIZE2", WEIGHT_KERNELS=kernels, WEIGHT_HEIGHT=1, WEIGHT_WIDTH=1)
-    t.write("CNA_CBUF_CON0", DATA_BANK=data_banks, WEIGHT_BANK=profile.cbuf_banks - data_banks)
-    t.write("CNA_CBUF_CON1", DATA_ENTRIES=data_entries)
-    t.write("CNA_CVT_CON0", CVT_BYPASS=1, CVT_TYPE=1, DATA_SIGN=1)
-    for i in range(1, 5):
-        t.write(f"CNA_CVT_CON{i}", **{f"CVT_SCALE{i - 1}": 1})
-    t.write("CNA_FC_CON0")
-    t.write("CNA_FC_CON1")
-    t.write("CNA_PAD_CON0")
-    t.write_addr("CNA_FEATURE_DATA_ADDR", feature.buffer, feature.offset)
-    t.write("CNA_FC_CON2")
-    t.write("CNA_DMA_CON0", DATA_BURST_LEN=BURST_LEN, WEIGHT_BURST_LEN=BURST_LEN)
-    # line pitch = 4 * LINE_STRIDE bytes, surface pitch = 16 * (SURF_STRIDE + LINE_STRIDE) bytes
-    # (Mesa rkt_task.c; conformance 01/04/06: 4/4, 48/72, 4/12); a dense W=1 cube gives
-    # LINE 4, SURF rows-4 -- the value emitters/matmul.py writes.
-    line = 4
-    t.write("CNA_DMA_CON1", LINE_STRIDE=line)
-    t.write("CNA_DMA_CON2", SURF_STRIDE=feature_surf_pitch // 16 - line)
-    t.write("CNA_FC_DATA_SIZE0", DMA_WIDTH=1, DMA_HEIGHT=rows)
-    t.write("CNA_FC_DATA_SIZE1", DMA_CHANNEL=k)
-    t.write("CNA_DCOMP_CTRL")
-    t.write("CNA_DCOMP_REGNUM")
-    t.write_addr("CNA_DCOMP_ADDR0", weights.buffer, weights.offset)
-    for i in range(16):
-        t.write(f"CNA_DCOMP_AMOUNT{i}")
-    t.write("CNA_CVT_CON5")
-    t.write("CNA_PAD_CON1")
-    # ---- CORE ----
-    t.write("CORE_MISC_CFG", QD_EN=p.core_qd_en, PROC_PRECISION=p.precision)
-    t.write("CORE_DATAOUT_SIZE_0", DATAOUT_WIDTH=0, DATAOUT_HEIGHT=rows - 1)
-    t.write("CORE_DATAOUT_SIZE_1", DATAOUT_CHANNEL=kernels - 1)
-    t.write("CORE_CLIP_TRUNCATE")
-    t.write("CORE_UNDOC_3030")
-    # ---- DPU ----
     # The DPU cube keeps the CORE's kernel count (the simulator refuses a DPU cube narrower
     # than the accumulator); only ``out_channels`` of them must land, so a caller that wants
-    # fewer owns the extra lanes/surfaces (see _bcast_tasks).
-    write_dpu(t, profile, flying=False, width=1, height=rows, channels=kernels, dst=out,
-              dst_surf_stride=out_surf_stride, ew_cfg=EW_CFG[ew[0]] if ew else None)
-    # ---- DPU_RDMA ----
-    t.write("DPU_RDMA_RDMA_DATA_CUBE_WIDTH", WIDTH=0)
-    t.write("DPU_RDMA_RDMA_DATA_CUBE_HEIGHT", HEIGHT=rows - 1)
-    t.write("DPU_RDMA_RDMA_DATA_CUBE_CHANNEL", CHANNEL=kernels - 1)
-    surf = rows * profile.atom_bytes
-    if ew is None:
-        # plain conv: MRDMA disabled or the job hangs [mrdma]
-        t.write("DPU_RDMA_RDMA_SRC_BASE_ADDR")
-        t.write("DPU_RDMA_RDMA_BRDMA_CFG")
-        t.write("DPU_RDMA_RDMA_BS_BASE_ADDR")
-        t.write("DPU_RDMA_RDMA_NRDMA_CFG")
-        t.write("DPU_RDMA_RDMA_BN_BASE_ADDR")
-        t.write("DPU_RDMA_RDMA_ERDMA_CFG", ERDMA_DISABLE=1)
-        t.write("DPU_RDMA_RDMA_EW_BASE_ADDR")
-        t.write("DPU_RDMA_RDMA_EW_SURF_STRIDE")
-        t.write("DPU_RDMA_RDMA_FEATURE_MODE_CFG", MRDMA_DISABLE=1, BURST_LEN=BURST_LEN,
-                MRDMA_FP16TOFP32_EN=1)
-        t.write("DPU_RDMA_RDMA_SRC_DMA_CFG")
-        t.write("DPU_RDMA_RDMA_SURF_NOTCH")
-        t.write("DPU_RDMA_RDMA_PAD_CFG")
-        t.write("DPU_RDMA_RDMA_WEIGHT", M_WEIGHT=1, B_WEIGHT=1, N_WEIGHT=1, E_WEIGHT=1)
-        t.write("DPU_RDMA_RDMA_EW_SURF_NOTCH")
-    else:
-        # EW operand transport: MRDMA SRC_BASE = operand, ERDMA EW_BASE = operand + one
-        # surface, SURF_NOTCH = EW_SURF_STRIDE = EW_SURF_NOTCH = one surface, COMB_USE 5,
-        # ERDMA per-pixel 16-bit [k-acc][conf 06]
-        opnd = ew[1]
-        t.write_addr("DPU_RDMA_RDMA_SRC_BASE_ADDR", opnd.buffer, opnd.offset)
-        t.write("DPU_RDMA_RDMA_BRDMA_CFG")
-        t.write("DPU_RDMA_RDMA_BS_BASE_ADDR")
-        t.write("DPU_RDMA_RDMA_NRDMA_CFG")
-        t.write("DPU_RDMA_RDMA_BN_BASE_ADDR")
-        t.write("DPU_RDMA_RDMA_ERDMA_CFG", ERDMA_DATA_MODE=1, ERDMA_DATA_SIZE=2)
-        t.write_addr("DPU_RDMA_RDMA_EW_BASE_ADDR", opnd.buffer, opnd.offset + surf)
-        t.write("DPU_RDMA_RDMA_EW_SURF_STRIDE", EW_SURF_STRIDE=surf // 16)
-        t.write("DPU_RDMA_RDMA_FEATURE_MODE_CFG", COMB_USE=5, BURST_LEN=BURST_LEN,
-                PROC_PRECISION=p.precision, IN_PRECISION=p.precision)
-        t.write("DPU_RDMA_RDMA_SRC_DMA_CFG")
-        t.write("DPU_RDMA_RDMA_SURF_NOTCH", SURF_NOTCH_ADDR=surf // 16)
-        t.write("DPU_RDMA_RDMA_PAD_CFG")
-        t.write("DPU_RDMA_RDMA_WEIGHT", M_WEIGHT=1, B_WEIGHT=1, N_WEIGHT=1, E_WEIGHT=1)
-        t.write("DPU_RDMA_RDMA_EW_SURF_NOTCH", EW_SURF_NOTCH=surf // 16)
-    # DMA: the 4 feature surfaces (32 channels), the weight block, the EW operand (dense, the
-    # output's geometry) and the output's kernel surfaces
-    atom = profile.atom_bytes
-    t.reads(feature, rows * atom, k // p.feature_c2, feature_surf_pitch)
-    t.reads(weights, w_bytes)
+    # fewer owns the extra lanes/surfaces (see _bcast_tasks). SURF_ADD counts this task's own
+    # positions x the fp16 surf_mult (conformance 01/06), whatever the destination stride.
+    # Feature pitches: line 16 B (LINE_STRIDE 4), surface ``feature_surf_pitch`` (Mesa
+    # rkt_task.c; conformance 01/04/06: 4/4, 48/72, 4/12).
+    g = ConvTaskGeom(DType.F16, DType.F16, False, rows, 1, k, 16, feature_surf_pitch, 1, 1,
+                     kernels, 1, 1, 1, 1, 0, 0, rows, 1, out_surf_stride,
+                     real_c=real_channels or k,
+                     cbuf=CbufSplit(data_entries, data_banks, profile.cbuf_banks - data_banks),
+                     surf_add=rows * out_fmt.surf_mult)
+    where = {"feature": feature, "weight": weights, "out": out}
+    stages = DpuStages()
     if ew is not None:
-        t.reads(ew[1], (kernels // p.feature_c2) * rows * atom)
-    t.writes(out, rows * atom, kernels // p.feature_c2, out_surf_stride)
-    return t.finish()
+        stages = DpuStages(ew=ew_stage(ew[0]))
+        where["ew"] = ew[1]
+    return conv_task(g, profile, where, stages=stages, name=name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -650,7 +334,7 @@ def row_vector_layout(positions: int, profile: ChipProfile | str | None = None) 
     """The runtime per-row operand of lower_binary_row: an fp16 cube of ``positions`` rows x
     32 channels whose channel 0 holds s[row], i.e. s[row] at byte 16*row. Only channel 0 is
     real input (DATAIN_CHANNEL_REAL = 0): the other bytes of the span may hold anything
-    (reduce.lower_row_max writes this form directly)."""
+    (the row max of a softmax arrives in this form)."""
     profile = resolve_profile(profile)
     return feature_layout(profile, DType.F16, positions, 1, EW_VIEW_CHANNELS)
 

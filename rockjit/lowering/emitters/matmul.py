@@ -34,8 +34,9 @@ from ..opprogram import BufferSpec, OpProgram
 from ..regcmd import LoweringError, Reloc, TaskProgram
 from ..tiling import (KACC_DPU, KACC_HOST, ConvPlan, ConvShape, field_limit, plan_conv,
                       round_up)
-from .conv import (ConvTaskGeom, CubeRef, Scratch, TiledTasks, assemble, build_tiled,
-                   emit_conv_task, host_partial_sum)
+from .task import ConvTaskGeom, DpuStages, emit_conv_task
+from .tiled import (CubeRef, Epilogue, Scratch, TiledTasks, assemble, build_tiled,
+                    host_partial_sum)
 
 _SUPPORTED = {(DType.F16, DType.F16), (DType.F16, DType.F32), (DType.I8, DType.I32)}
 
@@ -160,7 +161,7 @@ def emit_matmul(tile: MatmulTile, profile: ChipProfile, a: Reloc, b: Reloc, c: R
     ``reuse`` = "data" or "weight" keeps that operand from the previous task of the same job in
     the CBUF instead of fetching it again (CNA_CBUF_CON0 DATA_REUSE / WEIGHT_REUSE [reuse]); the
     caller guarantees the previous task loaded the same operand with the same CBUF split.
-    The task is the 1x1 stride-1 conv of emitters/conv.py over an M-row, 1-wide feature map.
+    The task is the 1x1 stride-1 conv of task.py over an M-row, 1-wide feature map.
     """
     g = ConvTaskGeom(tile.in_dtype, tile.out_dtype, False, tile.m_pad, 1, tile.k_pad,
                      tile.a_layout.line_stride, tile.a_layout.surf_stride, 1, 1, tile.n_pad,
@@ -266,8 +267,9 @@ def lower_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
                  profile: ChipProfile, *, batch: int = 1, b: np.ndarray | None = None,
                  out_channel_align: int | None = None, name: str = "matmul",
                  max_m: int | None = None, max_k: int | None = None,
-                 max_n: int | None = None) -> OpProgram:
+                 max_n: int | None = None, epilogue: MatmulEpilogue | None = None) -> OpProgram:
     """C[M,N] = A[M,K].B[N,K]^T, or ``batch`` independent such products -> OpProgram.
+    ``epilogue``: C = A.B^T + bias[N], or C = act(A.B^T), in the matmul's own tasks.
 
     Buffers (names local to the op):
       "a"  input, bind 0: per batch element the feature cube ``layouts.a`` (M_pad rows x K_pad
@@ -279,6 +281,8 @@ def lower_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
            elements ``b_stride`` apart; the plan then keeps K in one step.
       "c"  output, bind 0: per element the whole output cube ``layouts.c`` (M_pad x N_pad),
            every tile written at its place, so the next op reads it directly.
+      "bias" const (epilogue bias): the bias broadcast over each row tile's rows, one dense
+           fp16 cube per distinct tile height (the EW operand is the task's output geometry).
       "kacc" scratch for fp16 K partials; "kpart" scratch + host-op "binary add" steps (int32
            views) for int8 K partials; "regcmd".
     Jobs: one per (batch element, M tile, N tile), independent, in one NpuStep; an fp16 job's K
@@ -313,20 +317,22 @@ def lower_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
         b_stride = lay.b_stride
         b_spec = BufferSpec("b", "input", b_stride * batch, lay.b, in_dtype.value,  # type: ignore[arg-type]
                             (batch, n, k) if batch > 1 else (n, k), bind=1)
+    ep, ep_bufs = _epilogue(epilogue, plan, lay, n, in_dtype, out_dtype, profile, name)
     for i in range(batch):
         feat = CubeRef("a", i * lay.a_stride, lay.a.line_stride, lay.a.surf_stride)
         out = CubeRef("c", i * lay.c_stride, lay.c.line_stride, lay.c.surf_stride)
         base = i * b_stride
         build_tiled(plan, profile, feature=feat, weight_buffer="b",
                     weight_offset=lambda j, ki, base=base: base + offs[(j, ki)], out=out,
-                    scratch=scratch, host_partials=host, name=f"{name}.{i}", into=tiled)
+                    scratch=scratch, host_partials=host, name=f"{name}.{i}", into=tiled,
+                    epilogue=ep)
     shape_a = (batch, m, k) if batch > 1 else (m, k)
     shape_c = (batch, m, n) if batch > 1 else (m, n)
     buffers = [
         BufferSpec("a", "input", lay.a_stride * batch, lay.a, in_dtype.value, shape_a, bind=0),
         b_spec,
         BufferSpec("c", "output", c_total, lay.c, out_dtype.value, shape_c, bind=0),
-    ]
+    ] + ep_bufs
     steps = []
     if plan.kacc == KACC_DPU:
         buffers.append(BufferSpec("kacc", "scratch", max(scratch.nbytes, 64)))
@@ -335,4 +341,53 @@ def lower_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
         hs, descs = host_partial_sum("c", "kpart", c_total, plan.k_steps)
         steps.extend(hs)
         buffers.extend(descs)
-    return assemble(profile, tiled, buffers, steps, batch * m * n * k, integer=in_dtype.is_int)
+    return assemble(profile, tiled, buffers, steps, batch * m * n * k)
+
+
+@dataclass(frozen=True)
+class MatmulEpilogue:
+    """What a matmul's own DPU applies to C on the way out, instead of separate passes (issue 9):
+    ``bias`` [N] added by the EW stage from a resident broadcast cube (ERDMA) in the first K
+    step, or ``act`` the BN / LUT / OUT_CVT stages of a LUT activation (e.g. a
+    lut_tables.LutTable's bn, lut and out_cvt; K in one pass). One of the two per matmul
+    (tiled.Epilogue says why)."""
+
+    bias: np.ndarray | None = None
+    act: DpuStages | None = None
+
+
+def _epilogue(ep: MatmulEpilogue | None, plan: ConvPlan, lay: MatmulLayouts, n: int,
+              in_dtype: DType, out_dtype: DType, profile: ChipProfile,
+              name: str) -> tuple[Epilogue | None, list[BufferSpec]]:
+    if ep is None:
+        return None, []
+    if (in_dtype, out_dtype) != (DType.F16, DType.F16):
+        raise LoweringError(f"{name}: a matmul epilogue runs on the fp16 -> fp16 path; got "
+                            f"{in_dtype.value} -> {out_dtype.value}")
+    if ep.bias is None:
+        return Epilogue(act=ep.act), []
+    bias = np.asarray(ep.bias, np.float16)
+    if bias.shape != (n,):
+        raise LoweringError(f"{name}: epilogue bias must be [{n}], got {list(bias.shape)}")
+    # one dense [rows x N_pad] broadcast cube per distinct row-tile height: the EW operand is a
+    # dense cube of the task's own output geometry, in that task's output format -- fp32 when
+    # the bias rides the first of several K steps (an fp32 partial, k-accumulation.md)
+    full = np.zeros(lay.n_pad, np.float16)
+    full[:n] = bias
+    cube_dtype = DType.F32 if plan.k_steps > 1 else out_dtype
+    blobs, offs, pos = [], {}, 0
+    for rows in sorted({r.out_rows for r in plan.rows}):
+        cube = matrix_output_layout(profile, in_dtype, cube_dtype, rows, lay.n_pad)
+        mat = np.broadcast_to(full.astype(cube_dtype.to_numpy()), (rows, lay.n_pad))
+        blob = pack_matrix(cube, np.ascontiguousarray(mat))
+        offs[rows] = pos
+        blobs.append(blob)
+        pos += round_up(blob.size, 64)
+    c2 = cube.c2
+    data = np.zeros(pos, np.uint8)
+    for rows, blob in zip(sorted(offs), blobs):
+        data[offs[rows]:offs[rows] + blob.size] = blob
+    def where(rows: int, ch: int) -> int:
+        return offs[rows] + (ch // c2) * rows * profile.atom_bytes
+    return (Epilogue(ew=("add", "bias", where), act=ep.act, ew_esize=cube.esize),
+            [BufferSpec("bias", "const", int(data.size), None, "f16", (n,), data=data)])

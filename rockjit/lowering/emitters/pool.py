@@ -27,8 +27,6 @@ import math
 from dataclasses import dataclass
 from itertools import combinations_with_replacement
 
-import numpy as np
-
 from ...ir.types import DType
 from ..layouts import CubeLayout, feature_layout
 from ..opprogram import BufferSpec, OpProgram
