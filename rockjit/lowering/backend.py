@@ -11,7 +11,7 @@ The bare names compile for the RK3588; ``KIND:PROFILE`` compiles for another reg
 profile (its CBUF, atoms and core count), so a second chip needs no change here.
 
 Each factory lowers the graph once per bound parameter set (``pipeline.lower_graph`` +
-``program.ImageBuilder``: a ProgramImage) and loads the image on its device. The program
+``image_builder.ImageBuilder``: a ProgramImage) and loads the image on its device. The program
 depends on the graph and the resident values only (LUT domains come from the functions,
 calibrate.py), so ``compile()`` builds it without any input -- ``Lowered.compile()`` does that
 when the resident values are bound, save/export too -- or else the first call does.
@@ -53,7 +53,7 @@ class NpuRunner:
         """Lower the graph to its ProgramImage (no device needed); returns the image.
         ``example_inputs`` is accepted for the API's sake and not looked at."""
         from .pipeline import lower_graph
-        from .program import ImageBuilder
+        from .image_builder import ImageBuilder
 
         self.lowered = lower_graph(self.graph, self.params, profile=self.profile)
         self.builder = ImageBuilder(self.lowered)

@@ -46,7 +46,7 @@ def run_op_program(prog: OpProgram, inputs: Mapping[str, Any], device: Any = Non
     a strict single-core SimDevice made for this run)."""
     from ..runtime import ProgramBuilder, SimDevice
     from ..runtime.program import Task as RtTask
-    from .program import runtime_host_step
+    from .host_step_spec import runtime_host_step
 
     own = device is None
     dev = SimDevice(cores=1, strict=True) if own else device
