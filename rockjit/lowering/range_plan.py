@@ -64,8 +64,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from ..ir.graph import Graph, Loc, Node, Value
-from ..ir.ops import Group, Op
+from ..ir.graph import Graph, Node, Value
+from ..ir.ops import Op
 from ..ir.rules import infer_type
 from ..ir.types import DType, TensorType
 from .fp16_range import FP16_MAX, INPUT_BOUND
@@ -533,7 +533,6 @@ def rewrite_matmul_inputs(graph: Graph, consts: Mapping[int, np.ndarray],
     the product stays in fp16 and the matmul's result is unchanged. Both scalings are exact
     powers of two; the cost is an absolute error of 2^(s-25) per element where q 2^-s falls
     into fp16's subnormals, far below the matmul's own rounding."""
-    producers = graph.producers()
     users = graph.users()
     outputs = {v.id for v in graph.outputs}
     plans: dict[int, tuple[int, Value, Value, list[Node]]] = {}

@@ -257,7 +257,6 @@ def plan_conv(shape: ConvShape, profile: ChipProfile, *, max_rows: int | None = 
     max_kern = field_limit("CNA_WEIGHT_SIZE2", "WEIGHT_KERNELS", enc)
     max_atoms = field_limit("CNA_DATA_SIZE3", "DATAOUT_ATOMICS", enc)
     max_pad_top = field_limit("CNA_PAD_CON0", "PAD_TOP", enc)
-    kalign = p.dw_group if shape.depthwise else p.k_align
     nalign = p.dw_group if shape.depthwise else p.n_align
     out_esize = out.esize
     halo = (shape.kh - 1) * shape.dy + 1
