@@ -308,7 +308,7 @@ class Compiled(_Traced):
     def bundle_signature(self) -> dict[str, Any]:
         """The call signature a bundle stores: the input arguments' pytrees and leaves (static
         and resident arguments are compiled in) and the output pytree."""
-        from .runtime.bundle import tree_paths, tree_spec_of
+        from .runtime.pytree import tree_paths, tree_spec_of
 
         inputs, trees, k = [], [], 0
         for i, a in enumerate(self.signature.args):

@@ -77,7 +77,7 @@ class NpuRunner:
 
     def _open_device(self, contexts: int):
         from ..runtime import DeviceError
-        from ..runtime.bundle import make_device
+        from ..runtime.device_choice import make_device
 
         try:
             return make_device(self.kind, contexts)
