@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import host_abi
 from ._ffi import ffi, lib
 from .errors import ProgramError
 
@@ -137,11 +138,8 @@ def unpack_dw_weight(src: Operand, dst: Operand, **layout: int):
     return _dw(lib.RJ_HOST_UNPACK, src, dst, **layout)
 
 
-HOST_OP_KINDS: dict[str, int] = {
-    "copy": lib.RJ_HOST_COPY, "unary": lib.RJ_HOST_UNARY, "binary": lib.RJ_HOST_BINARY,
-    "compare": lib.RJ_HOST_COMPARE, "select": lib.RJ_HOST_SELECT, "reduce": lib.RJ_HOST_REDUCE,
-    "take": lib.RJ_HOST_TAKE, "iota": lib.RJ_HOST_IOTA,
-}
+# name -> kind code, generated from rj_host_ops.h (tools/gen_host_abi.py)
+HOST_OP_KINDS: dict[str, int] = host_abi.KINDS
 
 
 def _address(dst, op: Operand | None) -> None:
@@ -156,7 +154,7 @@ def _address(dst, op: Operand | None) -> None:
 def host_op(kind: str, dst: Operand, desc: Operand, src: Operand | None = None,
             src1: Operand | None = None, src2: Operand | None = None):
     """A host-op step: ``dst`` the output, ``src``/``src1``/``src2`` inputs 1..3, ``desc`` the
-    448-byte ``rj_host_op`` descriptor (write it into its BO before adding the step)."""
+    ``rj_host_op`` descriptor (host_abi.DESC_BYTES bytes; write it into its BO first)."""
     if kind not in HOST_OP_KINDS:
         raise ProgramError(f"host-op kind {kind!r} is not one of {sorted(HOST_OP_KINDS)}")
     s = ffi.new("rj_host_step *")
