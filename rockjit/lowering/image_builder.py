@@ -48,7 +48,8 @@ from .bounds import check_bo
 from .host_rules import DESC_BYTES, HostView, host_op_step
 from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
-from .memory import ArenaPlan, BufReq, align_up, check_plan, plan_arena
+from .arith import round_up
+from .memory import ArenaPlan, BufReq, check_plan, plan_arena
 from .opprogram import HostStep
 from .schedule import JobRef, Step, call_spans, runtime_jobs, schedule
 
@@ -146,7 +147,7 @@ class ImageBuilder:
             pos = 0
             for bf in self.wbufs:
                 if bf.id in need_w[c]:
-                    pos = align_up(pos, max(bf.align, 64))
+                    pos = round_up(pos, max(bf.align, 64))
                     self.woff[(c, bf.id)] = pos
                     pos += bf.size
             self.wsize[c] = pos
@@ -162,7 +163,7 @@ class ImageBuilder:
             for jr in st.jobs:
                 key = (jr.core, jr.call)
                 if key not in self.roff and self.rspec[jr.call] is not None:
-                    self.rsize[jr.core] = align_up(self.rsize[jr.core], 64)
+                    self.rsize[jr.core] = round_up(self.rsize[jr.core], 64)
                     self.roff[key] = self.rsize[jr.core]
                     self.rsize[jr.core] += self.rspec[jr.call].nbytes
         self.regcmd_bytes = sum(self.rsize.values())

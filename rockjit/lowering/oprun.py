@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .arith import round_up
 from .opprogram import HostStep, NpuStep, OpProgram
 from .schedule import runtime_jobs
 
@@ -55,7 +56,7 @@ def run_op_program(prog: OpProgram, inputs: Mapping[str, Any], device: Any = Non
         bos: dict[str, int] = {}
         sizes: dict[str, int] = {}
         for spec in prog.buffers:
-            size = -(-max(spec.nbytes, 1) // PAGE) * PAGE
+            size = round_up(max(spec.nbytes, 1), PAGE)
             bos[spec.name] = b.add_bo(size, role=_ROLE.get(spec.role, "io"))
             sizes[spec.name] = size
             if spec.role == "const":

@@ -48,20 +48,13 @@ from functools import lru_cache
 
 from ..ir.types import DType
 from . import registers as R
+from .arith import ceil_div, round_up
 from .profile import ChipProfile
 from .regcmd import LoweringError
 
 KACC_NONE = "none"    # one K step
 KACC_DPU = "dpu"      # partials added by the DPU EW unit (fp16 path)
 KACC_HOST = "host"    # integer partials summed by a host step
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def round_up(x: int, m: int) -> int:
-    return ceil_div(x, m) * m
 
 
 @lru_cache(maxsize=None)
