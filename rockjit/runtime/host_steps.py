@@ -77,17 +77,6 @@ def row_max(src: Operand, dst: Operand, rows: int, cols: int):
     return _step(lib.RJ_HOST_ROW_MAX, src, dst, rows=rows, cols=cols)
 
 
-def row_recip_scale(src: Operand, dst: Operand, rows: int, cols: int, stat: Operand | None = None):
-    """dst[r, :] = src[r, :] / s[r]; s = stat[r] or the row sum of src (softmax's 1/sum)."""
-    return _step(lib.RJ_HOST_ROW_RECIP_SCALE, src, dst, stat, rows=rows, cols=cols)
-
-
-def row_rsqrt_scale(src: Operand, dst: Operand, rows: int, cols: int, eps: float,
-                    stat: Operand | None = None):
-    """dst[r, :] = src[r, :] * rsqrt(s[r] + eps); s = stat[r] or the mean of squares."""
-    return _step(lib.RJ_HOST_ROW_RSQRT_SCALE, src, dst, stat, rows=rows, cols=cols, eps=eps)
-
-
 def gather(table: Operand, indices: Operand, dst: Operand, rows: int, cols: int, table_rows: int):
     """dst[i, :] = table[indices[i], :] (embedding lookup); indices are int32."""
     return _step(lib.RJ_HOST_GATHER, table, dst, indices, rows=rows, cols=cols, params=(table_rows,))
@@ -118,24 +107,6 @@ def _weight(kind: int, src: Operand, dst: Operand, kernels: int, channels: int, 
 def pack_weight(src: Operand, dst: Operand, **layout: int):
     """Row-major [N][K][KH][KW] -> weight blocks (rj_weight_pack)."""
     return _weight(lib.RJ_HOST_PACK, src, dst, **layout)
-
-
-def unpack_weight(src: Operand, dst: Operand, **layout: int):
-    return _weight(lib.RJ_HOST_UNPACK, src, dst, **layout)
-
-
-def _dw(kind: int, src: Operand, dst: Operand, channels: int, kh: int, kw: int, group: int,
-        esize: int):
-    return _step(kind, src, dst, params=(lib.RJ_LAYOUT_DW_WEIGHT, channels, kh, kw, group, esize))
-
-
-def pack_dw_weight(src: Operand, dst: Operand, **layout: int):
-    """Row-major [C][KH][KW] -> depthwise weight groups (rj_dw_weight_pack)."""
-    return _dw(lib.RJ_HOST_PACK, src, dst, **layout)
-
-
-def unpack_dw_weight(src: Operand, dst: Operand, **layout: int):
-    return _dw(lib.RJ_HOST_UNPACK, src, dst, **layout)
 
 
 # name -> kind code, generated from rj_host_ops.h (tools/gen_host_abi.py)
@@ -170,14 +141,9 @@ def host_op(kind: str, dst: Operand, desc: Operand, src: Operand | None = None,
 
 HOST_STEPS: dict[str, Callable] = {
     "row_max": row_max,
-    "row_recip_scale": row_recip_scale,
-    "row_rsqrt_scale": row_rsqrt_scale,
     "gather": gather,
     "pack_cube": pack_cube,
     "unpack_cube": unpack_cube,
     "pack_weight": pack_weight,
-    "unpack_weight": unpack_weight,
-    "pack_dw_weight": pack_dw_weight,
-    "unpack_dw_weight": unpack_dw_weight,
 }
 HOST_STEPS.update({name: partial(host_op, name) for name in HOST_OP_KINDS})
