@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import jax
 import numpy as np
-from jax.tree_util import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
+from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
 
 from .errors import TraceError
 from .ir.graph import Graph
@@ -206,30 +206,21 @@ def make_signature(fn: Callable[..., Any], args: Sequence[Any], static_argnums: 
 # ------------------------------------------------------------------ tracing
 
 def trace(sig: Signature, name: str) -> tuple[Graph, Any]:
+    """The IR graph of ``sig.fn`` at the signature, and its output pytree structure. JAX traces
+    it (``jax.jit(...).trace``: static arguments by value, the others as abstract arrays); the
+    jaxpr's inputs are the dynamic arguments' leaves in order, so resident leaves become
+    ``param`` nodes by position."""
     from .frontend import import_jaxpr
     from .frontend.locations import function_loc
 
-    dyn = [(i, a) for i, a in enumerate(sig.args) if a.kind != "static"]
-    flat_avals = [jax.ShapeDtypeStruct(l.shape, l.dtype) for _, a in dyn for l in a.leaves]
-    param_names = [sig.param_names.get((i, j)) for i, a in dyn for j in range(len(a.leaves))]
-    out_tree: list[Any] = []
-
-    def flat_fn(*flat: Any) -> list[Any]:
-        args: list[Any] = []
-        it = iter(flat)
-        for a in sig.args:
-            if a.kind == "static":
-                args.append(a.static_value)
-            else:
-                args.append(tree_unflatten(a.treedef, [next(it) for _ in a.leaves]))
-        leaves, tree = tree_flatten(sig.fn(*args))
-        out_tree.append(tree)
-        return leaves
-
-    closed = jax.make_jaxpr(flat_fn)(*flat_avals)
-    graph = import_jaxpr(closed, param_names, name=name, default_loc=function_loc(sig.fn))
-    graph = _simplify(graph)
-    return graph, out_tree[-1]
+    args = [a.static_value if a.kind == "static" else
+            tree_unflatten(a.treedef, [jax.ShapeDtypeStruct(l.shape, l.dtype) for l in a.leaves])
+            for a in sig.args]
+    traced = jax.jit(sig.fn, static_argnums=sig.static_argnums).trace(*args)
+    param_names = [sig.param_names.get((i, j)) for i, a in enumerate(sig.args)
+                   if a.kind != "static" for j in range(len(a.leaves))]
+    graph = import_jaxpr(traced.jaxpr, param_names, name=name, default_loc=function_loc(sig.fn))
+    return _simplify(graph), traced.out_tree
 
 
 def _simplify(graph: Graph) -> Graph:
