@@ -19,21 +19,23 @@ from . import host_abi
 from ._ffi import ffi, lib
 from .errors import ProgramError
 
-DTYPES: dict[str, int] = {
-    "f32": lib.RJ_DT_F32, "float32": lib.RJ_DT_F32,
-    "f16": lib.RJ_DT_F16, "float16": lib.RJ_DT_F16,
-    "i32": lib.RJ_DT_I32, "int32": lib.RJ_DT_I32,
-    "i8": lib.RJ_DT_I8, "int8": lib.RJ_DT_I8,
-    "u8": lib.RJ_DT_U8, "uint8": lib.RJ_DT_U8,
-}
+# the runtime's dtypes (RJ_DT_*: the host-op codes 1..RJ_DT_U8, rj_host_ops.h), by short name
+DTYPES: dict[str, int] = {n: c for n, c in host_abi.DTYPES.items() if c <= lib.RJ_DT_U8}
 
 
 def dtype_code(dtype: str | np.dtype) -> int:
-    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    """The runtime code of a dtype given by short name ("f16") or as numpy spells it."""
+    name = dtype if isinstance(dtype, str) and dtype in DTYPES else None
+    if name is None:
+        try:
+            d = np.dtype(dtype)
+            name = f"{d.kind}{8 * d.itemsize}"
+        except TypeError:
+            name = str(dtype)
     try:
         return DTYPES[name]
     except KeyError:
-        raise ProgramError(f"host steps support dtypes {sorted(set(DTYPES))}, not {name!r}") from None
+        raise ProgramError(f"host steps support dtypes {sorted(DTYPES)}, not {dtype!r}") from None
 
 
 @dataclass(frozen=True)
