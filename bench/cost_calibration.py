@@ -11,13 +11,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rockjit.cost import Constants  # noqa: E402
+from rockjit.cost import calibrated  # noqa: E402
 from rockjit.cost.calibrate import _program, modelled_ms  # noqa: E402
 from rockjit.cost.published import FIGURES  # noqa: E402
 
 
 def main() -> int:
-    c = Constants.calibrated()
+    c = calibrated()
     print("constants (fitted on the figures marked 'fit', cited otherwise):")
     print(f"  submit_us {c.submit_us:8.2f}   job_us {c.job_us:8.2f}   kick_us {c.kick_us:8.2f}   "
           f"dma_gbps {c.dma_gbps:6.3f} per core")
