@@ -338,3 +338,39 @@ def test_gated_mlp_product_past_fp16_is_prescaled() -> None:
     c = fc.compiled(p, x)
     assert c.stats()["range_matmul_input_rewrites"] == 1
     assert any(r.action.startswith("prescale") and "weights" in r.note for r in c.range_plan())
+
+
+def _attention(p, x):
+    return L.multi_head_attention(x, x, p["wq"], None, p["wk"], None, p["wv"], None,
+                                  p["wo"], None, 2)
+
+
+def test_attention_logits_near_fp16_limit_do_not_overflow_before_the_scale() -> None:
+    """Scaled attention logits up to ~20000 (a real checkpoint's large-logit layer, pushed
+    toward fp16's limit): q k^T before the 1/8 scale is ~160000, past 65504, so the NPU wrote
+    inf there and the program raised NumericsError. The scale's power of two is now applied to
+    q first (range_plan.rewrite_score_scales); the reference is numpy float64."""
+    rng = np.random.default_rng(11)
+    d, s = 128, 16                               # 2 heads of 64: scale 1/8
+    p = {k: (rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32)
+         for k in ("wq", "wk", "wv", "wo")}
+    p["wq"] *= 70.0
+    p["wk"] *= 70.0
+    x = rng.standard_normal((1, s, d)).astype(np.float32)
+    xd = x.astype(np.float64)
+    q = (xd @ p["wq"].T).reshape(1, s, 2, 64).transpose(0, 2, 1, 3)
+    k = (xd @ p["wk"].T).reshape(1, s, 2, 64).transpose(0, 2, 1, 3)
+    v = (xd @ p["wv"].T).reshape(1, s, 2, 64).transpose(0, 2, 1, 3)
+    logits = q @ k.transpose(0, 1, 3, 2) / 8.0
+    assert 8192 < np.abs(logits).max() < 65504 / 2   # the unscaled product would overflow
+    pr = np.exp(logits - logits.max(-1, keepdims=True))
+    pr /= pr.sum(-1, keepdims=True)
+    ref = (pr @ v).transpose(0, 2, 1, 3).reshape(1, s, d) @ p["wo"].T
+    f = rockjit.compile(_attention, resident_argnums=0, backend="sim")
+    got = np.asarray(f(p, x), np.float64)
+    assert np.isfinite(got).all()
+    cos = float(got.ravel() @ ref.ravel() / np.linalg.norm(got) / np.linalg.norm(ref))
+    assert cos > 0.9999, cos
+    c = f.compiled(p, x)
+    assert c.stats()["range_score_scale_rewrites"] == 1
+    assert any(r.action == "prescale 2^-3" and "scale moved" in r.note for r in c.range_plan())
