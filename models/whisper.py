@@ -122,8 +122,12 @@ def _encoder_layer(params: dict, i: int, x: jax.Array, config: WhisperEncoderCon
 
 
 def forward(params: dict, input_features: jax.Array,
-            config: WhisperEncoderConfig = WhisperEncoderConfig()) -> jax.Array:
-    """input_features [B, num_mel_bins, 2*max_source_positions] log-mel -> [B, 1500, d_model]."""
+            config: WhisperEncoderConfig = WhisperEncoderConfig(),
+            output_hidden_states: bool = False) -> jax.Array | tuple:
+    """input_features [B, num_mel_bins, 2*max_source_positions] log-mel -> [B, 1500, d_model]
+    (last_hidden_state), and with ``output_hidden_states`` the pair (last_hidden_state,
+    hidden_states) as HF's: the embeddings, then each layer's output, the last one replaced by
+    the final LayerNorm's (so hidden_states[-1] is last_hidden_state): encoder_layers + 1."""
     expect = (config.num_mel_bins, config.num_frames)
     if tuple(input_features.shape[1:]) != expect:
         raise ValueError(f"Whisper encoder: input_features has shape "
@@ -132,9 +136,14 @@ def forward(params: dict, input_features: jax.Array,
     x = L.gelu_exact(_conv1d(input_features, params["conv1.weight"], params["conv1.bias"], 1))
     x = L.gelu_exact(_conv1d(x, params["conv2.weight"], params["conv2.bias"], 2))
     x = jnp.transpose(x, (0, 2, 1)) + params["embed_positions.weight"]
+    states = [x]
     for i in range(config.encoder_layers):
         x = _encoder_layer(params, i, x, config)
-    return L.layer_norm(x, params["layer_norm.weight"], params["layer_norm.bias"], _LN_EPS)
+        states.append(x)
+    x = L.layer_norm(x, params["layer_norm.weight"], params["layer_norm.bias"], _LN_EPS)
+    if output_hidden_states:
+        return x, tuple(states[:-1]) + (x,)
+    return x
 
 
 PRESETS = {"base": WhisperEncoderConfig.base, "tiny": WhisperEncoderConfig.tiny}
