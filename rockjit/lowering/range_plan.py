@@ -43,6 +43,12 @@ fp16 input, and prescales by a bound only where the bound is tight enough to use
   weights' L1 norms), so it may prescale where real data would not need it; the cost is an
   absolute error of 2^(s-25) per element, below the matmul's own rounding.
 
+* Scaled activation products (attention's ``q k^T * head_dim^-0.5``). The matmul writes the
+  product before the scale, in fp16: scaled logits past 8192 (head_dim 64) overflow there
+  though they fit after it. Where such a product's bound exceeds fp16, the scale's power-of-two
+  part moves onto the first activation operand (``rewrite_score_scales``): exact, and the
+  matmul then writes the scaled logits.
+
 What the plan guarantees: no fp16 overflow in a norm's statistics for any fp16 input, none in a
 value whose bound is finite and below 65504 (``fp16``), none in a prescaled product; values it
 cannot bound (``assumed``: the residual stream and what is computed from it before a norm)
