@@ -1,7 +1,5 @@
 """Whole encoders at their published sizes on the strict simulator, batched, each against JAX on
 CPU (float32): cosine >= 0.9999 over the whole output and the max relative error printed.
-(SigLIP-B/16 224 b2 and Whisper-base b2 moved to test_encoders_whole_sim.py, which also
-compares them with HF per layer.)
 
 Batched inference is how these encoders are used; at batch 1 every path agreed to ~1e-6 while
 batch 2 / 3 gave NaN (SigLIP) or cosine 0.53 (ModernBERT): per-image scratch read on the second
@@ -11,8 +9,8 @@ packed item by item (tests/lowering/test_batch.py has the small graphs).
 Weights are drawn from a fixed seed at each model's shapes (norm scales 1 + N(0, 0.05), every
 other tensor N(0, 1 / fan_in)), as examples/run_model.py ships them. Slow: minutes each on the
 simulator (run with -s to see the wall times and errors). Wall times measured on the shared
-2-core machine at load average 5-13, two runs each: ModernBERT T=512 b1 236-363 s, padded b3
-348-454 s.
+2-core machine at load average 5-13, two runs each: SigLIP b2 80-122 s, ModernBERT T=512 b1
+236-363 s, padded b3 348-454 s, Whisper-base b2 227-493 s.
 """
 from __future__ import annotations
 
@@ -23,7 +21,7 @@ import numpy as np
 import pytest
 
 import rockjit
-from models import modernbert
+from models import modernbert, siglip, whisper
 
 pytestmark = pytest.mark.slow
 
@@ -69,6 +67,15 @@ def run_both(forward, config, params, *inputs):
     return jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(ref)
 
 
+def test_siglip_b16_224_batch2() -> None:
+    cfg = siglip.SiglipVisionConfig()
+    params = seeded_params(siglip, cfg)
+    pixels = np.random.default_rng(1).standard_normal((2, 3, 224, 224)).astype(np.float32)
+    (hidden, pooled), (rh, rp) = run_both(siglip.forward, cfg, params, pixels)
+    compare("SigLIP-B/16 224 b2 last_hidden_state", hidden, rh)
+    compare("SigLIP-B/16 224 b2 pooler_output", pooled, rp)
+
+
 def _bert_inputs(cfg, lengths: list[int], seq: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(2)
     ids = rng.integers(0, cfg.vocab_size, (len(lengths), seq)).astype(np.int32)
@@ -95,3 +102,12 @@ def test_modernbert_base_512_padded_batch3() -> None:
     ids, mask = _bert_inputs(cfg, [512, 300, 77], 512)
     (out,), (ref,) = run_both(modernbert.forward, cfg, params, ids, mask)
     compare("ModernBERT-base T=512 padded b3 (512/300/77 tokens)", out, ref, rows=mask != 0)
+
+
+def test_whisper_base_30s_batch2() -> None:
+    cfg = whisper.WhisperEncoderConfig.base()
+    params = seeded_params(whisper, cfg)
+    mels = np.random.default_rng(3).standard_normal(
+        (2, cfg.num_mel_bins, cfg.num_frames)).astype(np.float32)
+    (out,), (ref,) = run_both(whisper.forward, cfg, params, mels)
+    compare("Whisper-base 30 s b2", out, ref)
