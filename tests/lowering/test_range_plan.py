@@ -345,24 +345,30 @@ def _attention(p, x):
                                   p["wo"], None, 2)
 
 
-def test_attention_logits_near_fp16_limit_do_not_overflow_before_the_scale() -> None:
-    """Scaled attention logits up to ~20000 (a real checkpoint's large-logit layer, pushed
-    toward fp16's limit): q k^T before the 1/8 scale is ~160000, past 65504, so the NPU wrote
-    inf there and the program raised NumericsError. The scale's power of two is now applied to
-    q first (range_plan.rewrite_score_scales); the reference is numpy float64."""
+@pytest.mark.parametrize("head_dim", [64, 48])
+def test_attention_logits_near_fp16_limit_do_not_overflow_before_the_scale(head_dim: int) -> None:
+    """Scaled attention logits of ~15000 (a real checkpoint's large-logit layer, pushed toward
+    fp16's limit): q k^T before the 1/sqrt(head_dim) scale is 7-8x that, past 65504, so the
+    NPU wrote inf there and the program raised NumericsError. The scale's power of two (1/8) is
+    now applied to q first (range_plan.rewrite_score_scales); at head_dim 48 the rest of the
+    scale (8 / sqrt(48) = 1.15) stays after the matmul. Reference: numpy float64."""
     rng = np.random.default_rng(11)
-    d, s = 128, 16                               # 2 heads of 64: scale 1/8
+    d, s = 2 * head_dim, 16
+    scale = head_dim ** -0.5
     p = {k: (rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32)
          for k in ("wq", "wk", "wv", "wo")}
-    p["wq"] *= 70.0
-    p["wk"] *= 70.0
     x = rng.standard_normal((1, s, d)).astype(np.float32)
     xd = x.astype(np.float64)
-    q = (xd @ p["wq"].T).reshape(1, s, 2, 64).transpose(0, 2, 1, 3)
-    k = (xd @ p["wk"].T).reshape(1, s, 2, 64).transpose(0, 2, 1, 3)
-    v = (xd @ p["wv"].T).reshape(1, s, 2, 64).transpose(0, 2, 1, 3)
-    logits = q @ k.transpose(0, 1, 3, 2) / 8.0
-    assert 8192 < np.abs(logits).max() < 65504 / 2   # the unscaled product would overflow
+
+    def heads(w):
+        return (xd @ w.T).reshape(1, s, 2, head_dim).transpose(0, 2, 1, 3)
+    raw = heads(p["wq"]) @ heads(p["wk"]).transpose(0, 1, 3, 2) * scale
+    gain = np.sqrt(15000.0 / np.abs(raw).max())     # q and k weights times this: max 15000
+    p["wq"] *= gain
+    p["wk"] *= gain
+    q, k, v = heads(p["wq"]), heads(p["wk"]), heads(p["wv"])
+    logits = q @ k.transpose(0, 1, 3, 2) * scale
+    assert np.abs(logits).max() / scale > 65504      # the unscaled product would overflow
     pr = np.exp(logits - logits.max(-1, keepdims=True))
     pr /= pr.sum(-1, keepdims=True)
     ref = (pr @ v).transpose(0, 2, 1, 3).reshape(1, s, d) @ p["wo"].T
