@@ -767,8 +767,8 @@ def finish_plan(plan: RangePlan, graph: Graph, decisions) -> None:
     pre = {s.prescaled.id: (s.shift, "norm statistics, pass 1") for s in plan.sites if s.shift}
     pre.update({ps.scaled_operand.id: (ps.shift, "a matmul input's operand; undone in its "
                 "weights") for ps in plan.products})
-    pre.update({ss.scaled_operand.id: (ss.shift, "a scaled matmul's operand: the scale moved "
-                "before the product") for ss in plan.score_scales})
+    moved = "a scaled matmul's operand: the scale moved before the product"
+    pre.update({ss.scaled_operand.id: (ss.shift, moved) for ss in plan.score_scales})
     scaled = {s.scaled.id for s in plan.sites}
     recs = []
     for n in graph.nodes:

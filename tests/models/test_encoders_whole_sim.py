@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -113,7 +113,7 @@ def _hooked_forward(model, attn, norms, gained, x) -> Reference:
         out = model(x, output_hidden_states=True)
     for h in hooks:
         h.remove()
-    b, s, d = seen["q"].shape
+    b, s, _ = seen["q"].shape
     hd = HEAD_DIM
     q = seen["q"].double().view(b, s, -1, hd).transpose(1, 2)
     k = seen["k"].double().view(b, s, -1, hd).transpose(1, 2)
@@ -269,6 +269,9 @@ def _run(label: str, build: Callable, n_final: int, outliers: bool, tmp_path):
         _check_final(f"{label} {name}", g, w, "JAX")
         _check_final(f"{label} {name}", g, h, "HF fp32")
     _check_layers(label, got_states, ref.hidden_states)
+    vs_jax = [_cos(g, w) for g, w in zip(got_states, want_states)]
+    print(f"[{label}] vs JAX per layer: mean cos {np.mean(vs_jax):.8f}, worst {min(vs_jax):.8f}")
+    assert min(vs_jax) >= FINAL_COS, f"{label}: a hidden state's cosine to JAX {min(vs_jax)}"
     return f, fn, params, x
 
 
