@@ -144,9 +144,12 @@ def _pooling_head(params: dict, x: jax.Array, config: SiglipVisionConfig) -> jax
 
 
 def forward(params: dict, pixel_values: jax.Array,
-            config: SiglipVisionConfig = SiglipVisionConfig()) -> tuple[jax.Array, jax.Array]:
+            config: SiglipVisionConfig = SiglipVisionConfig(),
+            output_hidden_states: bool = False) -> tuple:
     """pixel_values [B, C, H, W] (H = W = config.image_size) ->
-    (last_hidden_state [B, num_patches, D], pooler_output [B, D])."""
+    (last_hidden_state [B, num_patches, D], pooler_output [B, D]), and with
+    ``output_hidden_states`` a third item as HF's: the embeddings and every encoder layer's
+    output (before post_layernorm), num_hidden_layers + 1 tensors [B, num_patches, D]."""
     expect = (config.num_channels, config.image_size, config.image_size)
     if tuple(pixel_values.shape[1:]) != expect:
         raise ValueError(f"SigLIP forward: pixel_values has shape {tuple(pixel_values.shape)}, "
@@ -154,10 +157,14 @@ def forward(params: dict, pixel_values: jax.Array,
                          f"build the config with image_size={pixel_values.shape[-1]} "
                          f"(and a matching position table) to use another size")
     x = _patch_embed(params, pixel_values, config)
+    states = [x]
     for i in range(config.num_hidden_layers):
         x = _encoder_layer(params, i, x, config)
+        states.append(x)
     x = L.layer_norm(x, params["post_layernorm.weight"], params["post_layernorm.bias"],
                      config.layer_norm_eps)
+    if output_hidden_states:
+        return x, _pooling_head(params, x, config), tuple(states)
     return x, _pooling_head(params, x, config)
 
 

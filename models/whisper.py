@@ -133,10 +133,13 @@ def _encoder_layer(params: dict, i: int, x: jax.Array, config: WhisperEncoderCon
     return x + L.linear(h, params[pre + "fc2.weight"], params[pre + "fc2.bias"])
 
 
-def hidden_states(params: dict, input_features: jax.Array,
-                  config: WhisperEncoderConfig = WhisperEncoderConfig()) -> tuple[jax.Array, ...]:
-    """HF's ``output_hidden_states``: the embeddings, then each layer's output, the last one
-    after the final LayerNorm (``forward``'s result)."""
+def forward(params: dict, input_features: jax.Array,
+            config: WhisperEncoderConfig = WhisperEncoderConfig(),
+            output_hidden_states: bool = False) -> jax.Array | tuple:
+    """input_features [B, num_mel_bins, 2*max_source_positions] log-mel -> [B, 1500, d_model]
+    (last_hidden_state), and with ``output_hidden_states`` the pair (last_hidden_state,
+    hidden_states) as HF's: the embeddings, then each layer's output, the last one replaced by
+    the final LayerNorm's (so hidden_states[-1] is last_hidden_state): encoder_layers + 1."""
     expect = (config.num_mel_bins, config.num_frames)
     if tuple(input_features.shape[1:]) != expect:
         raise ValueError(f"Whisper encoder: input_features has shape "
@@ -144,18 +147,15 @@ def hidden_states(params: dict, input_features: jax.Array,
                          f"pad or trim the log-mel spectrogram to {expect[1]} frames")
     x = L.gelu_exact(_conv1d(input_features, params["conv1.weight"], params["conv1.bias"], 1))
     x = L.gelu_exact(_conv1d(x, params["conv2.weight"], params["conv2.bias"], 2))
-    states = [jnp.transpose(x, (0, 2, 1)) + params["embed_positions.weight"]]
+    x = jnp.transpose(x, (0, 2, 1)) + params["embed_positions.weight"]
+    states = [x]
     for i in range(config.encoder_layers):
-        states.append(_encoder_layer(params, i, states[-1], config))
-    states[-1] = L.layer_norm(states[-1], params["layer_norm.weight"], params["layer_norm.bias"],
-                              _LN_EPS)
-    return tuple(states)
-
-
-def forward(params: dict, input_features: jax.Array,
-            config: WhisperEncoderConfig = WhisperEncoderConfig()) -> jax.Array:
-    """input_features [B, num_mel_bins, 2*max_source_positions] log-mel -> [B, 1500, d_model]."""
-    return hidden_states(params, input_features, config)[-1]
+        x = _encoder_layer(params, i, x, config)
+        states.append(x)
+    x = L.layer_norm(x, params["layer_norm.weight"], params["layer_norm.bias"], _LN_EPS)
+    if output_hidden_states:
+        return x, tuple(states[:-1]) + (x,)
+    return x
 
 
 PRESETS = {"base": WhisperEncoderConfig.base, "tiny": WhisperEncoderConfig.tiny}

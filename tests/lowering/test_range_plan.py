@@ -339,3 +339,45 @@ def test_gated_mlp_product_past_fp16_is_prescaled() -> None:
     c = fc.compiled(p, x)
     assert c.stats()["range_matmul_input_rewrites"] == 1
     assert any(r.action.startswith("prescale") and "weights" in r.note for r in c.range_plan())
+
+
+def _attention(p, x):
+    return L.multi_head_attention(x, x, p["wq"], None, p["wk"], None, p["wv"], None,
+                                  p["wo"], None, 2)
+
+
+@pytest.mark.parametrize("head_dim", [64, 48])
+def test_attention_logits_near_fp16_limit_do_not_overflow_before_the_scale(head_dim: int) -> None:
+    """Scaled attention logits of ~15000 (a real checkpoint's large-logit layer, pushed toward
+    fp16's limit): q k^T before the 1/sqrt(head_dim) scale is 7-8x that, past 65504, so the
+    NPU wrote inf there and the program raised NumericsError. The scale's power of two (1/8) is
+    now applied to q first (range_plan.rewrite_score_scales); at head_dim 48 the rest of the
+    scale (8 / sqrt(48) = 1.15) stays after the matmul. Reference: numpy float64."""
+    rng = np.random.default_rng(11)
+    d, s = 2 * head_dim, 16
+    scale = head_dim ** -0.5
+    p = {k: (rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32)
+         for k in ("wq", "wk", "wv", "wo")}
+    x = rng.standard_normal((1, s, d)).astype(np.float32)
+    xd = x.astype(np.float64)
+
+    def heads(w):
+        return (xd @ w.T).reshape(1, s, 2, head_dim).transpose(0, 2, 1, 3)
+    raw = heads(p["wq"]) @ heads(p["wk"]).transpose(0, 1, 3, 2) * scale
+    gain = np.sqrt(15000.0 / np.abs(raw).max())     # q and k weights times this: max 15000
+    p["wq"] *= gain
+    p["wk"] *= gain
+    q, k, v = heads(p["wq"]), heads(p["wk"]), heads(p["wv"])
+    logits = q @ k.transpose(0, 1, 3, 2) * scale
+    assert np.abs(logits).max() / scale > 65504      # the unscaled product would overflow
+    pr = np.exp(logits - logits.max(-1, keepdims=True))
+    pr /= pr.sum(-1, keepdims=True)
+    ref = (pr @ v).transpose(0, 2, 1, 3).reshape(1, s, d) @ p["wo"].T
+    f = rockjit.compile(_attention, resident_argnums=0, backend="sim")
+    got = np.asarray(f(p, x), np.float64)
+    assert np.isfinite(got).all()
+    cos = float(got.ravel() @ ref.ravel() / np.linalg.norm(got) / np.linalg.norm(ref))
+    assert cos > 0.9999, cos
+    c = f.compiled(p, x)
+    assert c.stats()["range_score_scale_rewrites"] == 1
+    assert any(r.action == "prescale 2^-3" and "scale moved" in r.note for r in c.range_plan())
