@@ -19,10 +19,10 @@ from functools import partial
 import jax
 import numpy as np
 import pytest
+from models_testutil import seeded_params
 
 import rockjit
 from models import siglip, whisper
-from models_testutil import seeded_params
 
 pytestmark = pytest.mark.slow
 

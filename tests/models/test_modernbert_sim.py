@@ -24,15 +24,24 @@ channel is ~1000x the rest, a cosine over all channels measures that channel alo
 per-layer cosine is taken over the ordinary channels, and every row's cosine over all channels
 must stay >= ROW_COS.
 
-The same compiled function is first called on ids without [CLS]/[SEP], whose residual stream
-stays under 50, then on the planted ids (~700x wider): the program must not depend on the
-first call's data.
+The same compiled function is first called on ids without [CLS]/[SEP] (residual stream peak
+~140), then on the planted ids (33216, >100x wider): the program must not depend on the first
+call's data.
 
-Known limits, measured, not tested here (tests would only restate them): gains of 10-50 on the
-*attention* norms make attention logits reach ~100; q and k enter the NPU matmul as fp16
-(relative 2^-11 each), so those logits carry errors of ~0.1 and the softmax ~10%: at 22 layers
-the final cosine falls to ~0.995 (mean per-layer ~0.9998 over the ordinary channels). Logits
-past 65504 / 8 overflow the unscaled fp16 q.k product and the call raises NumericsError.
+Measured (T=128 padded b3, 22 layers): final cosine 0.99996903 / 0.99996293 (planted ids /
+first call), mean per-layer 0.99999020 / 0.99998921. The first call misses the mean target by
+1e-6, so the test ends in xfail naming the figure (the hard asserts above still hold, and a
+fix turns it into a pass). Where the error comes from: an fp32 JAX forward that rounds every
+value an fp16 datapath rounds (q/k/v, scores, probabilities, matmul outputs, MLP
+intermediates, residual stream) gets mean 0.9999963 here, so the program loses ~2.6x what
+fp16 rounding alone costs; a residual stream kept in fp32 (residual adds on the host, tried)
+only moves 0.9999902 to 0.9999913.
+
+Known limits, measured, not tested here: gains of 10-50 on four channels of every *attention*
+norm as well give final 0.99985 and mean 0.9999593 (the fp16-rounding forward: 0.99993 /
+0.9999789, under the mean target by itself); another draw of such gains at T=128 b1 gave final
+0.9952. Logits past 65504 / 8 overflow the fp16 q.k product before its 1/8 scale and the call
+raises NumericsError.
 """
 from __future__ import annotations
 
@@ -174,7 +183,8 @@ def _run(label: str, params, cfg, ids, mask, compiled=None, model=None):
     t1 = time.perf_counter()
     model = model or _hf_model(cfg, params)
     refs = _hf_states(model, ids, mask)
-    print(f"\n[{label}] compile + simulator {t1 - t0:.1f} s, HF fp32 {time.perf_counter() - t1:.1f} s")
+    print(f"\n[{label}] compile + simulator {t1 - t0:.1f} s, "
+          f"HF fp32 {time.perf_counter() - t1:.1f} s")
     return compiled, model, ours, refs
 
 
