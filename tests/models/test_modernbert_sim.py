@@ -42,9 +42,9 @@ matmul outputs 0.9999929, against the program's 0.9999902. A residual stream kep
 
 Known limits, measured, not tested here: gains of 10-50 on four channels of every *attention*
 norm as well give final 0.99985 and mean 0.9999593 (the fp16-rounding forward, weights
-kept fp32: 0.99993 / 0.9999789, under the mean target by itself); another draw of such gains at T=128 b1 gave final
-0.9952. Logits past 65504 / 8 overflow the fp16 q.k product before its 1/8 scale and the call
-raises NumericsError.
+kept fp32: 0.99993 / 0.9999789, under the mean target by itself); another draw of such gains
+at T=128 b1 gave final 0.9952. Logits past 65504 / 8 overflow the fp16 q.k product before
+its 1/8 scale and the call raises NumericsError.
 """
 from __future__ import annotations
 
