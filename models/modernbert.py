@@ -125,6 +125,14 @@ def forward(params: dict, input_ids: jax.Array, attention_mask: jax.Array,
 
     Rows at padded positions are finite but meaningless; compare only unpadded positions.
     """
+    return hidden_states(params, input_ids, attention_mask, config)[-1]
+
+
+def hidden_states(params: dict, input_ids: jax.Array, attention_mask: jax.Array,
+                  config: ModernBertConfig = ModernBertConfig()) -> tuple[jax.Array, ...]:
+    """forward's intermediate values as HF's ``output_hidden_states`` gives them: the residual
+    stream after the embedding norm and after each layer but the last, then the final normed
+    output (= forward's result); num_hidden_layers + 1 tensors, each [B, S, D]."""
     if input_ids.shape != attention_mask.shape:
         raise ValueError(f"ModernBERT forward: input_ids {tuple(input_ids.shape)} and "
                          f"attention_mask {tuple(attention_mask.shape)} must have the same [B, S]")
@@ -137,6 +145,7 @@ def forward(params: dict, input_ids: jax.Array, attention_mask: jax.Array,
         True: L.rope_tables(seq, config.head_dim, config.global_rope_theta),
         False: L.rope_tables(seq, config.head_dim, config.local_rope_theta),
     }
+    states = [x]
     for i in range(config.num_hidden_layers):
         pre = f"layers.{i}."
         is_global = config.is_global(i)
@@ -146,7 +155,10 @@ def forward(params: dict, input_ids: jax.Array, attention_mask: jax.Array,
                            cos, sin, config)
         h = L.layer_norm(x, params[pre + "mlp_norm.weight"], None, eps)
         x = x + _mlp(params, pre + "mlp.", h, config)
-    return L.layer_norm(x, params["final_norm.weight"], None, eps)
+        if i < config.num_hidden_layers - 1:
+            states.append(x)
+    states.append(L.layer_norm(x, params["final_norm.weight"], None, eps))
+    return tuple(states)
 
 
 def trace_spec(batch: int = 1, seq_len: int = 512, **overrides):

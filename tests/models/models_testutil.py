@@ -29,6 +29,20 @@ def report(label: str, err: float) -> None:
     print(f"\n[max rel err] {label}: {err:.3e}")
 
 
+def seeded_params(module, config, seed: int = 0) -> dict[str, np.ndarray]:
+    """Weights for ``module``'s shapes at ``config`` from a fixed seed, as examples/run_model.py
+    ships them: norm scales 1 + N(0, 0.05), every other tensor N(0, 1 / fan_in)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for key, shape in module.expected_shapes(config).items():
+        if key.endswith(("norm.weight", "layer_norm.weight", "layernorm.weight")):
+            out[key] = (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
+        else:
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+            out[key] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+    return out
+
+
 def perturb_vectors_(model: "torch.nn.Module", seed: int, skip: tuple[str, ...] = ()) -> None:
     """Add noise to every 1-D parameter (norm scales/shifts, biases).
 

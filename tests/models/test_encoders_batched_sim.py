@@ -1,4 +1,4 @@
-"""Whole encoders at their published sizes on the strict simulator, batched, each against JAX on
+"""SigLIP and Whisper at their published sizes on the strict simulator, batched, each against JAX on
 CPU (float32): cosine >= 0.9999 over the whole output and the max relative error printed.
 
 Batched inference is how these encoders are used; at batch 1 every path agreed to ~1e-6 while
@@ -9,8 +9,8 @@ packed item by item (tests/lowering/test_batch.py has the small graphs).
 Weights are drawn from a fixed seed at each model's shapes (norm scales 1 + N(0, 0.05), every
 other tensor N(0, 1 / fan_in)), as examples/run_model.py ships them. Slow: minutes each on the
 simulator (run with -s to see the wall times and errors). Wall times measured on the shared
-2-core machine at load average 5-13, two runs each: SigLIP b2 80-122 s, ModernBERT T=512 b1
-236-363 s, padded b3 348-454 s, Whisper-base b2 227-493 s.
+2-core machine at load average 5-13, two runs each: SigLIP b2 80-122 s, Whisper-base b2
+227-493 s. ModernBERT's batched runs are in test_modernbert_sim.py (against HF, per layer).
 """
 from __future__ import annotations
 
@@ -19,25 +19,14 @@ from functools import partial
 import jax
 import numpy as np
 import pytest
+from models_testutil import seeded_params
 
 import rockjit
-from models import modernbert, siglip, whisper
+from models import siglip, whisper
 
 pytestmark = pytest.mark.slow
 
 COSINE_MIN = 0.9999
-
-
-def seeded_params(module, config, seed: int = 0) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    out = {}
-    for key, shape in module.expected_shapes(config).items():
-        if key.endswith(("norm.weight", "layer_norm.weight", "layernorm.weight")):
-            out[key] = (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
-        else:
-            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
-            out[key] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
-    return out
 
 
 def compare(label: str, ours, ref, rows: np.ndarray | None = None) -> None:
@@ -74,34 +63,6 @@ def test_siglip_b16_224_batch2() -> None:
     (hidden, pooled), (rh, rp) = run_both(siglip.forward, cfg, params, pixels)
     compare("SigLIP-B/16 224 b2 last_hidden_state", hidden, rh)
     compare("SigLIP-B/16 224 b2 pooler_output", pooled, rp)
-
-
-def _bert_inputs(cfg, lengths: list[int], seq: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(2)
-    ids = rng.integers(0, cfg.vocab_size, (len(lengths), seq)).astype(np.int32)
-    mask = np.zeros((len(lengths), seq), np.int32)
-    for b, n in enumerate(lengths):
-        mask[b, :n] = 1
-        ids[b, n:] = cfg.pad_token_id
-    return ids, mask
-
-
-def test_modernbert_base_512_batch1() -> None:
-    cfg = modernbert.ModernBertConfig()
-    params = seeded_params(modernbert, cfg)
-    ids, mask = _bert_inputs(cfg, [512], 512)
-    (out,), (ref,) = run_both(modernbert.forward, cfg, params, ids, mask)
-    compare("ModernBERT-base T=512 b1", out, ref)
-
-
-def test_modernbert_base_512_padded_batch3() -> None:
-    """Three rows of different lengths under one pad mask; padded positions carry no meaning
-    (modernbert.forward) and are left out of the comparison."""
-    cfg = modernbert.ModernBertConfig()
-    params = seeded_params(modernbert, cfg)
-    ids, mask = _bert_inputs(cfg, [512, 300, 77], 512)
-    (out,), (ref,) = run_both(modernbert.forward, cfg, params, ids, mask)
-    compare("ModernBERT-base T=512 padded b3 (512/300/77 tokens)", out, ref, rows=mask != 0)
 
 
 def test_whisper_base_30s_batch2() -> None:
