@@ -120,19 +120,15 @@ def _mlp(params: dict, pre: str, x: jax.Array, config: ModernBertConfig) -> jax.
 
 
 def forward(params: dict, input_ids: jax.Array, attention_mask: jax.Array,
-            config: ModernBertConfig = ModernBertConfig()) -> jax.Array:
-    """input_ids [B, S] int, attention_mask [B, S] (1 = token, 0 = padding) -> [B, S, D].
+            config: ModernBertConfig = ModernBertConfig(),
+            output_hidden_states: bool = False) -> jax.Array | tuple:
+    """input_ids [B, S] int, attention_mask [B, S] (1 = token, 0 = padding) -> [B, S, D]
+    (last_hidden_state); with ``output_hidden_states`` the pair (last_hidden_state,
+    hidden_states) as HF's: the residual stream after the embedding norm and after each layer
+    but the last, then the final normed output; num_hidden_layers + 1 tensors, each [B, S, D].
 
     Rows at padded positions are finite but meaningless; compare only unpadded positions.
     """
-    return hidden_states(params, input_ids, attention_mask, config)[-1]
-
-
-def hidden_states(params: dict, input_ids: jax.Array, attention_mask: jax.Array,
-                  config: ModernBertConfig = ModernBertConfig()) -> tuple[jax.Array, ...]:
-    """forward's intermediate values as HF's ``output_hidden_states`` gives them: the residual
-    stream after the embedding norm and after each layer but the last, then the final normed
-    output (= forward's result); num_hidden_layers + 1 tensors, each [B, S, D]."""
     if input_ids.shape != attention_mask.shape:
         raise ValueError(f"ModernBERT forward: input_ids {tuple(input_ids.shape)} and "
                          f"attention_mask {tuple(attention_mask.shape)} must have the same [B, S]")
@@ -157,8 +153,10 @@ def hidden_states(params: dict, input_ids: jax.Array, attention_mask: jax.Array,
         x = x + _mlp(params, pre + "mlp.", h, config)
         if i < config.num_hidden_layers - 1:
             states.append(x)
-    states.append(L.layer_norm(x, params["final_norm.weight"], None, eps))
-    return tuple(states)
+    last = L.layer_norm(x, params["final_norm.weight"], None, eps)
+    if output_hidden_states:
+        return last, tuple(states) + (last,)
+    return last
 
 
 def trace_spec(batch: int = 1, seq_len: int = 512, **overrides):

@@ -243,3 +243,83 @@ def rewrite_matmul_inputs(graph: Graph, consts: Mapping[int, np.ndarray],
             continue
         out_nodes.append(n)
     return Graph(graph.name, graph.inputs, out_nodes, graph.outputs), sites
+
+
+@dataclass
+class ScoreScaleSite:
+    """One ``(a @ b) * c`` computed as ``(a 2^k) @ b * (c 2^-k)``."""
+
+    scaled_operand: Value   # a * 2^k
+    shift: int              # -k: the power of two moved onto the operand is 2^-shift
+    loc: str
+
+
+def _uniform_scale(v: Value, consts: Mapping[int, np.ndarray]) -> float | None:
+    c = consts.get(v.id)
+    if c is None or c.size == 0:
+        return None
+    first = float(np.asarray(c).flat[0])
+    if not (math.isfinite(first) and first > 0.0) or np.any(np.asarray(c) != first):
+        return None
+    return first
+
+
+def rewrite_score_scales(graph: Graph, consts: Mapping[int, np.ndarray],
+                         bounds: Mapping[int, float]) -> tuple[Graph, list[ScoreScaleSite]]:
+    """A matmul of two activations scaled by a constant below 1 -- attention's
+    ``q k^T * head_dim^-0.5`` -- writes the unscaled product in fp16 first: logits of 8192
+    (head_dim 64) are 65536 before the scale and overflow, though the scaled logits fit.
+    The scale's power-of-two part 2^k (k < 0) moves onto the matmul's first activation operand
+    (as HF's Whisper and torch's SDPA scale q), so the matmul writes the scaled product; the
+    rest of the scale (in [1, 2)) stays after it. Exact: a power of two scales an fp16 value
+    without rounding (below 2^-14 it may lose bits of values far under the matmul's own
+    rounding). Only where the product's bound exceeds fp16 and nothing else reads it."""
+    producers = graph.producers()
+    users = graph.users()
+    outputs = {v.id for v in graph.outputs}
+    plans: dict[int, tuple[int, float]] = {}   # mul node's out id -> (k, remainder)
+    for n in graph.nodes:
+        if n.op is not Op.MUL or not n.out.type.dtype.is_float:
+            continue
+        for d, c in (n.inputs, n.inputs[::-1]):
+            dot = producers.get(d.id)
+            scale = _uniform_scale(c, consts)
+            if dot is None or dot.op is not Op.DOT_GENERAL or scale is None or d.id in consts:
+                continue
+            if d.id in outputs or len(users.get(d.id, [])) != 1 or d.type != n.out.type:
+                continue
+            if bounds.get(d.id, INF) <= FP16_MAX or not any(
+                    x.id not in consts and x.type.dtype.is_float for x in dot.inputs):
+                continue
+            k = math.floor(math.log2(scale))
+            if k >= 0:
+                continue
+            plans[id(dot)] = (k, scale * 2.0 ** -k, d, c, n)
+            break
+    if not plans:
+        return graph, []
+    ed = _Editor(graph)
+    muls = {id(p[4]): p for p in plans.values()}
+    sites: list[ScoreScaleSite] = []
+    out_nodes: list[Node] = []
+    for n in graph.nodes:
+        if id(n) in plans:
+            k, rest, d, c, mul = plans[id(n)]
+            i = next(j for j, x in enumerate(n.inputs) if x.id not in consts)
+            x = n.inputs[i]
+            two_k = ed.const(out_nodes, 2.0 ** k, x.type, n.loc)
+            xs = ed.node(out_nodes, Op.MUL, (x, two_k), loc=n.loc)
+            ins = list(n.inputs)
+            ins[i] = xs
+            ed.node(out_nodes, n.op, tuple(ins), dict(n.attrs), loc=n.loc,
+                    result=mul.out if rest == 1.0 else d)
+            sites.append(ScoreScaleSite(xs, -k, str(n.loc) if n.loc else ""))
+            continue
+        if id(n) in muls:
+            k, rest, d, c, mul = muls[id(n)]
+            if rest != 1.0:
+                r = ed.const(out_nodes, rest, d.type, n.loc)
+                ed.node(out_nodes, Op.MUL, (d, r), loc=n.loc, result=n.out)
+            continue
+        out_nodes.append(n)
+    return Graph(graph.name, graph.inputs, out_nodes, graph.outputs), sites
