@@ -41,6 +41,9 @@ class Op(enum.Enum):
     SIN = ("sin", Group.UNARY, ())
     COS = ("cos", Group.UNARY, ())
     INTEGER_POW = ("integer_pow", Group.UNARY, ("y",))
+    # a composite element-wise function found by fusion (ir/passes/fuse.py); ``kind`` names
+    # its record in ir/activations.py (gelu, gelu_tanh, silu, mish, softplus)
+    ACTIVATION = ("activation", Group.UNARY, ("kind",))
 
     ADD = ("add", Group.BINARY, ())
     SUB = ("sub", Group.BINARY, ())

@@ -57,6 +57,14 @@ def _float_unary(f: Callable[[np.ndarray], np.ndarray]) -> RefFn:
     return ref
 
 
+def _activation(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
+                ) -> np.ndarray:
+    from .activations import activation
+
+    (x,) = ins
+    return _cast(activation(attrs["kind"]).reference(x.astype(np.float64)), t)
+
+
 def _integer_pow(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
                  ) -> np.ndarray:
     # Square-and-multiply like XLA's expansion of integer_pow; ints wrap.
@@ -338,6 +346,7 @@ REFERENCE: dict[Op, RefFn] = {
     Op.SIN: _float_unary(np.sin),
     Op.COS: _float_unary(np.cos),
     Op.INTEGER_POW: _integer_pow,
+    Op.ACTIVATION: _activation,
     Op.ADD: _binary(np.add),
     Op.SUB: _binary(np.subtract),
     Op.MUL: _binary(np.multiply),

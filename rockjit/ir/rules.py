@@ -113,7 +113,7 @@ def _iota(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType 
 # ---------------------------------------------------------------- element-wise ops
 
 _FLOAT_ONLY_UNARY = {Op.EXP, Op.LOG, Op.TANH, Op.LOGISTIC, Op.ERF, Op.SQRT, Op.RSQRT, Op.SIN,
-                     Op.COS}
+                     Op.COS, Op.ACTIVATION}
 
 
 def _unary(op: Op) -> Rule:
@@ -125,6 +125,11 @@ def _unary(op: Op) -> Rule:
             _fail(f"needs a floating-point operand, got {t}")
         if t.dtype is DType.BOOL:
             _fail(f"needs a numeric operand, got {t}")
+        if op is Op.ACTIVATION:
+            from .activations import FUSABLE
+            if attrs.get("kind") not in FUSABLE:
+                _fail(f"unknown activation kind {attrs.get('kind')!r}; known: "
+                      f"{', '.join(FUSABLE)}")
         if op is Op.INTEGER_POW:
             y = _int_attr(attrs, "y")
             if y < 0 and not t.dtype.is_float:

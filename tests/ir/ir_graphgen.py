@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 from hypothesis import strategies as st
 
+from rockjit.ir.activations import FUSABLE
 from rockjit.ir import Builder, DType, Graph, Loc, Op, TensorType, Value
 
 ALL_DTYPES = list(DType)
@@ -95,6 +96,8 @@ def _unary(op: Op) -> Callable[[Ctx], None]:
         attrs = {}
         if op is Op.INTEGER_POW:
             attrs["y"] = c.draw(st.integers(-3 if x.type.dtype.is_float else 0, 4))
+        if op is Op.ACTIVATION:
+            attrs["kind"] = c.draw(st.sampled_from(FUSABLE))
         c.add(op, [x], None, attrs)
     return gen
 

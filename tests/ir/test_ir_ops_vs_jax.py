@@ -70,6 +70,15 @@ for y in (0, 1, 2, 3, 5, -1, -2):
     TABLE.append(Rec(Op.INTEGER_POW, (In((2, 5), F32, -2, 2),), {"y": y}))
 TABLE.append(Rec(Op.INTEGER_POW, (In((7,), F16, -2, 2),), {"y": 3}))
 TABLE.append(Rec(Op.INTEGER_POW, (In((7,), I32, -1000, 1000),), {"y": 3}))  # wraps
+# the fused composite activations (ir/passes/fuse.py), against jax.nn's own definitions
+JAX_ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "silu": jax.nn.silu, "mish": jax.nn.mish, "softplus": jax.nn.softplus,
+}
+for kind in JAX_ACTIVATIONS:
+    for dt, shape in [(F32, (2, 3, 4)), (F32, ()), (F16, (2, 3, 4))]:
+        TABLE.append(Rec(Op.ACTIVATION, (In(shape, dt, -12, 12),), {"kind": kind}))
 
 for op in (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN):
     for dt, shape in [(F32, ()), (F32, (2, 3)), (F32, (1, 5, 1)), (F16, (2, 3)), (I32, (2, 3)),
@@ -267,6 +276,7 @@ LAX: dict[Op, LaxFn] = {
     Op.SIN: lambda xs, a, t: lax.sin(*xs),
     Op.COS: lambda xs, a, t: lax.cos(*xs),
     Op.INTEGER_POW: lambda xs, a, t: lax.integer_pow(xs[0], a["y"]),
+    Op.ACTIVATION: lambda xs, a, t: JAX_ACTIVATIONS[a["kind"]](*xs),
     Op.ADD: lambda xs, a, t: lax.add(*xs),
     Op.SUB: lambda xs, a, t: lax.sub(*xs),
     Op.MUL: lambda xs, a, t: lax.mul(*xs),

@@ -1,0 +1,118 @@
+"""Fusion as an IR rewrite: composite activations become ``activation{kind}`` ops, visible in
+the text form, checked by the verifier, and equal in value to jax.nn's definitions."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+import scipy.special
+
+from rockjit.ir import Builder, DType, Op, TensorType
+from rockjit.ir.activations import FUSABLE
+from rockjit.ir.interpreter import run
+from rockjit.ir.parser import parse
+from rockjit.ir.passes import PassManager
+from rockjit.ir.passes.fuse import GELU, PATTERNS, _validates
+from rockjit.ir.passes.pattern import match
+from rockjit.ir.printer import print_graph
+from rockjit.ir.verifier import verify
+from tests.ir.test_ir_golden import build_mlp
+
+GOLDEN = Path(__file__).parent / "golden"
+F32 = DType.F32
+
+JAX_FNS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "silu": jax.nn.silu,
+    "mish": jax.nn.mish,
+    "softplus": jax.nn.softplus,
+}
+
+
+def _trace(fn, shape=(4, 8)):
+    import rockjit
+
+    f = rockjit.compile(fn, backend="interpreter")
+    return f.lower(np.zeros(shape, np.float32)).graph
+
+
+def test_every_fusable_kind_has_a_pattern_and_a_test() -> None:
+    assert set(FUSABLE) == {k for _, k in PATTERNS} == set(JAX_FNS)
+
+
+def test_fused_mlp_golden() -> None:
+    g = PassManager(["fuse"]).run(build_mlp())
+    verify(g)
+    text = print_graph(g)
+    assert text == (GOLDEN / "mlp_fused.ir").read_text()
+    assert parse(text) == g
+    assert g.op_counts().get("activation") == 1 and "erf" not in g.op_counts()
+
+
+def test_fused_mlp_values_match_numpy() -> None:
+    g = parse((GOLDEN / "mlp_fused.ir").read_text())
+    rng = np.random.default_rng(0)
+    p = {k: rng.standard_normal(t.shape).astype(np.float32) / 4 for k, t in g.params().items()}
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    (y,) = run(g, [x], p)
+    h = x.astype(np.float64) @ p["fc1.weight"] + p["fc1.bias"]
+    h = 0.5 * h * (1 + scipy.special.erf(h / np.sqrt(2)))
+    np.testing.assert_allclose(y, h @ p["fc2.weight"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", sorted(JAX_FNS))
+def test_jax_spelling_fuses_to_one_op(kind: str) -> None:
+    g = _trace(JAX_FNS[kind])
+    ops = g.op_counts()
+    assert ops.get("activation") == 1, ops
+    (act,) = [n for n in g.nodes if n.op is Op.ACTIVATION]
+    assert act.attrs["kind"] == kind and act.inputs[0] == g.inputs[0]
+    # nothing of the chain is left: only the activation (and no constants) remain
+    assert set(ops) == {"activation"}, ops
+    x = np.linspace(-12, 12, 32, dtype=np.float32).reshape(4, 8)
+    (y,) = run(g, [x], {})
+    # jax evaluates the chain in f32 (several roundings); the fused op rounds once
+    np.testing.assert_allclose(y, np.asarray(JAX_FNS[kind](x)), rtol=2e-6, atol=1e-6)
+
+
+def test_bias_before_the_activation_stays_outside() -> None:
+    g = _trace(lambda x: jax.nn.gelu(x + 1.5, approximate=True))
+    (act,) = [n for n in g.nodes if n.op is Op.ACTIVATION]
+    assert act.attrs["kind"] == "gelu_tanh" and act.inputs[0] != g.inputs[0]
+    assert g.op_counts().get("add") == 1
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: 0.5 * x * (1 + jax.lax.erf(x * 0.8)),          # not 1/sqrt(2)
+    lambda x: x * jax.nn.sigmoid(2.0 * x),                    # x * sigmoid(2x) is not SiLU
+    lambda x: x * jax.nn.sigmoid(x + 1e-3),                   # the gate reads another value
+], ids=["erf_scale", "sigmoid_2x", "other_gate_input"])
+def test_look_alikes_are_not_fused(fn) -> None:
+    assert "activation" not in _trace(fn).op_counts()
+
+
+def test_shared_interior_is_not_fused() -> None:
+    # the sigmoid is an output too: fusing would compute it twice
+    g = _trace(lambda x: (x * jax.nn.sigmoid(x), jax.nn.sigmoid(x)))
+    assert "activation" not in g.op_counts()
+
+
+def test_validator_rejects_a_wrong_kind() -> None:
+    """The numeric probe is the check of a structural match: the GELU nodes are not SiLU."""
+    g = build_mlp()
+    producers = g.producers()
+    pos = {vid: i for i, vid in enumerate(producers)}
+    root = next(n for n in reversed(g.nodes) if any(True for _ in match(GELU, n.out, producers)))
+    m = next(match(GELU, root.out, producers))
+    assert _validates(m, root, "gelu", producers, pos)
+    assert not _validates(m, root, "silu", producers, pos)
+
+
+def test_unknown_kind_is_refused_by_the_verifier() -> None:
+    b = Builder()
+    x = b.input(TensorType(F32, (2,)))
+    with pytest.raises(Exception, match="unknown activation kind 'swish'"):
+        b.add(Op.ACTIVATION, [x], attrs={"kind": "swish"})
