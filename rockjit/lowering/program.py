@@ -37,7 +37,7 @@ import numpy as np
 
 from .memory import ArenaPlan, BufReq, align_up, check_plan, plan_arena
 from .opprogram import HostStep
-from .pipeline import LoweredGraph
+from .lowered import LoweredGraph
 from .schedule import Step, call_spans, runtime_jobs, schedule
 from ..runtime.image import (BoSpec, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
                              StepSpec, TensorSig, Upload, Words, ZeroFill)

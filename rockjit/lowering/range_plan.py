@@ -637,7 +637,7 @@ def plan_ranges(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, 
     the bounds of the rewritten graph (its records are filled in by ``finish_plan`` once the
     partition knows where each value is computed)."""
     from .fp16_range import saturate_consts
-    from .pipeline import fold_consts
+    from .fold import fold_consts
 
     consts = saturate_consts(fold_consts(graph, params))
     bounds = compute_bounds(graph, consts)

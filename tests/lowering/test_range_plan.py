@@ -19,7 +19,7 @@ from rockjit.ir.ops import Op
 from rockjit.ir.verifier import verify
 from rockjit.lowering import range_plan as RP
 from rockjit.lowering.fp16_range import FP16_MAX, saturate_consts
-from rockjit.lowering.pipeline import fold_consts
+from rockjit.lowering.fold import fold_consts
 
 H = 64
 

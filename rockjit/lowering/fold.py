@@ -1,0 +1,44 @@
+"""Compile-time values of a graph: params, constants and data movement over them."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import WeightError
+from ..ir.graph import Graph
+from ..ir.ops import Op
+from ..ir.reference import evaluate
+
+# Ops whose value is known at compile time when all their inputs are.
+_FOLDABLE = {Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.TRANSPOSE, Op.CONVERT, Op.SLICE,
+             Op.CONCATENATE, Op.PAD, Op.IOTA, Op.CONSTANT}
+
+
+def fold_consts(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
+    """Compile-time values: params, constants, and data movement over them (a resident weight
+    seen through a transpose or a bias through a broadcast is still a constant)."""
+    out: dict[int, np.ndarray] = {}
+    for n in graph.nodes:
+        if n.op is Op.PARAM:
+            name = n.attrs["name"]
+            if name not in params:
+                raise WeightError(f"param {name!r} ({n.out.type}) at {n.loc} is not bound")
+            out[n.out.id] = np.asarray(params[name])
+        elif n.op is Op.BROADCAST_IN_DIM and n.inputs[0].id in out:
+            # a read-only view: a scalar broadcast to a large shape must not become a large array
+            # (its users read what they need; a write into it fails loudly)
+            out[n.out.id] = _broadcast_view(out[n.inputs[0].id], n.attrs, n.out.type.shape)
+        elif n.op in _FOLDABLE and all(v.id in out for v in n.inputs):
+            out[n.out.id] = evaluate(n.op, [out[v.id] for v in n.inputs], n.attrs, n.out.type)
+    return out
+
+
+def _broadcast_view(x: np.ndarray, attrs: Mapping[str, Any], shape: tuple[int, ...]) -> np.ndarray:
+    """broadcast_in_dim (ir/reference.py's meaning) as a zero-copy view."""
+    x = np.asarray(x)
+    dims = [1] * len(shape)
+    for src, dst in enumerate(attrs["broadcast_dimensions"]):
+        dims[dst] = x.shape[src]
+    return np.broadcast_to(x.reshape(dims), shape)
+
