@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         "npu_ops", "host_ops", "jobs", "tasks", "host_steps", "macs", "cores_used")))
     ok = True
     if args.check_bound:
-        from rockjit.lowering import tolerance as T
+        from rockjit.oracle import tolerance as T
         b, = T.graph_bound(compiled.graph, compiled.params, [ids, mask])
         r = np.asarray(ref, np.float64)[:, :real]
         ratio = float(np.max(np.abs(np.asarray(hidden, np.float64)[:, :real] - r)

@@ -33,7 +33,7 @@ from scipy import special
 from .ops import Op
 
 Fn = Callable[[np.ndarray], np.ndarray]
-# emit(op, inputs, attrs) -> value: appends one IR node; constants via emit(Op.CONSTANT, ...)
+# emit(op, inputs, attrs, out_type=None) -> value: appends one IR node
 Emit = Callable[..., object]
 
 _GT_A = math.sqrt(2.0 / math.pi)   # tanh-GELU's published constants (jax.nn.gelu, HF)
@@ -168,7 +168,8 @@ def _j_mish_gate(x):
 # ------------------------------------------------------------------ host fallbacks (IR ops)
 
 def _const(emit: Emit, v: float, like) -> object:
-    return emit(Op.CONSTANT, [], {"value": np.array(v, like.type.dtype.to_numpy())})
+    c = emit(Op.CONSTANT, [], {"value": np.array(v, like.type.dtype.to_numpy())})
+    return emit(Op.BROADCAST_IN_DIM, [c], {"broadcast_dimensions": []}, like.type)
 
 
 def _bin(emit: Emit, op: Op, a, b) -> object:

@@ -185,6 +185,16 @@ class _NodeProgram:
         self.buffers.append(BufferSpec(name, role, nbytes, dtype=t.dtype.value, shape=t.shape,
                                        bind=bind))
 
+    def scratch(self, name: str, t: TensorType) -> None:
+        self.types[name] = t
+        self.buffers.append(BufferSpec(name, "scratch", t.size * t.dtype.to_numpy().itemsize))
+
+    def const(self, name: str, t: TensorType, data: np.ndarray) -> None:
+        self.types[name] = t
+        self.buffers.append(BufferSpec(name, "const", data.nbytes, dtype=t.dtype.value,
+                                       shape=t.shape, data=np.frombuffer(data.tobytes(),
+                                                                         np.uint8).copy()))
+
     def dense(self, name: str) -> HostView:
         """A buffer's own row-major view (iteration shape = its shape)."""
         t = self.types[name]
@@ -236,6 +246,49 @@ def _elementwise(kind: str, code: int) -> HostRule:
         p.step(kind, shape, p.dense("out"), ins, code=code, iparams=iparams)
         return p.program()
     return rule
+
+
+def _activation(node: Node) -> OpProgram:
+    """A fused activation on the host (the LUT had no form for it): its record's expansion
+    into primitive ops (ir/activations.py ``expand``), one host step per op over scratch
+    buffers in the op's dtype; scalar constants are one-element const buffers read with
+    stride 0."""
+    from ..ir.activations import activation
+    from ..ir.graph import Builder
+
+    p = _NodeProgram(node)
+    b = Builder()
+    x = b.input(node.inputs[0].type)
+    y = activation(node.attrs["kind"]).expand(
+        lambda op, ins, attrs, out_type=None: b.add(op, ins, out_type, attrs), x)
+    names: dict[int, str] = {x.id: "in0"}
+    scalars: dict[int, np.ndarray] = {}
+    shape = node.out.type.shape
+    for i, n in enumerate(b.nodes):
+        if n.op is Op.CONSTANT:
+            scalars[n.out.id] = np.asarray(n.attrs["value"], n.out.type.dtype.to_numpy())
+            continue
+        if n.op is Op.BROADCAST_IN_DIM and n.inputs[0].id in scalars:
+            scalars[n.out.id] = scalars[n.inputs[0].id]
+            continue
+        name = "out" if n.out.id == y.id else f"t{i}"
+        if name != "out":
+            p.scratch(name, n.out.type)
+        views = []
+        for v in n.inputs:
+            if v.id in scalars:
+                k = f"k{v.id}"
+                if k not in p.types:
+                    p.const(k, TensorType(v.type.dtype, (1,)), scalars[v.id].reshape(1))
+                views.append(HostView(k, v.type.dtype, 0, (0,) * len(shape)))
+            else:
+                views.append(p.dense(names[v.id]))
+        kind, code = (("unary", UNARY_CODES[n.op]) if n.op in UNARY_CODES
+                      else ("binary", BINARY_CODES[n.op]))
+        iparams = (int(n.attrs["y"]),) if n.op is Op.INTEGER_POW else ()
+        p.step(kind, shape, p.dense(name), views, code=code, iparams=iparams)
+        names[n.out.id] = name
+    return p.program()
 
 
 def _copy_rule(node: Node) -> OpProgram:
@@ -412,6 +465,7 @@ HOST_RULES: dict[Op, HostRule] = {
     Op.CONVERT: _copy_rule,
     Op.TAKE: _take,
     Op.IOTA: _iota,
+    Op.ACTIVATION: _activation,
 }
 # Not here, on purpose: constant/param (sources: the pipeline binds their bytes), and
 # dot_general/conv (NPU work; a host matmul would hide a missing emitter).

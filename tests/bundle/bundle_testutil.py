@@ -11,7 +11,7 @@ import zlib
 import jax
 import numpy as np
 
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 
 
 def block(p, x):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rockjit.ir.types import DType
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.conv import (ConvSpec, choose_patchify, lower_conv1d, lower_conv2d)
 from rockjit.lowering.opprogram import HostStep
 from rockjit.lowering.profile import get_profile

@@ -11,7 +11,7 @@ import pytest
 
 from rockjit.ir.types import DType
 from rockjit.lowering import lut_tables as LT
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.lut import (ACTIVATIONS, activation_error, activation_table,
                                            lower_activation)
 from rockjit.lowering.layouts import feature_layout

@@ -6,7 +6,7 @@ import hashlib
 
 import numpy as np
 
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 
 
 def seeded_weights(shapes: dict, seed: int = 0) -> dict[str, np.ndarray]:

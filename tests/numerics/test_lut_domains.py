@@ -19,7 +19,7 @@ import rockjit
 from models import layers as L
 from numerics_testutil import program_fingerprint, seeded_weights, within_bound
 from rockjit.lowering import calibrate as C
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters import lut
 
 _erf = np.vectorize(math.erf)

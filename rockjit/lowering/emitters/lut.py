@@ -31,7 +31,7 @@ the requested one (the index scale is rounded down to fp16).
 
 Error: ``activation_error(kind, x, x_range)`` is the per-element absolute bound of the NPU
 result against the exact function of the (fp16) input, *excluding* the final fp16 rounding,
-which tolerance.lut_bound adds. It is built from the table's ``abs_error`` (lut_tables.py)
+which oracle/tolerance.lut_bound adds. It is built from the table's ``abs_error`` (lut_tables.py)
 and the roundings of the intermediate fp16 gate.
 
 Buffers: ``x`` (input 0), ``out`` (output 0), ``regcmd``; two-pass kinds add ``gate``
@@ -51,7 +51,7 @@ from ..opprogram import BufferSpec, OpProgram
 from ..profile import ChipProfile
 from ..regcmd import LoweringError, Reloc, TaskProgram
 from .. import lut_tables as LT
-from ..tolerance import U16
+from ..fp16_range import U16
 from .eltwise import (EW_VIEW_CHANNELS, SdpStage, check_fp16_cube, emit_flying, ew_chunks,
                       flying_chunks, fp16_bits, fp32_bits, full_ew_tasks, npu_program,
                       resolve_profile, weights_buffer)
