@@ -15,7 +15,8 @@ A record says, in one place:
   ``"softmax"`` (exp after a row-max subtraction only), or None (no domain from the function
   alone: the op runs on the host in f32);
 * ``expand`` -- the host fallback: the same function as primitive IR ops (each with a host
-  rule), used when the LUT has no form for the op.
+  rule), used when the LUT has no form for the op;
+* ``bound(a)`` -- a bound on |f(x)| for |x| <= a (lowering/range_plan.py).
 
 Adding a LUT activation is one record here plus, if JAX spells it in a new way, one pattern in
 ir/passes/fuse.py.
@@ -54,6 +55,16 @@ class ActivationKind:
     default_range: tuple[float, float] = (-8.0, 8.0)
     fusable: bool = False               # an IR ``activation{kind}`` op (a composite)
     expand: Callable[[Emit, object], object] | None = None
+    # sup |f(x)| over |x| <= a (the range plan's bound), where the form does not give it
+    magnitude: Callable[[float], float] | None = None
+
+    def bound(self, a: float) -> float:
+        """A bound on |f(x)| for |x| <= a: |x * gate(x)| <= |x| for a gate in [0, 1]."""
+        if self.magnitude is not None:
+            return self.magnitude(a)
+        if self.post == "gate":
+            return a
+        return math.inf
 
     @property
     def gated(self) -> bool:
@@ -278,7 +289,8 @@ ACTIVATIONS: dict[str, ActivationKind] = {k.name: k for k in (
     # softplus grows like x: no table domain follows from the function (a clamp above the
     # table's end would be silently wrong), so it runs on the host (expand) in f32
     ActivationKind("softplus", softplus, _j_softplus, softplus, _j_softplus, form="shifted",
-                   domain=None, fusable=True, expand=_softplus_ops),
+                   domain=None, fusable=True, expand=_softplus_ops,
+                   magnitude=lambda a: a + math.log(2.0)),
     ActivationKind("rsqrt", rsqrt, _jax_rsqrt, rsqrt, _jax_rsqrt, form="shifted", domain=None,
                    default_range=(0.5, 64.0)),
     ActivationKind("reciprocal", reciprocal, _jax_reciprocal, reciprocal, _jax_reciprocal,

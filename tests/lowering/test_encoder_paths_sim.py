@@ -21,6 +21,7 @@ import pytest
 import rockjit
 from graphs_testutil import assert_npu, check_bound, run_sim
 from models import layers as L
+from rockjit.ir.activations import ACTIVATIONS
 from rockjit.lowering import fp16_range, lut_tables
 from rockjit.oracle import tolerance as T
 
@@ -228,8 +229,8 @@ def test_narrow_lut_domain_saturates_the_index_scale(lo: float, hi: float) -> No
     assert np.all(np.abs(t.emulate(x) - np.exp(x)) <= t.error_at(x))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        u = lut_tables.build_unit_table("sigmoid", lut_tables.sigmoid, 1e-3,
-                                        lut_tables.d_sigmoid)
+        sig = ACTIVATIONS["sigmoid"]
+        u = lut_tables.build_unit_table("sigmoid", sig.table, 1e-3, sig.table_derivative)
     assert u.hi >= 1e-3
 
 

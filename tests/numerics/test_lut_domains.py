@@ -30,16 +30,17 @@ GATES = {   # independent float64 gates: result = gate (sigmoid), 2 gate - 1 (ta
     "tanh": lambda x: (1 + np.tanh(x)) / 2,
     "gelu": lambda x: 0.5 * (1 + _erf(x / math.sqrt(2))),
     "gelu_tanh": lambda x: 0.5 * (1 + np.tanh(_A * (x + _B * x ** 3))),
+    "mish": lambda x: np.tanh(np.log1p(np.exp(x))),
 }
 RESULT = {
     "sigmoid": lambda x: GATES["sigmoid"](x), "tanh": np.tanh,
     "gelu": lambda x: x * GATES["gelu"](x), "gelu_tanh": lambda x: x * GATES["gelu_tanh"](x),
-    "silu": lambda x: x * GATES["silu"](x),
+    "silu": lambda x: x * GATES["silu"](x), "mish": lambda x: x * GATES["mish"](x),
 }
 SAT = 2.0 ** -16
 # what the notes measured on hardware for these tables (tests/lowering/test_lut.py)
 HW_LIMIT = {"sigmoid": 1.46e-3, "tanh": 1.46e-3, "gelu": 1.6e-3, "gelu_tanh": 1.6e-3,
-            "silu": 1.6e-3}
+            "silu": 1.6e-3, "mish": 1.6e-3}
 
 
 @pytest.mark.parametrize("kind", sorted(GATES))
@@ -112,6 +113,27 @@ def test_exp_without_a_row_max_runs_on_the_host_and_is_right_at_any_range() -> N
         assert ok, f"exp(x - max(y)) at {s}x: worst |err| / bound = {ratio:.3g}"
 
 
+@pytest.mark.parametrize("kind,where", [("mish", "npu"), ("softplus", "host")])
+def test_added_activation_fuses_and_runs_within_its_bound(kind: str, where: str) -> None:
+    """jax.nn.mish / softplus traced -> one activation{kind} op -> mish as a LUT gate on the
+    NPU (a saturating gate: its domain follows from the function), softplus on the host
+    (it grows like x: no table domain follows from the function) -> within the graph's
+    bound of JAX on CPU, over the whole range and beyond the table."""
+    rng = np.random.default_rng(6)
+    x = np.concatenate([rng.uniform(-20, 20, 1000), [-300.0, -12.0, 0.0, 12.0, 300.0],
+                        rng.standard_normal(19)]).astype(np.float32).reshape(16, 64)
+    fn = ACTS[kind]
+    f = rockjit.compile(fn, backend="sim")
+    got = f(x)
+    c = f.compiled(x)
+    assert c.graph.op_counts() == {"activation": 1}
+    assert _decisions(c, "activation") == [where]
+    ok, ratio = within_bound(c, got, fn(x), [x])
+    assert ok, f"{kind}: worst |err| / bound = {ratio:.3g}"
+    # the bound can fail: the gate applied to the neighbouring row is rejected
+    assert not within_bound(c, np.roll(np.asarray(got), 1, axis=0), fn(x), [x])[0]
+
+
 def test_softmax_exp_stays_on_the_npu() -> None:
     x = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
     f = rockjit.compile(lambda x: jax.nn.softmax(x, axis=-1), backend="sim")
@@ -138,6 +160,8 @@ ACTS = {
     "gelu": partial(jax.nn.gelu, approximate=False),
     "gelu_tanh": partial(jax.nn.gelu, approximate=True),
     "silu": jax.nn.silu,
+    "mish": jax.nn.mish,
+    "softplus": jax.nn.softplus,
     "softmax": partial(jax.nn.softmax, axis=-1),
 }
 
