@@ -251,19 +251,26 @@ def _elementwise(kind: str, code: int) -> HostRule:
 def _activation(node: Node) -> OpProgram:
     """A fused activation on the host (the LUT had no form for it): its record's expansion
     into primitive ops (ir/activations.py ``expand``), one host step per op over scratch
-    buffers in the op's dtype; scalar constants are one-element const buffers read with
-    stride 0."""
+    buffers; scalar constants are one-element const buffers read with stride 0. An fp16 /
+    bf16 activation is expanded in f32 and rounded once at the end, as the fused op means
+    (a chain of fp16 steps would lose 1 + erf(x) to cancellation)."""
     from ..ir.activations import activation
     from ..ir.graph import Builder
 
     p = _NodeProgram(node)
+    t = node.out.type
+    shape = t.shape
+    wide = DType.F32 if t.dtype in (DType.F16, DType.BF16) else t.dtype
     b = Builder()
-    x = b.input(node.inputs[0].type)
+    x = b.input(TensorType(wide, shape))
     y = activation(node.attrs["kind"]).expand(
         lambda op, ins, attrs, out_type=None: b.add(op, ins, out_type, attrs), x)
     names: dict[int, str] = {x.id: "in0"}
+    if wide is not t.dtype:
+        names[x.id] = "xw"
+        p.scratch("xw", TensorType(wide, shape))
+        p.step("copy", shape, p.dense("xw"), [p.dense("in0")])
     scalars: dict[int, np.ndarray] = {}
-    shape = node.out.type.shape
     for i, n in enumerate(b.nodes):
         if n.op is Op.CONSTANT:
             scalars[n.out.id] = np.asarray(n.attrs["value"], n.out.type.dtype.to_numpy())
@@ -271,7 +278,7 @@ def _activation(node: Node) -> OpProgram:
         if n.op is Op.BROADCAST_IN_DIM and n.inputs[0].id in scalars:
             scalars[n.out.id] = scalars[n.inputs[0].id]
             continue
-        name = "out" if n.out.id == y.id else f"t{i}"
+        name = "out" if n.out.id == y.id and wide is t.dtype else f"t{i}"
         if name != "out":
             p.scratch(name, n.out.type)
         views = []
@@ -288,6 +295,8 @@ def _activation(node: Node) -> OpProgram:
         iparams = (int(n.attrs["y"]),) if n.op is Op.INTEGER_POW else ()
         p.step(kind, shape, p.dense(name), views, code=code, iparams=iparams)
         names[n.out.id] = name
+    if wide is not t.dtype:
+        p.step("copy", shape, p.dense("out"), [p.dense(names[y.id])])
     return p.program()
 
 

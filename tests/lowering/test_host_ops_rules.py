@@ -327,3 +327,35 @@ def test_rank_above_the_library_limit():
     node = make_node(Op.NEG, [t(DType.F32, (1,) * 9)])
     with pytest.raises(LoweringError, match="rank 9 exceeds the host library's 8 dimensions"):
         lower_on_host(node)
+
+
+# ---------------------------------------------------------------- fused activations
+
+def _jax_activation(kind: str, x: np.ndarray) -> np.ndarray:
+    """jax.nn's own definitions (independent of the records' expansions)."""
+    import jax
+    fns = {"gelu": lambda v: jax.nn.gelu(v, approximate=False),
+           "gelu_tanh": lambda v: jax.nn.gelu(v, approximate=True),
+           "silu": jax.nn.silu, "mish": jax.nn.mish, "softplus": jax.nn.softplus}
+    return np.asarray(fns[kind](x.astype(np.float64).astype(np.float32)), np.float64)
+
+
+@pytest.mark.parametrize("kind", ["gelu", "gelu_tanh", "silu", "mish", "softplus"])
+@pytest.mark.parametrize("dtype", [DType.F32, DType.F16])
+def test_activation_host_fallback(kind, dtype):
+    """activation{kind} with no LUT form runs as its record's expansion on the host library
+    (a chain of unary/binary steps over scratch buffers, scalar constants at stride 0)."""
+    from rockjit.ir.activations import FUSABLE
+    assert kind in FUSABLE
+    x = np.concatenate([np.linspace(-30, 30, 241), [-1e-3, 0.0, 1e-3]]).astype(
+        dtype.to_numpy()).reshape(4, 61)
+    node = make_node(Op.ACTIVATION, [t(dtype, x.shape)], {"kind": kind})
+    got = run(node, [x])
+    assert got.dtype == x.dtype and got.shape == x.shape
+    # f32: a few roundings of a chain of ~8 f32 steps; f16: the chain runs in f32 and rounds
+    # to fp16 once (a chain of fp16 steps fails here: 1 + erf(x) cancels)
+    rel, abs_ = (2e-6, 2e-7) if dtype is DType.F32 else (2.0 ** -11 + 4e-6, 2.0 ** -24)
+    ref = _jax_activation(kind, x)
+    err = np.abs(got.astype(np.float64) - ref)
+    assert np.all(err <= rel * np.abs(ref) + abs_ + 2e-6 * np.abs(x)), (
+        kind, dtype, float(np.max(err - rel * np.abs(ref))))
