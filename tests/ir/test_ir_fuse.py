@@ -10,7 +10,7 @@ import pytest
 import scipy.special
 
 from rockjit.ir import Builder, DType, Op, TensorType
-from rockjit.ir.activations import FUSABLE
+from rockjit.ir.activations import ACTIVATIONS, FUSABLE
 from rockjit.ir.interpreter import run
 from rockjit.ir.parser import parse
 from rockjit.ir.passes import PassManager
@@ -18,18 +18,14 @@ from rockjit.ir.passes.fuse import GELU, PATTERNS, _validates
 from rockjit.ir.passes.pattern import match
 from rockjit.ir.printer import print_graph
 from rockjit.ir.verifier import verify
-from tests.ir.test_ir_golden import build_mlp
+from test_ir_golden import build_mlp
 
 GOLDEN = Path(__file__).parent / "golden"
 F32 = DType.F32
 
-JAX_FNS = {
-    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
-    "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
-    "silu": jax.nn.silu,
-    "mish": jax.nn.mish,
-    "softplus": jax.nn.softplus,
-}
+# the kinds' jax.nn definitions (each record's jax_fn is pinned to an independent float64
+# formula by tests/numerics/test_lut_domains.py)
+JAX_FNS = {k: ACTIVATIONS[k].jax_fn for k in FUSABLE}
 
 
 def _trace(fn, shape=(4, 8)):
@@ -39,8 +35,8 @@ def _trace(fn, shape=(4, 8)):
     return f.lower(np.zeros(shape, np.float32)).graph
 
 
-def test_every_fusable_kind_has_a_pattern_and_a_test() -> None:
-    assert set(FUSABLE) == {k for _, k in PATTERNS} == set(JAX_FNS)
+def test_every_fusable_kind_has_a_pattern() -> None:
+    assert set(FUSABLE) == {k for _, k in PATTERNS}
 
 
 def test_fused_mlp_golden() -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from rockjit.errors import VerifyError
+from rockjit.ir.activations import FUSABLE
 from rockjit.ir.ops import Op
 from rockjit.ir.types import DType, TensorType
 from rockjit.lowering.host_rules import (HOST_RULES, UNARY_CODES, lower_on_host, run_on_host)
@@ -332,21 +333,17 @@ def test_rank_above_the_library_limit():
 # ---------------------------------------------------------------- fused activations
 
 def _jax_activation(kind: str, x: np.ndarray) -> np.ndarray:
-    """jax.nn's own definitions (independent of the records' expansions)."""
-    import jax
-    fns = {"gelu": lambda v: jax.nn.gelu(v, approximate=False),
-           "gelu_tanh": lambda v: jax.nn.gelu(v, approximate=True),
-           "silu": jax.nn.silu, "mish": jax.nn.mish, "softplus": jax.nn.softplus}
-    return np.asarray(fns[kind](x.astype(np.float64).astype(np.float32)), np.float64)
+    """The kind's jax.nn definition (independent of the record's expansion into IR ops; the
+    record's jax_fn is pinned to a float64 formula by tests/numerics/test_lut_domains.py)."""
+    from rockjit.ir.activations import ACTIVATIONS
+    return np.asarray(ACTIVATIONS[kind].jax_fn(x.astype(np.float32)), np.float64)
 
 
-@pytest.mark.parametrize("kind", ["gelu", "gelu_tanh", "silu", "mish", "softplus"])
+@pytest.mark.parametrize("kind", FUSABLE)
 @pytest.mark.parametrize("dtype", [DType.F32, DType.F16])
 def test_activation_host_fallback(kind, dtype):
     """activation{kind} with no LUT form runs as its record's expansion on the host library
     (a chain of unary/binary steps over scratch buffers, scalar constants at stride 0)."""
-    from rockjit.ir.activations import FUSABLE
-    assert kind in FUSABLE
     x = np.concatenate([np.linspace(-30, 30, 241), [-1e-3, 0.0, 1e-3]]).astype(
         dtype.to_numpy()).reshape(4, 61)
     node = make_node(Op.ACTIVATION, [t(dtype, x.shape)], {"kind": kind})
