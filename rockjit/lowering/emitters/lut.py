@@ -1,6 +1,9 @@
-"""LUT activations on the DPU: sigmoid, tanh, exp, GELU, SiLU, rsqrt, reciprocal of an fp16 cube.
+"""LUT activations on the DPU: sigmoid, tanh, exp, GELU, SiLU, Mish, softplus, rsqrt,
+reciprocal of an fp16 cube.
 
-Each activation is one or two passes over the flat view of the cube (eltwise.py):
+What each kind means (its table function, form, post-step and domain rule) is its record in
+ir/activations.py; this module builds the table and the tasks from it. Each activation is one
+or two passes over the flat view of the cube (eltwise.py):
 
   sigmoid      one flying LUT pass, ``unit`` table of sigmoid
   exp          one flying LUT pass, ``shifted`` table
@@ -20,6 +23,10 @@ Each activation is one or two passes over the flat view of the cube (eltwise.py)
                multiply -- the notes' accurate 2-pass GELU (dpu-lut-activation.md, "GELU -- the
                2-pass x*Phi(x) route"; single-pass GELU is unreliable, QUIRK 1)
   silu         LUT pass of sigmoid, then x * sigmoid(x) (same 2-pass form)
+  mish         LUT pass of tanh(softplus(x)), then x * gate (same 2-pass form; seeds catalog:
+               "Mish ... 2-pass (a [0,1] gate LUT + EW-mul)")
+  softplus     one flying LUT pass, ``shifted`` table over an explicit domain (the compiler
+               never asks: softplus has no domain from the function and runs on the host)
 
 **The domain.** The caller passes ``x_range = (lo, hi)``, from the function alone
 (lowering/calibrate.py: a saturating function's saturation radius, softmax's [-16, 0]). Symmetric tables cover [-R, R] with R = max(|lo|, |hi|); shifted tables
