@@ -21,6 +21,7 @@ class Group(enum.Enum):
     CONVERT = "convert"
     CONTRACT = "contract"      # dot_general, conv
     INDEX = "index"            # gather-like
+    COMPOSITE = "composite"    # found by fusion, expanded again before lowering (composites.py)
 
 
 class Op(enum.Enum):
@@ -88,6 +89,8 @@ class Op(enum.Enum):
              "feature_group_count"))  # operands NCHW-style: lhs [N,C,*S], rhs [O,I,*K]
 
     TAKE = ("take", Group.INDEX, ("axis",))               # operand[..., indices, ...] on axis
+
+    SOFTMAX = ("softmax", Group.COMPOSITE, ("axes",))     # exp(x - max) / sum over axes
 
     def __init__(self, text: str, group: Group, attrs: tuple[str, ...]) -> None:
         self.text = text

@@ -65,6 +65,14 @@ def _activation(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorTy
     return _cast(activation(attrs["kind"]).reference(x.astype(np.float64)), t)
 
 
+def _softmax(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType) -> np.ndarray:
+    (x,) = ins
+    axes = tuple(attrs["axes"])
+    x = x.astype(np.float64)
+    e = np.exp(x - np.max(x, axis=axes, keepdims=True))
+    return _cast(e / np.sum(e, axis=axes, keepdims=True), t)
+
+
 def _integer_pow(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
                  ) -> np.ndarray:
     # Square-and-multiply like XLA's expansion of integer_pow; ints wrap.
@@ -375,6 +383,7 @@ REFERENCE: dict[Op, RefFn] = {
     Op.DOT_GENERAL: _dot_general,
     Op.CONV: _conv,
     Op.TAKE: _take,
+    Op.SOFTMAX: _softmax,
 }
 _missing = [op.text for op in Op if op not in REFERENCE]
 assert not _missing, f"ops without a numpy reference: {_missing}"

@@ -199,6 +199,17 @@ def _reduce(op: Op) -> Rule:
     return rule
 
 
+def _softmax(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
+             ) -> TensorType:
+    _arity(ins, 1)
+    (t,) = ins
+    if not t.dtype.is_float:
+        _fail(f"needs a floating-point operand, got {t}")
+    if not _axes(attrs, "axes", t.rank):
+        _fail("needs at least one axis")
+    return t
+
+
 def _reduce_window(op: Op) -> Rule:
     def rule(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
              ) -> TensorType:
@@ -454,6 +465,7 @@ SHAPE_RULES: dict[Op, Rule] = {
     Op.DOT_GENERAL: _dot_general,
     Op.CONV: _conv,
     Op.TAKE: _take,
+    Op.SOFTMAX: _softmax,
 }
 for _op in Op:
     if _op.group is Group.UNARY:

@@ -205,6 +205,7 @@ def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
     The result depends on the graph, the resident ``params`` and the profile only: no run-time
     value is looked at (LUT domains come from the functions, calibrate.py), so compiling from
     ``jax.ShapeDtypeStruct`` inputs and after a call give the same program."""
+    from ..ir.composites import expand
     from ..ir.passes.fuse import fuse
     from .range_plan import finish_plan, plan_ranges
     from .value_checks import check_weights
@@ -213,8 +214,9 @@ def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
     prof = get_profile(profile) if isinstance(profile, str) else profile
     check_graph(graph)  # before anything is allocated at the graph's sizes
     # composite activations as activation{kind} ops (the frontend already ran this pass; a
-    # graph built by hand has not: the pass is idempotent and costs milliseconds)
-    graph = fuse(graph)
+    # graph built by hand has not: the pass is idempotent and costs milliseconds); composites
+    # without an emitter of their own (softmax) expanded back into primitive ops
+    graph = expand(fuse(graph))
     # bounds, and the norm-statistics rewrite where a square could overflow fp16; the rest of
     # the lowering sees the rewritten graph (equal to the original in exact arithmetic)
     graph, plan = plan_ranges(graph, params)

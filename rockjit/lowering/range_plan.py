@@ -231,7 +231,7 @@ def _b_conv(n: Node, ctx: BoundCtx) -> float:
 BOUND_RULES: dict[Op, Callable[[Node, BoundCtx], float]] = {
     Op.NEG: _b_first, Op.ABS: _b_first, Op.EXP: _b_exp, Op.TANH: _b_one, Op.LOGISTIC: _b_one,
     Op.ERF: _b_one, Op.SIN: _b_one, Op.COS: _b_one, Op.INTEGER_POW: _b_pow,
-    Op.ACTIVATION: _b_activation,
+    Op.ACTIVATION: _b_activation, Op.SOFTMAX: _b_one,
     Op.ADD: _b_add, Op.SUB: _b_add, Op.MUL: _b_mul, Op.DIV: _b_div, Op.MAX: _b_max,
     Op.MIN: _b_max,
     Op.SELECT_N: _b_select,

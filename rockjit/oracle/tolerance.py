@@ -363,12 +363,14 @@ def graph_bound(graph, params, inputs, trace: dict | None = None) -> list[np.nda
     above, ``ERROR_RULES`` keyed on the op), given the resident ``params`` and the run-time
     ``inputs``. ``trace`` (a dict) receives (op, max systematic, max rounding sigma) per value
     id, for diagnosis."""
+    from ..ir.composites import expand
     from ..ir.passes.fuse import fuse
     from ..lowering.fold import fold_consts
     from ..lowering.fp16_range import saturate_consts
 
-    # the bound describes the program, which the lowering builds from the fused graph
-    graph = fuse(graph)
+    # the bound describes the program, which the lowering builds from the fused graph with its
+    # composites expanded (lowering/pipeline.lower_graph)
+    graph = expand(fuse(graph))
     env: dict[int, Err] = {}
     for v, x in zip(graph.inputs, inputs):
         val = _f64(x)

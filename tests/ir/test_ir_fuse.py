@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.special
@@ -112,3 +113,53 @@ def test_unknown_kind_is_refused_by_the_verifier() -> None:
     x = b.input(TensorType(F32, (2,)))
     with pytest.raises(Exception, match="unknown activation kind 'swish'"):
         b.add(Op.ACTIVATION, [x], attrs={"kind": "swish"})
+
+
+# ------------------------------------------------------------------------------ softmax
+
+def test_fused_attention_golden() -> None:
+    """The hand-built attention's softmax (no max(-inf, .)) becomes softmax{axes}; expanded
+    again it computes the same values as the original graph."""
+    from rockjit.ir.composites import expand
+    from test_ir_golden import build_attention
+
+    g = PassManager(["fuse"]).run(build_attention())
+    verify(g)
+    text = print_graph(g)
+    assert text == (GOLDEN / "attention_fused.ir").read_text()
+    assert parse(text) == g
+    assert g.op_counts().get("softmax") == 1 and "exp" not in g.op_counts()
+    rng = np.random.default_rng(1)
+    p = {k: rng.standard_normal(t.shape).astype(np.float32) / 4 for k, t in g.params().items()}
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    (want,) = run(build_attention(), [x], p)
+    for h in (g, expand(g)):
+        np.testing.assert_allclose(run(h, [x], p)[0], want, rtol=1e-5, atol=1e-6)
+    assert "softmax" not in expand(g).op_counts()
+
+
+@pytest.mark.parametrize("axis", [-1, 0, (0, 2)])
+def test_jax_softmax_fuses_and_expands_back(axis) -> None:
+    from rockjit.ir.composites import expand
+
+    fn = lambda x: jax.nn.softmax(x, axis=axis)  # noqa: E731
+    g = _trace(fn, (3, 4, 5))
+    assert g.op_counts() == {"softmax": 1}
+    ax = (axis % 3,) if isinstance(axis, int) else axis
+    assert tuple(g.nodes[0].attrs["axes"]) == ax
+    x = np.random.default_rng(2).uniform(-20, 20, (3, 4, 5)).astype(np.float32)
+    want = np.asarray(fn(x))
+    for h in (g, expand(g)):
+        np.testing.assert_allclose(run(h, [x], {})[0], want, rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("fn", [
+    # the max over one axis, the sum over another: not a softmax
+    lambda x: jnp.exp(x - x.max(1, keepdims=True)) / jnp.exp(x - x.max(1, keepdims=True)).sum(
+        0, keepdims=True),
+    # the max of another value subtracted
+    lambda x: jnp.exp(x - (x * 2).max(1, keepdims=True)) / jnp.exp(
+        x - (x * 2).max(1, keepdims=True)).sum(1, keepdims=True),
+], ids=["axes_differ", "other_max"])
+def test_softmax_look_alikes_are_not_fused(fn) -> None:
+    assert "softmax" not in _trace(fn).op_counts()

@@ -74,6 +74,9 @@ TABLE.append(Rec(Op.INTEGER_POW, (In((7,), I32, -1000, 1000),), {"y": 3}))  # wr
 # the fused composite activations (ir/passes/fuse.py): the numpy reference against the kind's
 # jax.nn definition (pinned to independent formulas by tests/numerics/test_lut_domains.py)
 JAX_ACTIVATIONS = {k: ACTIVATIONS[k].jax_fn for k in FUSABLE}
+for axes in ([1], [0, 2], [2]):
+    TABLE.append(Rec(Op.SOFTMAX, (In((2, 3, 4), F32, -30, 30),), {"axes": axes}))
+TABLE.append(Rec(Op.SOFTMAX, (In((3, 5), F16, -8, 8),), {"axes": [1]}))
 for kind in JAX_ACTIVATIONS:
     for dt, shape in [(F32, (2, 3, 4)), (F32, ()), (F16, (2, 3, 4))]:
         TABLE.append(Rec(Op.ACTIVATION, (In(shape, dt, -12, 12),), {"kind": kind}))
@@ -275,6 +278,7 @@ LAX: dict[Op, LaxFn] = {
     Op.COS: lambda xs, a, t: lax.cos(*xs),
     Op.INTEGER_POW: lambda xs, a, t: lax.integer_pow(xs[0], a["y"]),
     Op.ACTIVATION: lambda xs, a, t: JAX_ACTIVATIONS[a["kind"]](*xs),
+    Op.SOFTMAX: lambda xs, a, t: jax.nn.softmax(xs[0], axis=tuple(a["axes"])),
     Op.ADD: lambda xs, a, t: lax.add(*xs),
     Op.SUB: lambda xs, a, t: lax.sub(*xs),
     Op.MUL: lambda xs, a, t: lax.mul(*xs),

@@ -1,6 +1,10 @@
 """Fusion: rewrite composite activations spelled as element-wise op chains into one
 ``activation{kind}`` op (ir/activations.py holds what each kind means).
 
+Softmax (exp(x - max) / sum over the same axes, the max as jax writes it through max(-inf,
+.)) becomes ``softmax{axes}``: a structural match whose reduce axes agree and whose broadcasts
+put each row statistic back on its row; the lowering expands it again (ir/composites.py).
+
 JAX spells GELU as ``0.5 x (1 - erf(-x / sqrt 2))`` (exact, through erfc) or ``0.5 x (1 +
 tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (tanh form), SiLU as ``x * logistic(x)``, softplus as
 ``logaddexp(x, 0)`` and Mish as ``x * tanh(softplus(x))``. Each spelling is a structural
@@ -92,6 +96,68 @@ PATTERNS: tuple[tuple[UPat, str], ...] = (
 )
 
 
+def _rows(p: UPat) -> UPat:
+    """A per-row statistic broadcast back over the row (one or two broadcast_in_dim)."""
+    b = UPat(Op.BROADCAST_IN_DIM, (p,))
+    return UPat.any(UPat(Op.BROADCAST_IN_DIM, (b,)), b)
+
+
+# softmax over the reduced axes: exp(x - max) / sum, the max through jax's max(-inf, .)
+_ROW_MAX = UPat(Op.REDUCE_MAX, (x,), name="m")
+_E = UPat(Op.EXP, (UPat(Op.SUB, (x, _rows(UPat.any(UPat(Op.MAX, (UPat.cvar(-np.inf), _ROW_MAX)),
+                                                    _ROW_MAX)))),), name="e")
+SOFTMAX = UPat(Op.DIV, (_E, _rows(UPat(Op.REDUCE_SUM, (UPat.var("e"),), name="s"))))
+
+
+def _restores(v: Value, producers, axes, rank: int) -> Value | None:
+    """The row statistic ``v`` broadcasts from, when the broadcasts put each row value back on
+    the row it came from (the composed broadcast dimensions are the kept axes, in order)."""
+    chain = []
+    n = producers.get(v.id)
+    while n is not None and n.op is Op.BROADCAST_IN_DIM:
+        chain.append(n)
+        v = n.inputs[0]
+        n = producers.get(v.id)
+    kept = [i for i in range(rank) if i not in set(axes)]
+    dims = list(range(len(kept)))
+    for b in reversed(chain):
+        dims = [b.attrs["broadcast_dimensions"][d] for d in dims]
+    return v if dims == kept else None
+
+
+def find_softmax(graph: Graph) -> dict[int, tuple[Value, tuple[int, ...], frozenset[int]]]:
+    """root value id -> (x, axes, interior ids) of each softmax (structural: the max and the
+    sum reduce the same axes and both broadcasts put the row statistic back on its row)."""
+    producers = graph.producers()
+    users = graph.users()
+    outputs = {v.id for v in graph.outputs}
+    found = {}
+    for node in graph.nodes:
+        if node.op is not Op.DIV:
+            continue
+        for m in match(SOFTMAX, node.out, producers):
+            b = m.bindings
+            mx, sm = producers[b["m"].id], producers[b["s"].id]
+            if mx.attrs["axes"] != sm.attrs["axes"] or not b["x"].type.dtype.is_float:
+                continue
+            axes, rank = tuple(mx.attrs["axes"]), b["x"].type.rank
+            sub = producers[producers[b["e"].id].inputs[0].id]
+            row_max = _restores(sub.inputs[1], producers, axes, rank)
+            if row_max is None or (row_max.id != b["m"].id
+                                   and b["m"] not in producers[row_max.id].inputs):
+                continue
+            row_sum = _restores(node.inputs[1], producers, axes, rank)
+            if row_sum is None or row_sum.id != b["s"].id:
+                continue
+            interior = set(m.nodes) - {node.out.id}
+            if any(i in outputs or any(u.out.id not in m.nodes for u in users.get(i, []))
+                   for i in interior):
+                continue
+            found[node.out.id] = (b["x"], axes, frozenset(interior))
+            break
+    return found
+
+
 def _validates(m: Match, root: Node, kind: str, producers, pos) -> bool:
     """The matched nodes compute ``kind`` on the probe points (in x's dtype)."""
     xv = m.bindings["x"]
@@ -152,17 +218,26 @@ def find_matches(graph: Graph) -> dict[int, tuple[str, Value, frozenset[int]]]:
 
 
 def fuse(graph: Graph) -> Graph:
-    """Each validated composite activation becomes one ``activation{kind}`` node."""
-    found = find_matches(graph)
-    if not found:
+    """Each validated composite activation becomes one ``activation{kind}`` node, each
+    softmax one ``softmax{axes}`` node."""
+    rewrite: dict[int, tuple[Op, Value, dict]] = {}
+    dead: set[int] = set()
+    for root, (kind, xv, interior) in find_matches(graph).items():
+        rewrite[root] = (Op.ACTIVATION, xv, {"kind": kind})
+        dead |= interior
+    for root, (xv, axes, interior) in find_softmax(graph).items():
+        if root in dead or interior & (dead | set(rewrite)):
+            continue
+        rewrite[root] = (Op.SOFTMAX, xv, {"axes": list(axes)})
+        dead |= interior
+    if not rewrite:
         return graph
-    dead = set().union(*(f[2] for f in found.values()))
     nodes = []
     for n in graph.nodes:
-        if n.out.id in dead and len(n.outputs) == 1:
+        if len(n.outputs) == 1 and n.out.id in dead:
             continue
-        hit = found.get(n.out.id) if len(n.outputs) == 1 else None
+        hit = rewrite.get(n.out.id) if len(n.outputs) == 1 else None
         if hit is not None:
-            n = Node(Op.ACTIVATION, (hit[1],), n.outputs, {"kind": hit[0]}, n.loc)
+            n = Node(hit[0], (hit[1],), n.outputs, hit[2], n.loc)
         nodes.append(n)
     return dce(Graph(graph.name, graph.inputs, nodes, graph.outputs))
