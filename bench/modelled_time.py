@@ -16,7 +16,7 @@ import sys
 from _encoders import ENCODERS, per_layer_and_forward
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-from rockjit.cost import Constants  # noqa: E402
+from rockjit.cost import calibrated  # noqa: E402
 
 PUBLISHED = {
     "siglip-1024": "published, other programs: seeds library 1.39-2.71 s warm at 600 MHz "
@@ -31,7 +31,7 @@ def main() -> int:
                                                    "whisper-base"], choices=sorted(ENCODERS))
     ap.add_argument("--full", action="store_true")
     args = ap.parse_args()
-    c = Constants.calibrated()
+    c = calibrated()
     print(f"cost model constants: submit {c.submit_us:.1f} us, job {c.job_us:.1f} us, kick "
           f"{c.kick_us:.1f} us, DMA {c.dma_gbps:.2f} GB/s per core, host gather "
           f"{c.host_gather_gbps:.2f} GB/s, copy {c.host_copy_gbps:.1f} GB/s; stock kernel")

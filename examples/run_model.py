@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rockjit
-from rockjit.api import BACKENDS
+from rockjit.backends import BACKENDS
 from rockjit.cli import parse_assignments
 from models.presets import MODELS, default_weights
 
@@ -40,10 +40,10 @@ STEADY_RUNS = 3
 
 def _backend(name: str) -> str:
     """argparse type: a registered backend, or KIND:CHIP for a registered chip profile."""
-    from rockjit.api import _check_backend
+    from rockjit.backends import resolve_backend
 
     try:
-        _check_backend(name)
+        resolve_backend(name)
     except Exception:
         raise argparse.ArgumentTypeError(
             f"unknown backend {name!r}; choose from {', '.join(sorted(BACKENDS))} "

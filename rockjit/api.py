@@ -22,11 +22,10 @@ backend computes in float32 and propagates NaN like JAX.
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 import weakref
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -35,281 +34,9 @@ from jax.tree_util import keystr, tree_flatten, tree_flatten_with_path, tree_unf
 from .errors import InputRangeError, TraceError, WeightError
 from .ir.graph import Graph
 from .ir.types import DType, TensorType
-
-# ------------------------------------------------------------------ backends
-
-Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
-"""Runs a compiled graph on the inputs (graph.inputs order) and returns its outputs.  A runner
-may also have ``rebind(params)``, called when resident values change; otherwise the backend's
-factory is called again with the new params."""
-
-BackendFactory = Callable[[Graph, Mapping[str, np.ndarray]], Runner]
-BACKENDS: dict[str, BackendFactory] = {}
-
-
-def register_backend(name: str) -> Callable[[BackendFactory], BackendFactory]:
-    """Register ``factory(graph, params) -> runner`` as ``compile(..., backend=name)``."""
-
-    def register(factory: BackendFactory) -> BackendFactory:
-        if name in BACKENDS:
-            raise ValueError(f"backend {name!r} is registered twice")
-        BACKENDS[name] = factory
-        return factory
-
-    return register
-
-
-@register_backend("interpreter")
-def _interpreter_backend(graph: Graph, params: Mapping[str, np.ndarray]) -> Runner:
-    from .ir.interpreter import run
-
-    return lambda inputs: run(graph, inputs, dict(params))
-
-
-def _check_backend(name: str) -> None:
-    if name not in BACKENDS:
-        # the NPU backends register themselves when the lowering is imported; "KIND:CHIP"
-        # names an NPU backend for any registered chip profile
-        from .lowering import backend as _npu
-        kind, _, chip = name.partition(":")
-        if chip and kind in _npu.DEVICES:
-            _npu.register_npu_backends(chip)
-    if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; registered backends: {sorted(BACKENDS)}")
-    probe = getattr(BACKENDS[name], "probe", None)
-    if probe is not None:  # e.g. rocket: refuse at compile() when there is no device to run on
-        probe(name)
-
-
-# ------------------------------------------------------------------ signatures
-
-@dataclass(frozen=True)
-class LeafSpec:
-    """One array leaf as the tracer sees it: its path inside its argument, shape and dtype."""
-
-    path: str          # jax keystr, e.g. "['layers'][0]['w']"; "" for a bare array
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-    def __str__(self) -> str:
-        return str(TensorType(DType.from_numpy(self.dtype), self.shape))
-
-
-@dataclass(frozen=True)
-class ArgSpec:
-    """One positional argument: static (by value) or a pytree of array leaves."""
-
-    kind: str                       # "static" | "input" | "resident"
-    static_value: Any = None
-    treedef: Any = None
-    leaves: tuple[LeafSpec, ...] = ()
-
-    def key(self) -> tuple:
-        if self.kind == "static":
-            return ("static", type(self.static_value), self.static_value)
-        return (self.kind, self.treedef, tuple((l.shape, l.dtype.str) for l in self.leaves))
-
-
-def _arg_name(fn: Callable[..., Any], i: int) -> str | None:
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return None
-    if i < len(params) and params[i].kind in (inspect.Parameter.POSITIONAL_ONLY,
-                                              inspect.Parameter.POSITIONAL_OR_KEYWORD):
-        return params[i].name
-    return None
-
-
-def _where(fn: Callable[..., Any], i: int, path: str = "") -> str:
-    name = _arg_name(fn, i)
-    s = f"argument {i}" + (f" ({name!r})" if name else "")
-    return s + (f" at pytree path {path}" if path else "")
-
-
-def _leaf_dtype(leaf: Any, fn: Callable[..., Any], i: int, path: str) -> tuple[tuple[int, ...],
-                                                                                 np.dtype]:
-    """Shape and canonical dtype of one leaf, as jax.jit would see it (x64 disabled)."""
-    if isinstance(leaf, (bool, np.bool_)):
-        shape, dt = (), np.dtype(bool)
-    elif isinstance(leaf, int):
-        shape, dt = (), np.dtype(np.int32)
-    elif isinstance(leaf, float):
-        shape, dt = (), np.dtype(np.float32)
-    elif hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
-        shape = tuple(int(d) for d in leaf.shape)
-        dt = np.dtype(jax.dtypes.canonicalize_dtype(leaf.dtype))
-    else:
-        raise TraceError(f"{_where(fn, i, path)}: expected an array, got {type(leaf).__name__} "
-                         f"({leaf!r:.60}); pass arrays, or mark the argument static with "
-                         f"static_argnums={i}")
-    try:
-        DType.from_numpy(dt)
-    except TypeError:
-        names = ", ".join(d.value for d in DType)
-        from .frontend.context import dtype_advice
-        raise TraceError(f"{_where(fn, i, path)}: dtype {dt.name} has no rockjit IR element type "
-                         f"(supported: {names}); {dtype_advice(dt, 'before the call')}") from None
-    return shape, dt
-
-
-def _resident_dtype(dt: np.dtype) -> np.dtype:
-    # Resident weights are kept as float32 copies whatever they are stored as (bf16, f16, f64):
-    # the lowering decides the on-device precision, the IR holds the exact values.
-    return np.dtype(np.float32) if np.issubdtype(dt, np.floating) or dt.name == "bfloat16" else dt
-
-
-def _param_name(path: tuple[Any, ...], fallback: str) -> str:
-    """A resident leaf's name: its pytree keys joined with '.' (a flat dict of HF tensor names
-    gives the key itself)."""
-    parts = []
-    for k in path:
-        for attr in ("key", "idx", "name"):
-            if hasattr(k, attr):
-                parts.append(str(getattr(k, attr)))
-                break
-        else:
-            parts.append(str(k))
-    return ".".join(parts) if parts else fallback
-
-
-@dataclass
-class Signature:
-    """The abstract form of a call's positional arguments."""
-
-    fn: Callable[..., Any]
-    args: tuple[ArgSpec, ...]
-    static_argnums: tuple[int, ...]
-    resident_argnums: tuple[int, ...]
-    param_names: dict[tuple[int, int], str] = field(default_factory=dict)
-
-    def key(self) -> tuple:
-        return tuple(a.key() for a in self.args)
-
-    @property
-    def n_static(self) -> int:
-        return len(self.static_argnums)
-
-    def describe(self) -> str:
-        parts = []
-        for i, a in enumerate(self.args):
-            if a.kind == "static":
-                parts.append(f"{i}: static {a.static_value!r}")
-            else:
-                leaves = ", ".join(f"{l.path or 'array'}: {l}" for l in a.leaves)
-                parts.append(f"{i}: {a.kind} {{{leaves}}}")
-        return "; ".join(parts)
-
-
-def _normalize_argnums(argnums: int | Iterable[int], n: int | None) -> tuple[int, ...]:
-    if isinstance(argnums, int):
-        argnums = (argnums,)
-    out = []
-    for a in argnums:
-        a = int(a)
-        if n is not None and a < 0:
-            a += n
-        out.append(a)
-    return tuple(sorted(set(out)))
-
-
-def _bind_kwargs(fn: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> tuple:
-    """Keyword arguments become positional ones, as jax.jit treats them as dynamic inputs."""
-    if not kwargs:
-        return args
-    try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
-    except TypeError as e:
-        raise TraceError(f"arguments do not fit {getattr(fn, '__name__', fn)}: {e}") from None
-    if bound.kwargs:
-        raise TraceError(f"keyword-only arguments {sorted(bound.kwargs)} are not supported by "
-                         f"rockjit.compile; make them positional parameters")
-    return tuple(bound.args)
-
-
-def make_signature(fn: Callable[..., Any], args: Sequence[Any], static_argnums: Sequence[int],
-                   resident_argnums: Sequence[int]) -> Signature:
-    n = len(args)
-    static = _normalize_argnums(static_argnums, n)
-    resident = _normalize_argnums(resident_argnums, n)
-    for a in static + resident:
-        if not 0 <= a < n:
-            raise TraceError(f"{'static' if a in static else 'resident'}_argnums names argument "
-                             f"{a}, but the call passes {n} positional argument(s)")
-    specs: list[ArgSpec] = []
-    param_names: dict[tuple[int, int], str] = {}
-    seen: dict[str, str] = {}
-    for i, arg in enumerate(args):
-        if i in static:
-            try:
-                hash(arg)
-            except TypeError:
-                raise TraceError(f"static {_where(fn, i)} must be hashable, got "
-                                 f"{type(arg).__name__}; pass a tuple instead of a list, or make "
-                                 f"the argument dynamic") from None
-            specs.append(ArgSpec("static", static_value=arg))
-            continue
-        with_path, treedef = tree_flatten_with_path(arg)
-        leaves = []
-        for j, (path, leaf) in enumerate(with_path):
-            p = keystr(path)
-            shape, dt = _leaf_dtype(leaf, fn, i, p)
-            if i in resident:
-                dt = _resident_dtype(dt)
-                name = _param_name(path, _arg_name(fn, i) or f"arg{i}")
-                where = _where(fn, i, p)
-                if name in seen:
-                    raise TraceError(f"resident {where} and {seen[name]} both map to the param "
-                                     f"name {name!r}; give them distinct pytree keys")
-                seen[name] = where
-                param_names[(i, j)] = name
-            leaves.append(LeafSpec(p, shape, dt))
-        specs.append(ArgSpec("resident" if i in resident else "input", treedef=treedef,
-                             leaves=tuple(leaves)))
-    return Signature(fn, tuple(specs), static, resident, param_names)
-
-
-# ------------------------------------------------------------------ tracing
-
-def _trace(sig: Signature, name: str) -> tuple[Graph, Any]:
-    from .frontend import import_jaxpr
-    from .frontend.locations import function_loc
-
-    dyn = [(i, a) for i, a in enumerate(sig.args) if a.kind != "static"]
-    flat_avals = [jax.ShapeDtypeStruct(l.shape, l.dtype) for _, a in dyn for l in a.leaves]
-    param_names = [sig.param_names.get((i, j)) for i, a in dyn for j in range(len(a.leaves))]
-    out_tree: list[Any] = []
-
-    def flat_fn(*flat: Any) -> list[Any]:
-        args: list[Any] = []
-        it = iter(flat)
-        for a in sig.args:
-            if a.kind == "static":
-                args.append(a.static_value)
-            else:
-                args.append(tree_unflatten(a.treedef, [next(it) for _ in a.leaves]))
-        leaves, tree = tree_flatten(sig.fn(*args))
-        out_tree.append(tree)
-        return leaves
-
-    closed = jax.make_jaxpr(flat_fn)(*flat_avals)
-    graph = import_jaxpr(closed, param_names, name=name, default_loc=function_loc(sig.fn))
-    graph = _simplify(graph)
-    return graph, out_tree[-1]
-
-
-def _simplify(graph: Graph) -> Graph:
-    """canonicalize + constfold, so RoPE tables, masks and iota arrive as constants."""
-    from .frontend.simplify import simplify_after_import
-
-    return simplify_after_import(graph)
-
-
-def _graph_name(fn: Callable[..., Any]) -> str:
-    from .frontend.locations import function_name
-
-    return function_name(fn)
-
+from .backends import BACKENDS, Runner, resolve_backend
+from .signature import (LeafSpec, Signature, arg_location, arg_name, bind_kwargs, graph_name,
+                        leaf_dtype, make_signature, resident_dtype, trace)
 
 # ------------------------------------------------------------------ Lowered / Compiled
 
@@ -357,7 +84,7 @@ class _Traced:
     """One traced signature: its IR graph, the signature and the output pytree structure."""
 
     def __init__(self, graph: Graph, sig: Signature, out_tree: Any, backend: str) -> None:
-        _check_backend(backend)
+        resolve_backend(backend)
         self.graph = graph
         self.signature = sig
         self.out_tree = out_tree
@@ -400,7 +127,7 @@ class Compiled(_Traced):
             for i, (a, spec) in enumerate(zip(args, sig.args)):
                 if spec.kind == "static":
                     if not (type(a) is type(spec.static_value) and a == spec.static_value):
-                        raise TraceError(f"static {_where(sig.fn, i)}: compiled for "
+                        raise TraceError(f"static {arg_location(sig.fn, i)}: compiled for "
                                          f"{spec.static_value!r}, got {a!r}; call the "
                                          f"rockjit.compile'd function to trace a new variant")
                 else:
@@ -418,24 +145,24 @@ class Compiled(_Traced):
         spec = sig.args[i]
         with_path, treedef = tree_flatten_with_path(arg)
         if treedef != spec.treedef:
-            raise TraceError(f"{_where(sig.fn, i)}: pytree structure differs from the compiled "
+            raise TraceError(f"{arg_location(sig.fn, i)}: pytree structure differs from the compiled "
                              f"signature: expected {spec.treedef}, got {treedef}")
         leaves = []
         for (path, leaf), want in zip(with_path, spec.leaves):
             p = keystr(path)
-            shape, dt = _leaf_dtype(leaf, sig.fn, i, p)
+            shape, dt = leaf_dtype(leaf, sig.fn, i, p)
             if spec.kind == "resident":
-                dt = _resident_dtype(dt)
+                dt = resident_dtype(dt)
             if shape != want.shape or dt != want.dtype:
                 got = TensorType(DType.from_numpy(dt), shape)
-                raise TraceError(f"{_where(sig.fn, i, p)}: expected {want}, got {got} (a "
+                raise TraceError(f"{arg_location(sig.fn, i, p)}: expected {want}, got {got} (a "
                                  f"Compiled object runs one signature; call the "
                                  f"rockjit.compile'd function to trace a new one)")
             leaves.append(leaf)
         return leaves
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args = _bind_kwargs(self.signature.fn, args, kwargs)
+        args = bind_kwargs(self.signature.fn, args, kwargs)
         inputs: list[np.ndarray] = []
         input_where: list[str] = []
         resident: list[tuple[str, Any, LeafSpec]] = []
@@ -446,10 +173,10 @@ class Compiled(_Traced):
                     resident.append((self.signature.param_names[(i, j)], leaf, spec.leaves[j]))
                 else:
                     if isinstance(leaf, jax.ShapeDtypeStruct):
-                        raise TraceError(f"{_where(self.signature.fn, i, spec.leaves[j].path)}: "
+                        raise TraceError(f"{arg_location(self.signature.fn, i, spec.leaves[j].path)}: "
                                          f"a ShapeDtypeStruct has no value to run on")
                     inputs.append(np.asarray(leaf, dtype=spec.leaves[j].dtype))
-                    input_where.append(_where(self.signature.fn, i, spec.leaves[j].path))
+                    input_where.append(arg_location(self.signature.fn, i, spec.leaves[j].path))
         try:
             with self._call_lock:
                 return self._run(resident, inputs)
@@ -466,7 +193,7 @@ class Compiled(_Traced):
         sig = self.signature
         for (i, j), name in sig.param_names.items():
             if e.param is not None and name == e.param:
-                return WeightError(f"{_where(sig.fn, i, sig.args[i].leaves[j].path)}: {e}",
+                return WeightError(f"{arg_location(sig.fn, i, sig.args[i].leaves[j].path)}: {e}",
                                    e.param)
         return e
 
@@ -581,7 +308,7 @@ class Compiled(_Traced):
     def bundle_signature(self) -> dict[str, Any]:
         """The call signature a bundle stores: the input arguments' pytrees and leaves (static
         and resident arguments are compiled in) and the output pytree."""
-        from .runtime.bundle import tree_paths, tree_spec_of
+        from .runtime.pytree import tree_paths, tree_spec_of
 
         inputs, trees, k = [], [], 0
         for i, a in enumerate(self.signature.args):
@@ -589,9 +316,9 @@ class Compiled(_Traced):
                 continue
             n = len(a.leaves)
             trees.append(tree_spec_of(tree_unflatten(a.treedef, list(range(k, k + n))),
-                                      _where(self.signature.fn, i)))
+                                      arg_location(self.signature.fn, i)))
             for leaf in a.leaves:
-                inputs.append({"name": f"{_arg_name(self.signature.fn, i) or f'arg{i}'}"
+                inputs.append({"name": f"{arg_name(self.signature.fn, i) or f'arg{i}'}"
                                        f"{leaf.path}", "shape": list(leaf.shape),
                                "dtype": np.dtype(leaf.dtype).name})
             k += n
@@ -649,7 +376,7 @@ class CompiledFunction:
 
     def __init__(self, fn: Callable[..., Any], static_argnums: int | Sequence[int],
                  resident_argnums: int | Sequence[int], backend: str) -> None:
-        _check_backend(backend)
+        resolve_backend(backend)
         self.fn = fn
         self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
                                else tuple(static_argnums))
@@ -670,14 +397,14 @@ class CompiledFunction:
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace for these arguments (arrays or jax.ShapeDtypeStruct leaves) without running."""
-        args = _bind_kwargs(self.fn, args, kwargs)
+        args = bind_kwargs(self.fn, args, kwargs)
         sig = self._signature(args)
         self.trace_count += 1
-        graph, out_tree = _trace(sig, _graph_name(self.fn))
+        graph, out_tree = trace(sig, graph_name(self.fn))
         return Lowered(graph, sig, out_tree, self.backend, args)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        args = _bind_kwargs(self.fn, args, kwargs)
+        args = bind_kwargs(self.fn, args, kwargs)
         return self._compiled_for(args)(*args)
 
     def _compiled_for(self, args: tuple) -> "Compiled":
@@ -689,7 +416,7 @@ class CompiledFunction:
                 compiled = self._cache.get(key)
                 if compiled is None:
                     self.trace_count += 1
-                    graph, out_tree = _trace(sig, _graph_name(self.fn))
+                    graph, out_tree = trace(sig, graph_name(self.fn))
                     compiled = Lowered(graph, sig, out_tree, self.backend, args).compile()
                     self._cache[key] = compiled
         return compiled
@@ -700,7 +427,7 @@ class CompiledFunction:
 
     def compiled(self, *args: Any, **kwargs: Any) -> "Compiled":
         """The Compiled object for these arguments' signature (traced if needed)."""
-        return self._compiled_for(_bind_kwargs(self.fn, args, kwargs))
+        return self._compiled_for(bind_kwargs(self.fn, args, kwargs))
 
     def stats(self, *args: Any, **kwargs: Any) -> dict[str, int]:
         """Program stats of the most recently compiled signature (or of ``args``')."""

@@ -286,7 +286,7 @@ def _flat_inputs(compiled, args: Sequence[Any]) -> tuple[list[np.ndarray], list[
     """The graph inputs for a call with ``args`` and where each came from (argument, pytree
     path), checked against the signature like a call; resident arguments are bound to
     ``compiled`` (without running its program)."""
-    from .api import _where
+    from .signature import arg_location
 
     inputs, where, resident = [], [], []
     for i, arg in compiled._split_args(tuple(args)):
@@ -296,7 +296,7 @@ def _flat_inputs(compiled, args: Sequence[Any]) -> tuple[list[np.ndarray], list[
                 resident.append((compiled.signature.param_names[(i, j)], leaf, spec.leaves[j]))
             else:
                 inputs.append(np.asarray(leaf, dtype=spec.leaves[j].dtype))
-                where.append(_where(compiled.signature.fn, i, spec.leaves[j].path))
+                where.append(arg_location(compiled.signature.fn, i, spec.leaves[j].path))
     compiled._binding.update(resident)
     return inputs, where
 
@@ -338,7 +338,7 @@ def check(compiled, *args: Any, threshold: float = DEFAULT_THRESHOLD, by: str = 
           ) -> CheckReport:
     """The per-group accuracy report of ``compiled`` (a ``rockjit`` Compiled object) on
     ``args`` (module docstring)."""
-    from .api import BACKENDS
+    from .backends import BACKENDS
     from .ir.interpreter import run as interpret
 
     inputs, where = _flat_inputs(compiled, args)

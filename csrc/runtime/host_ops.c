@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/half.h"
+#include "rj_half.h"
 #include "runtime/rj_host_ops.h"
 #include "runtime/rj_runtime.h"
 

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/half.h"
+#include "rj_half.h"
 #include "runtime/rj_host_ops.h"
 #include "runtime/rj_runtime.h"
 
@@ -149,62 +149,6 @@ static int row_max_run(step_ctx *c, uint64_t *bytes)
              (uint64_t)s->rows * dt_size(s->dst.dtype);
     return RJ_OK;
 }
-
-/* ---- per-row scale tails -------------------------------------------------------------------- */
-
-/* mode 0: scale = 1/s, s = aux[r] or the row sum; mode 1: scale = rsqrt(s + eps),
- * s = aux[r] or the mean of squares. */
-static int row_scale_run(step_ctx *c, uint64_t *bytes, int mode)
-{
-    const rj_host_step *s = c->s;
-    const char *kname = rj_host_step_name(s->kind);
-    uint64_t ss, ds, as = 0;
-    int rc;
-    if ((rc = want_float(c, &s->src, "src")) || (rc = want_float(c, &s->dst, "dst")))
-        return rc;
-    if (s->cols == 0)
-        return rj_fail(c->err, RJ_EINVAL, "host step %s: cols is 0", kname);
-    if (mode == 1 && !(s->eps >= 0.0f))
-        return rj_fail(c->err, RJ_EINVAL, "host step %s: eps %g must be >= 0", kname, (double)s->eps);
-    uint8_t *src = operand(c, &s->src, "src", s->rows, s->cols, &ss);
-    uint8_t *dst = operand(c, &s->dst, "dst", s->rows, s->cols, &ds);
-    uint8_t *aux = NULL;
-    if (!src || !dst)
-        return c->err ? c->err->code : RJ_EINVAL;
-    if (s->aux.bo != RJ_NO_BO) {
-        if ((rc = want_float(c, &s->aux, "aux (per-row statistic)")))
-            return rc;
-        aux = operand(c, &s->aux, "aux (per-row statistic)", s->rows, 1, &as);
-        if (!aux)
-            return c->err ? c->err->code : RJ_EINVAL;
-    }
-    if (c->check_only)
-        return RJ_OK;
-    for (uint32_t r = 0; r < s->rows; r++) {
-        const uint8_t *row = src + r * ss;
-        uint8_t *out = dst + r * ds;
-        float stat;
-        if (aux) {
-            stat = ld(aux + r * as, s->aux.dtype, 0);
-        } else {
-            double acc = 0.0;
-            for (uint32_t k = 0; k < s->cols; k++) {
-                float v = ld(row, s->src.dtype, k);
-                acc += mode ? (double)v * v : (double)v;
-            }
-            stat = (float)(mode ? acc / s->cols : acc);
-        }
-        float scale = mode ? 1.0f / sqrtf(stat + s->eps) : 1.0f / stat;
-        for (uint32_t k = 0; k < s->cols; k++)
-            st(out, s->dst.dtype, k, ld(row, s->src.dtype, k) * scale);
-    }
-    *bytes = (uint64_t)s->rows * s->cols * (dt_size(s->src.dtype) + dt_size(s->dst.dtype)) +
-             (aux ? (uint64_t)s->rows * dt_size(s->aux.dtype) : 0);
-    return RJ_OK;
-}
-
-static int recip_scale_run(step_ctx *c, uint64_t *bytes) { return row_scale_run(c, bytes, 0); }
-static int rsqrt_scale_run(step_ctx *c, uint64_t *bytes) { return row_scale_run(c, bytes, 1); }
 
 /* ---- GATHER: embedding rows by index -------------------------------------------------------- */
 
@@ -403,8 +347,6 @@ typedef struct host_step_impl {
 
 static const host_step_impl table[HOST_TABLE_SIZE] = {
     [RJ_HOST_ROW_MAX] = {"row_max", row_max_run},
-    [RJ_HOST_ROW_RECIP_SCALE] = {"row_recip_scale", recip_scale_run},
-    [RJ_HOST_ROW_RSQRT_SCALE] = {"row_rsqrt_scale", rsqrt_scale_run},
     [RJ_HOST_GATHER] = {"gather", gather_run},
     [RJ_HOST_PACK] = {"pack", pack_run},
     [RJ_HOST_UNPACK] = {"unpack", unpack_run},

@@ -111,9 +111,7 @@ enum {
 /* Host step kinds; each has one entry in the host-step table (host_steps.c). */
 enum {
     RJ_HOST_ROW_MAX = 1,        /* dst[r] = max_c src[r, c] */
-    RJ_HOST_ROW_RECIP_SCALE = 2,/* dst[r, c] = src[r, c] / s[r]; s = aux or Σ_c src[r, c] */
-    RJ_HOST_ROW_RSQRT_SCALE = 3,/* dst[r, c] = src[r, c] * rsqrt(s[r] + eps);
-                                   s = aux or mean_c src[r, c]^2 */
+    /* 2, 3: retired (per-row 1/sum and rsqrt scales; the compiler never emitted them) */
     RJ_HOST_GATHER = 4,         /* dst[i, :] = src[idx[i], :] (idx in aux, int32; table rows
                                    in param[0]) */
     RJ_HOST_PACK = 5,           /* row-major -> cube layout (csrc/layout) */

@@ -179,7 +179,7 @@ def _synthetic_inputs(bundle) -> list[np.ndarray]:
 
 
 def _output_names(bundle) -> list[str]:
-    from ..runtime.bundle import tree_paths
+    from ..runtime.pytree import tree_paths
 
     return tree_paths(bundle.manifest["signature"]["outputs_tree"][0])
 

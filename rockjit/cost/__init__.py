@@ -17,10 +17,18 @@ from typing import Any, TextIO
 
 from .constants import Constants
 from .description import HostStep, Job, NpuStep, Program, Task
-from .model import LABEL, Estimate, estimate
+from .calibrate import calibrated
+from .model import LABEL, Estimate
+from .model import estimate as _estimate
 
 __all__ = ["Constants", "Estimate", "HostStep", "Job", "NpuStep", "Program", "Task", "LABEL",
-           "describe", "estimate", "report", "program_of"]
+           "calibrated", "describe", "estimate", "report", "program_of"]
+
+
+def estimate(program: Program, clock_mhz: float = 600.0, constants: Constants | None = None
+             ) -> Estimate:
+    """The modelled time of ``program``; ``constants`` default to the calibrated set."""
+    return _estimate(program, clock_mhz, constants or calibrated())
 
 
 def describe(npu_program: Any) -> Program:

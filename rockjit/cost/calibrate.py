@@ -67,3 +67,9 @@ def fit(rounds: int = 50) -> Constants:
                for f in fitted):
             break
     return c
+
+
+@lru_cache(maxsize=1)
+def calibrated() -> Constants:
+    """The constants fitted on the published figures, cached."""
+    return fit()

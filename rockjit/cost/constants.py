@@ -1,13 +1,12 @@
 """The cost model's constants: a handful, each with its source and how it was set.
 
 Cited constants are published figures used as they stand. Fitted constants are solved from the
-published figures marked ``fit`` in ``published.FIGURES`` (``calibrate.fit``); the figures marked
+published figures marked ``fit`` in ``published.FIGURES`` (``calibrate.fit``; ``calibrate.calibrated()`` is the fitted set); the figures marked
 ``held_out`` are not used to set anything and tests/cost checks the model against them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 
 # MACs per cycle per core by precision. notes: hardware-overview.md "TOPS vs reality": ~3 TFLOPS
 # fp16 / ~6 TOPS int8 / ~12 TOPS int4 for 3 cores at 1 GHz, i.e. 512 / 1024 / 2048 MACs per
@@ -42,15 +41,3 @@ class Constants:
 
     def replace(self, **kw) -> "Constants":
         return replace(self, **kw)
-
-    @staticmethod
-    def calibrated() -> "Constants":
-        """The constants fitted on the published figures (calibrate.fit), cached."""
-        return _calibrated()
-
-
-@lru_cache(maxsize=1)
-def _calibrated() -> Constants:
-    from .calibrate import fit
-
-    return fit()

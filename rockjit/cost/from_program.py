@@ -22,7 +22,7 @@ from .description import HostStep, Job, NpuStep, Program, Task
 def describe(prog: Any) -> Program:
     """``prog``: a built ``rockjit.lowering.program.NpuProgram`` (its ImageBuilder's schedule
     and the image's static counts)."""
-    from ..lowering.program import ImageBuilder
+    from ..lowering.image_builder import ImageBuilder
     from ..lowering.schedule import runtime_jobs
 
     calls = prog.lowered.calls

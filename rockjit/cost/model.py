@@ -65,9 +65,10 @@ def mac_rate(c: Constants, precision: str, clock_mhz: float) -> float:
     return per_cycle * clock_mhz * 1e6
 
 
-def estimate(program: Program, clock_mhz: float = 600.0, constants: Constants | None = None
-             ) -> Estimate:
-    c = constants or Constants.calibrated()
+def estimate(program: Program, clock_mhz: float, constants: Constants) -> Estimate:
+    """The modelled time of ``program`` with the given constants (``rockjit.cost.estimate``
+    defaults them to the calibrated set)."""
+    c = constants
     if clock_mhz <= 0:
         raise ValueError(f"NPU clock must be positive, got {clock_mhz} MHz")
     est = Estimate(clock_mhz)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from ..ir.graph import Value
 
 if TYPE_CHECKING:
-    from .context import EqnContext
+    pass
 
 ImportRule = Callable[..., "Value | Sequence[Value]"]
 

@@ -11,7 +11,7 @@ The bare names compile for the RK3588; ``KIND:PROFILE`` compiles for another reg
 profile (its CBUF, atoms and core count), so a second chip needs no change here.
 
 Each factory lowers the graph once per bound parameter set (``pipeline.lower_graph`` +
-``program.ImageBuilder``: a ProgramImage) and loads the image on its device. The program
+``image_builder.ImageBuilder``: a ProgramImage) and loads the image on its device. The program
 depends on the graph and the resident values only (LUT domains come from the functions,
 calibrate.py), so ``compile()`` builds it without any input -- ``Lowered.compile()`` does that
 when the resident values are bound, save/export too -- or else the first call does.
@@ -19,11 +19,10 @@ when the resident values are bound, save/export too -- or else the first call do
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..api import register_backend
 from ..ir.graph import Graph
 
 
@@ -53,7 +52,7 @@ class NpuRunner:
         """Lower the graph to its ProgramImage (no device needed); returns the image.
         ``example_inputs`` is accepted for the API's sake and not looked at."""
         from .pipeline import lower_graph
-        from .program import ImageBuilder
+        from .image_builder import ImageBuilder
 
         self.lowered = lower_graph(self.graph, self.params, profile=self.profile)
         self.builder = ImageBuilder(self.lowered)
@@ -78,7 +77,7 @@ class NpuRunner:
 
     def _open_device(self, contexts: int):
         from ..runtime import DeviceError
-        from ..runtime.bundle import make_device
+        from ..runtime.device_choice import make_device
 
         try:
             return make_device(self.kind, contexts)
@@ -133,7 +132,9 @@ class NpuRunner:
         return list(rp.records) if rp is not None else []
 
 
-def _factory(kind: str, profile: str):
+def factory(kind: str, profile: str):
+    """The backend factory of an NPU device kind for a chip profile (registered by
+    rockjit/backends.py)."""
     def factory(graph: Graph, params: Mapping[str, np.ndarray]) -> NpuRunner:
         return NpuRunner(graph, params, kind, profile)
     factory.probe = PROBES.get(kind)
@@ -166,19 +167,3 @@ def _probe_rocket(backend: str) -> None:
 # (runtime/bundle.py: resolve_auto, said once per process)
 DEVICES = ("auto", "sim", "null", "rocket")
 PROBES = {"rocket": _probe_rocket}
-
-
-def register_npu_backends(profile: str) -> None:
-    """Register ``sim:PROFILE``, ``null:PROFILE`` and ``rocket:PROFILE`` for a chip profile
-    (``get_profile`` must know it); the bare names are the RK3588's."""
-    from ..api import BACKENDS
-    from .profile import get_profile
-
-    name = get_profile(profile).name
-    for kind in DEVICES:
-        for key in ((kind, f"{kind}:{name}") if name == "rk3588" else (f"{kind}:{name}",)):
-            if key not in BACKENDS:
-                register_backend(key)(_factory(kind, name))
-
-
-register_npu_backends("rk3588")

@@ -18,9 +18,8 @@ full-size intermediate is ever computed at compile time.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
-import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir.graph import Graph, Value

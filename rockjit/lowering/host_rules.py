@@ -5,7 +5,7 @@ buffers into an ``OpProgram``:
 
 * buffers ``in0`` .. ``in{k-1}`` (role ``input``, ``bind`` = operand number), ``out`` (role
   ``output``, ``bind`` = 0), each with the node's dtype/shape, and one ``desc{j}`` per step
-  (role ``const``, 448 bytes: the step's ``rj_host_op`` descriptor, fixed at compile time and
+  (role ``const``, ``DESC_BYTES``: the step's ``rj_host_op`` descriptor, fixed at compile time and
   address-free, so it can live with the resident weights and in bundles);
 * steps ``HostStep(kind, operands)`` with ``kind`` one of ``HOST_KINDS`` and operands
   ``dst`` (output), ``src`` / ``src1`` / ``src2`` (inputs 1..3 of the op) and ``desc``.
@@ -28,45 +28,35 @@ from ..ir.graph import Node
 from ..ir.ops import Op
 from ..ir.types import DType, TensorType
 from .opprogram import BufferSpec, HostStep, OpProgram, Slice
+from ..runtime import host_abi as ABI
 from .regcmd import LoweringError
 
 # ---------------------------------------------------------------- the C library's numbers
-# (rj_host_ops.h; tests/lowering/test_host_ops_abi.py checks each against the built module)
+# generated from rj_host_ops.h (tools/gen_host_abi.py -> runtime/host_abi.py); only which IR
+# op or dtype each code stands for is said here
 
-MAX_RANK = 8
-MAX_OPERANDS = 4
-MAGIC = 0x706F6872
-VERSION = 1
+MAX_RANK = ABI.MAX_RANK
+MAX_OPERANDS = ABI.MAX_OPERANDS
+MAGIC = ABI.OP_MAGIC
+VERSION = ABI.OP_VERSION
+HOST_KINDS: dict[str, int] = ABI.KINDS
+DTYPE_CODES: dict[DType, int] = {dt: ABI.DTYPES[dt.value] for dt in DType if dt.value in ABI.DTYPES}
 
-HOST_KINDS: dict[str, int] = {
-    "copy": 16, "unary": 17, "binary": 18, "compare": 19, "select": 20, "reduce": 21,
-    "take": 22, "iota": 23,
-}
+UNARY_CODES: dict[Op, int] = {op: ABI.UNARY[name] for op, name in (
+    (Op.NEG, "neg"), (Op.ABS, "abs"), (Op.EXP, "exp"), (Op.LOG, "log"), (Op.TANH, "tanh"),
+    (Op.LOGISTIC, "logistic"), (Op.ERF, "erf"), (Op.SQRT, "sqrt"), (Op.RSQRT, "rsqrt"),
+    (Op.SIN, "sin"), (Op.COS, "cos"), (Op.INTEGER_POW, "ipow"))}
+BINARY_CODES: dict[Op, int] = {op: ABI.BINARY[name] for op, name in (
+    (Op.ADD, "add"), (Op.SUB, "sub"), (Op.MUL, "mul"), (Op.DIV, "div"), (Op.MAX, "max"),
+    (Op.MIN, "min"), (Op.POW, "pow"))}
+COMPARE_CODES: dict[Op, int] = {op: ABI.COMPARE[name] for op, name in (
+    (Op.EQ, "eq"), (Op.NE, "ne"), (Op.LT, "lt"), (Op.LE, "le"), (Op.GT, "gt"), (Op.GE, "ge"))}
+REDUCE_CODES: dict[Op, int] = {op: ABI.REDUCE[name] for op, name in (
+    (Op.REDUCE_SUM, "sum"), (Op.REDUCE_MAX, "max"), (Op.REDUCE_WINDOW_SUM, "sum"),
+    (Op.REDUCE_WINDOW_MAX, "max"))}
 
-DTYPE_CODES: dict[DType, int] = {
-    DType.F32: 1, DType.F16: 2, DType.I32: 3, DType.I8: 4, DType.U8: 5, DType.BF16: 6,
-    DType.I64: 7, DType.I16: 8, DType.U32: 9, DType.BOOL: 10,
-}
-
-UNARY_CODES: dict[Op, int] = {
-    Op.NEG: 1, Op.ABS: 2, Op.EXP: 3, Op.LOG: 4, Op.TANH: 5, Op.LOGISTIC: 6, Op.ERF: 7,
-    Op.SQRT: 8, Op.RSQRT: 9, Op.SIN: 10, Op.COS: 11, Op.INTEGER_POW: 12,
-}
-BINARY_CODES: dict[Op, int] = {
-    Op.ADD: 1, Op.SUB: 2, Op.MUL: 3, Op.DIV: 4, Op.MAX: 5, Op.MIN: 6, Op.POW: 7,
-}
-COMPARE_CODES: dict[Op, int] = {Op.EQ: 1, Op.NE: 2, Op.LT: 3, Op.LE: 4, Op.GT: 5, Op.GE: 6}
-REDUCE_CODES: dict[Op, int] = {Op.REDUCE_SUM: 1, Op.REDUCE_MAX: 2,
-                               Op.REDUCE_WINDOW_SUM: 1, Op.REDUCE_WINDOW_MAX: 2}
-
-_VIEW = np.dtype([("dtype", "<u4"), ("reserved", "<u4"), ("offset", "<i8"),
-                  ("stride", "<i8", (MAX_RANK,))])
-DESC_DTYPE = np.dtype([
-    ("magic", "<u4"), ("version", "<u4"), ("kind", "<u4"), ("code", "<u4"), ("rank", "<u4"),
-    ("ninputs", "<u4"), ("axis_mask", "<u4"), ("reserved", "<u4"),
-    ("shape", "<i8", (MAX_RANK,)), ("view", _VIEW, (MAX_OPERANDS,)), ("iparam", "<i8", (4,)),
-])
-DESC_BYTES = DESC_DTYPE.itemsize  # 448, the size of rj_host_op
+DESC_DTYPE = ABI.DESC_DTYPE
+DESC_BYTES = ABI.DESC_BYTES  # sizeof(rj_host_op)
 
 # HostStep operand names of inputs 1..3 (the C step's src, param[0]/param64[0], param[1]/...).
 INPUT_SLOTS = ("src", "src1", "src2")
@@ -96,7 +86,7 @@ def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 def encode_descriptor(kind: str, shape: Sequence[int], views: Sequence[HostView], code: int = 0,
                       axis_mask: int = 0, iparams: Sequence[int] = ()) -> np.ndarray:
-    """The ``rj_host_op`` bytes (np.uint8[448]) of one op; views[0] is the output."""
+    """The ``rj_host_op`` bytes (np.uint8[DESC_BYTES]) of one op; views[0] is the output."""
     shape = tuple(int(d) for d in shape)
     if len(shape) > MAX_RANK:
         raise LoweringError(f"host op {kind}: rank {len(shape)} exceeds the host library's "
@@ -246,58 +236,6 @@ def _elementwise(kind: str, code: int) -> HostRule:
         p.step(kind, shape, p.dense("out"), ins, code=code, iparams=iparams)
         return p.program()
     return rule
-
-
-def _activation(node: Node) -> OpProgram:
-    """A fused activation on the host (the LUT had no form for it): its record's expansion
-    into primitive ops (ir/activations.py ``expand``), one host step per op over scratch
-    buffers; scalar constants are one-element const buffers read with stride 0. An fp16 /
-    bf16 activation is expanded in f32 and rounded once at the end, as the fused op means
-    (a chain of fp16 steps would lose 1 + erf(x) to cancellation)."""
-    from ..ir.activations import activation
-    from ..ir.graph import Builder
-
-    p = _NodeProgram(node)
-    t = node.out.type
-    shape = t.shape
-    wide = DType.F32 if t.dtype in (DType.F16, DType.BF16) else t.dtype
-    b = Builder()
-    x = b.input(TensorType(wide, shape))
-    y = activation(node.attrs["kind"]).expand(
-        lambda op, ins, attrs, out_type=None: b.add(op, ins, out_type, attrs), x)
-    names: dict[int, str] = {x.id: "in0"}
-    if wide is not t.dtype:
-        names[x.id] = "xw"
-        p.scratch("xw", TensorType(wide, shape))
-        p.step("copy", shape, p.dense("xw"), [p.dense("in0")])
-    scalars: dict[int, np.ndarray] = {}
-    for i, n in enumerate(b.nodes):
-        if n.op is Op.CONSTANT:
-            scalars[n.out.id] = np.asarray(n.attrs["value"], n.out.type.dtype.to_numpy())
-            continue
-        if n.op is Op.BROADCAST_IN_DIM and n.inputs[0].id in scalars:
-            scalars[n.out.id] = scalars[n.inputs[0].id]
-            continue
-        name = "out" if n.out.id == y.id and wide is t.dtype else f"t{i}"
-        if name != "out":
-            p.scratch(name, n.out.type)
-        views = []
-        for v in n.inputs:
-            if v.id in scalars:
-                k = f"k{v.id}"
-                if k not in p.types:
-                    p.const(k, TensorType(v.type.dtype, (1,)), scalars[v.id].reshape(1))
-                views.append(HostView(k, v.type.dtype, 0, (0,) * len(shape)))
-            else:
-                views.append(p.dense(names[v.id]))
-        kind, code = (("unary", UNARY_CODES[n.op]) if n.op in UNARY_CODES
-                      else ("binary", BINARY_CODES[n.op]))
-        iparams = (int(n.attrs["y"]),) if n.op is Op.INTEGER_POW else ()
-        p.step(kind, shape, p.dense(name), views, code=code, iparams=iparams)
-        names[n.out.id] = name
-    if wide is not t.dtype:
-        p.step("copy", shape, p.dense("out"), [p.dense(names[y.id])])
-    return p.program()
 
 
 def _copy_rule(node: Node) -> OpProgram:
@@ -474,7 +412,6 @@ HOST_RULES: dict[Op, HostRule] = {
     Op.CONVERT: _copy_rule,
     Op.TAKE: _take,
     Op.IOTA: _iota,
-    Op.ACTIVATION: _activation,
 }
 # Not here, on purpose: constant/param (sources: the pipeline binds their bytes), and
 # dot_general/conv (NPU work; a host matmul would hide a missing emitter).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arith import ceil_div, round_up
 from ..ir.graph import Node, Value
 from ..ir.ops import Op
 from ..ir.types import DType
@@ -99,7 +100,7 @@ class LayoutConversion:
         prog = OpProgram(tuple(bufs), tuple(steps))
         self.group += 1
         call = OpCall(prog, tuple(operands), tuple(results), label=label, where="host",
-                      emitter="pipeline re-tile", retile=not boundary, forms_in=tuple(forms_in),
+                      emitter="pipeline re-tile", forms_in=tuple(forms_in),
                       forms_out=tuple(forms_out))
         if not boundary:
             self.retiles += 1
@@ -167,7 +168,7 @@ class LayoutConversion:
         self.group += 1
         self.retiles += 1
         call = OpCall(OpProgram(specs, tuple(steps)), (Use(v),), (Use(v),), f"unpack^T %{v.id}",
-                      "host", "pipeline re-tile", True)
+                      "host", "pipeline re-tile")
         self.calls.append(PlacedCall(call, {"src": (cube.buf, cube.offset), "dst": (tmp.id, 0),
                                             "tdesc": (dbuf.id, 0), "rows": (out.id, 0)},
                                      self.group, call.label))
@@ -188,7 +189,7 @@ class LayoutConversion:
         self.group += 1
         self.retiles += 1
         call = OpCall(prog, (Use(v),), (Use(v),), f"convert %{v.id}", "host",
-                      "host_rules[convert]", True, (src.form,), (rows,))
+                      "host_rules[convert]", (src.form,), (rows,))
         self._place_call(call, self.group, call.label, {})
         return next(t for t in self.tensors[v.id] if t.form == rows)
 
@@ -228,7 +229,7 @@ class LayoutConversion:
                             item_bytes)
         # the packer writes the logical channels' groups; any groups past them up to the
         # layout's must read as zero
-        if want.layout.groups > -(-c // want.layout.c2) or want.layout.height > h:
+        if want.layout.groups > ceil_div(c, want.layout.c2) or want.layout.height > h:
             out.pinned = True
             out.zero = True
         prog = OpProgram(tuple(specs), tuple(steps))
@@ -238,7 +239,7 @@ class LayoutConversion:
         tmp = Tensor(v.id, want, out.id, 0, want.nbytes)
         src_t = Tensor(v.id, sub, rows.buf, rows.offset + off, sub.nbytes)
         binding = {"src": (src_t.buf, src_t.offset), "dst": (out.id, 0)}
-        call = OpCall(prog, (use,), (use,), f"pack %{v.id}", "host", "pipeline re-tile", True)
+        call = OpCall(prog, (use,), (use,), f"pack %{v.id}", "host", "pipeline re-tile")
         self.calls.append(PlacedCall(call, binding, self.group, f"pack %{v.id}"))
         if not use.index and not use.perm and (use.shape is None or use.shape == v.type.shape):
             self.tensors[v.id].append(tmp)
@@ -302,7 +303,7 @@ class LayoutConversion:
         self.group += 1
         self.retiles += 1
         call = OpCall(prog, (Use(v),), (Use(v),), f"transpose %{v.id}", "host",
-                      "host_rules[transpose]", True)
+                      "host_rules[transpose]")
         self.calls.append(PlacedCall(call, binding, self.group, call.label))
         return Tensor(v.id, RowForm(dt, shape), out.id, 0, RowForm(dt, shape).nbytes)
 
@@ -327,13 +328,13 @@ class LayoutConversion:
         # (a matmul's N tile padded further: attention scores over 196 keys use 224) keeps
         # the rest, which the matmul multiplies into its padding channels. Stale NaN there
         # reaches real outputs through a later ones-vector row sum (0 * NaN): zero-fill once.
-        if lay.kernels > -(-n // lay.n_group) * lay.n_group or \
-                lay.channels > -(-k // lay.k_group) * lay.k_group:
+        if lay.kernels > round_up(n, lay.n_group) or \
+                lay.channels > round_up(k, lay.k_group):
             out.pinned = out.zero = True
         self.group += 1
         self.retiles += 1
         call = OpCall(OpProgram(tuple(specs), tuple(steps)), (use,), (use,), f"pack_weight %{v.id}",
-                      "host", "pipeline re-tile", True)
+                      "host", "pipeline re-tile")
         self.calls.append(PlacedCall(call, {"src": (rows.buf, rows.offset + off),
                                             "dst": (out.id, 0)}, self.group, call.label))
         t = Tensor(v.id, want, out.id, 0, want.nbytes)

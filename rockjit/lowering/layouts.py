@@ -34,15 +34,12 @@ import numpy as np
 
 from ..errors import RockjitError
 from ..ir.types import DType
+from .arith import ceil_div, round_up
 from .profile import ChipProfile
 
 
 class LayoutError(RockjitError, ValueError):
     """An array does not match the layout it is packed into or unpacked from."""
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _np(dtype: DType | np.dtype | str) -> np.dtype:
@@ -99,7 +96,7 @@ class CubeLayout:
 
     @property
     def groups(self) -> int:
-        return _ceil_div(self.channels, self.c2)
+        return ceil_div(self.channels, self.c2)
 
     @property
     def padded_channels(self) -> int:
@@ -206,11 +203,11 @@ class WeightLayout:
 
     @property
     def padded_kernels(self) -> int:
-        return _ceil_div(self.kernels, self.n_group) * self.n_group
+        return round_up(self.kernels, self.n_group)
 
     @property
     def padded_channels(self) -> int:
-        return _ceil_div(self.channels, self.k_group) * self.k_group
+        return round_up(self.channels, self.k_group)
 
     @property
     def nbytes(self) -> int:
@@ -272,7 +269,7 @@ class DepthwiseWeightLayout:
 
     @property
     def padded_channels(self) -> int:
-        return _ceil_div(self.channels, self.group) * self.group
+        return ceil_div(self.channels, self.group) * self.group
 
     @property
     def nbytes(self) -> int:

@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-
-def align_up(x: int, a: int) -> int:
-    return -(-x // a) * a
+from .arith import round_up
 
 
 @dataclass
@@ -70,7 +68,7 @@ def plan_arena(reqs: list[BufReq], base_align: int = 4096) -> ArenaPlan:
     pinned = np.array([r.pinned for r in order], bool)
     naive = 0
     for i, r in enumerate(order):
-        naive = align_up(naive, r.align) + r.size
+        naive = round_up(naive, r.align) + r.size
         # the placed buffers whose interval meets r's (BufReq.overlaps_in_time), by (start, end)
         hit = pinned[:i] | (r.pinned | ~((last[:i] < r.first) | (r.last < first[:i])))
         s, e = start[:i][hit], end[:i][hit]
@@ -79,14 +77,14 @@ def plan_arena(reqs: list[BufReq], base_align: int = 4096) -> ArenaPlan:
         # lowest fitting offset: before the j-th busy range the candidate is the largest end
         # so far (0 before any); the first gap that holds r wins, else after all of them
         before = np.maximum.accumulate(np.concatenate(([0], e)))
-        fits = -(-before[:-1] // r.align) * r.align + r.size <= s
+        fits = round_up(before[:-1], r.align) + r.size <= s
         j = int(np.argmax(fits)) if fits.any() else len(s)
-        off = align_up(int(before[j]), r.align)
+        off = round_up(int(before[j]), r.align)
         plan.offsets[r.id] = off
         start[i], end[i] = off, off + r.size
         plan.size = max(plan.size, off + r.size)
-    plan.size = align_up(max(plan.size, 1), base_align)
-    plan.naive_size = align_up(max(naive, 1), base_align)
+    plan.size = round_up(max(plan.size, 1), base_align)
+    plan.naive_size = round_up(max(naive, 1), base_align)
     return plan
 
 

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .arith import round_up
 from .opprogram import HostStep, NpuStep, OpProgram
 from .schedule import runtime_jobs
 
@@ -46,7 +47,7 @@ def run_op_program(prog: OpProgram, inputs: Mapping[str, Any], device: Any = Non
     a strict single-core SimDevice made for this run)."""
     from ..runtime import ProgramBuilder, SimDevice
     from ..runtime.program import Task as RtTask
-    from .program import runtime_host_step
+    from .host_step_spec import runtime_host_step
 
     own = device is None
     dev = SimDevice(cores=1, strict=True) if own else device
@@ -55,7 +56,7 @@ def run_op_program(prog: OpProgram, inputs: Mapping[str, Any], device: Any = Non
         bos: dict[str, int] = {}
         sizes: dict[str, int] = {}
         for spec in prog.buffers:
-            size = -(-max(spec.nbytes, 1) // PAGE) * PAGE
+            size = round_up(max(spec.nbytes, 1), PAGE)
             bos[spec.name] = b.add_bo(size, role=_ROLE.get(spec.role, "io"))
             sizes[spec.name] = size
             if spec.role == "const":

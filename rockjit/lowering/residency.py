@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arith import round_up
 from ..ir.graph import Value
 from ..ir.types import DType
 from .layouts import WeightLayout
@@ -136,7 +137,7 @@ class Residency:
             nb = len(use.index)
             bshape = v.type.shape[:nb]
             if isinstance(sub, CubeForm):
-                step = -(-max(sub.nbytes, spec.nbytes) // 64) * 64
+                step = round_up(max(sub.nbytes, spec.nbytes), 64)
                 strides, acc = [], step
                 for n in reversed(bshape):
                     strides.append(acc)

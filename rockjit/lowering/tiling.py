@@ -48,20 +48,13 @@ from functools import lru_cache
 
 from ..ir.types import DType
 from . import registers as R
+from .arith import ceil_div, round_up
 from .profile import ChipProfile
 from .regcmd import LoweringError
 
 KACC_NONE = "none"    # one K step
 KACC_DPU = "dpu"      # partials added by the DPU EW unit (fp16 path)
 KACC_HOST = "host"    # integer partials summed by a host step
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def round_up(x: int, m: int) -> int:
-    return ceil_div(x, m) * m
 
 
 @lru_cache(maxsize=None)
@@ -257,7 +250,6 @@ def plan_conv(shape: ConvShape, profile: ChipProfile, *, max_rows: int | None = 
     max_kern = field_limit("CNA_WEIGHT_SIZE2", "WEIGHT_KERNELS", enc)
     max_atoms = field_limit("CNA_DATA_SIZE3", "DATAOUT_ATOMICS", enc)
     max_pad_top = field_limit("CNA_PAD_CON0", "PAD_TOP", enc)
-    kalign = p.dw_group if shape.depthwise else p.k_align
     nalign = p.dw_group if shape.depthwise else p.n_align
     out_esize = out.esize
     halo = (shape.kh - 1) * shape.dy + 1

@@ -15,7 +15,7 @@ from .errors import (AddressError, DeviceError, DeviceMemoryError, DeviceTimeout
                      ProgramError, RuntimeCError, SimUnsupportedError)
 from .host_steps import HOST_STEPS, Operand
 from .program import Program, ProgramBuilder, Task
-from ._ffi import ffi, lib
+from ._ffi import ffi as ffi, lib as lib  # the cffi module, for tests and tools
 
 
 def env_flags() -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .errors import error_for
 
 try:
-    from .._rjc import ffi, lib
+    from .._rjc import ffi, lib  # noqa: F401 (lib: re-exported, the C functions)
 except ImportError as exc:  # the C core is built by `pip install -e .`
     raise ImportError(
         "rockjit's C core (rockjit._rjc) is missing or failed to load: run "

@@ -32,15 +32,16 @@ import hashlib
 import json
 import os
 import struct
-import sys
 import zlib
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import RockjitError
+from .device_choice import make_device, resolve_auto
+from .errors import BundleError
 from .image import ImageError, ProgramImage
+from .pytree import CANONICAL_DTYPE, tree_build, tree_flatten_into, tree_leaf_indices
 
 MAGIC = b"RJBUNDLE"
 CONTAINER_VERSION = 1
@@ -63,140 +64,6 @@ UAPI_FEATURES = {
 # Chips a backend kind can run: the rocket uAPI exists on the RK3588's NPU only; the simulator
 # and the null device run a program of any registered profile.
 DEVICE_CHIPS = {"rocket": ("rk3588",)}
-
-
-class BundleError(RockjitError):
-    """A bundle cannot be written, read or run: damaged, from a newer rockjit, for another
-    chip, or called with inputs of the wrong shape or dtype. The message says which."""
-
-
-# ---------------------------------------------------------------------- pytrees without JAX
-
-def tree_spec_of(tree: Any, where: str) -> Any:
-    """A JSON form of a pytree whose leaves are leaf indices (ints): dicts with str keys,
-    lists, tuples and None; anything else is refused (it could not be rebuilt without the
-    user's classes)."""
-    if isinstance(tree, bool) or tree is None:
-        if tree is None:
-            return {"none": None}
-    elif isinstance(tree, int):
-        return {"leaf": tree}
-    elif isinstance(tree, dict):
-        if not all(isinstance(k, str) for k in tree):
-            raise BundleError(f"{where}: a dict with non-string keys cannot be stored in a bundle")
-        return {"dict": [[k, tree_spec_of(v, where)] for k, v in tree.items()]}
-    elif type(tree) in (list, tuple):
-        return {type(tree).__name__: [tree_spec_of(v, where) for v in tree]}
-    raise BundleError(f"{where}: a {type(tree).__name__} node cannot be stored in a bundle "
-                      f"(dicts with string keys, lists, tuples and None can); return or take "
-                      f"plain containers")
-
-
-def _spec_kind(spec: Any) -> tuple[str, Any]:
-    if not isinstance(spec, dict) or len(spec) != 1:
-        raise BundleError(f"the bundle's pytree description {spec!r:.60} is malformed")
-    return next(iter(spec.items()))
-
-
-def tree_leaf_count(spec: Any) -> int:
-    kind, body = _spec_kind(spec)
-    if kind == "leaf":
-        return 1
-    if kind == "none":
-        return 0
-    if kind == "dict":
-        return sum(tree_leaf_count(v) for _, v in body)
-    if kind in ("list", "tuple"):
-        return sum(tree_leaf_count(v) for v in body)
-    raise BundleError(f"unknown pytree node {kind!r} in the bundle")
-
-
-def tree_leaf_indices(spec: Any, out: list[int]) -> list[int]:
-    kind, body = _spec_kind(spec)
-    if kind == "leaf":
-        if not isinstance(body, int) or isinstance(body, bool):
-            raise BundleError(f"a pytree leaf index is {body!r:.30}, not an integer")
-        out.append(body)
-    elif kind == "dict":
-        if not isinstance(body, list) or not all(isinstance(kv, list) and len(kv) == 2
-                                                 and isinstance(kv[0], str) for kv in body):
-            raise BundleError("a pytree dict node is malformed")
-        for _, v in body:
-            tree_leaf_indices(v, out)
-    elif kind in ("list", "tuple"):
-        if not isinstance(body, list):
-            raise BundleError(f"a pytree {kind} node is malformed")
-        for v in body:
-            tree_leaf_indices(v, out)
-    elif kind != "none":
-        raise BundleError(f"unknown pytree node {kind!r} in the bundle")
-    return out
-
-
-def tree_paths(spec: Any) -> list[str]:
-    """Each leaf's path in the pytree (keys and positions joined with '.'; a bare leaf is
-    'out'), by leaf index."""
-    names: dict[int, str] = {}
-
-    def walk(sp: Any, path: list[str]) -> None:
-        kind, body = _spec_kind(sp)
-        if kind == "leaf":
-            names[body] = ".".join(path) or "out"
-        elif kind == "dict":
-            for k, v in body:
-                walk(v, path + [str(k)])
-        elif kind in ("list", "tuple"):
-            for i, v in enumerate(body):
-                walk(v, path + [str(i)])
-
-    walk(spec, [])
-    return [names[i] for i in sorted(names)]
-
-
-def tree_build(spec: Any, leaves: Sequence[Any]) -> Any:
-    """The pytree ``spec`` with leaf k = ``leaves[k]``."""
-    kind, body = _spec_kind(spec)
-    if kind == "leaf":
-        return leaves[body]
-    if kind == "none":
-        return None
-    if kind == "dict":
-        return {k: tree_build(v, leaves) for k, v in body}
-    if kind == "list":
-        return [tree_build(v, leaves) for v in body]
-    if kind == "tuple":
-        return tuple(tree_build(v, leaves) for v in body)
-    raise BundleError(f"unknown pytree node {kind!r} in the bundle")
-
-
-def tree_flatten_into(spec: Any, obj: Any, out: dict[int, Any], path: str) -> None:
-    """Put each leaf of ``obj`` at its index; the structure must be ``spec``'s."""
-    kind, body = _spec_kind(spec)
-    if kind == "leaf":
-        out[body] = (path, obj)
-    elif kind == "none":
-        if obj is not None:
-            raise BundleError(f"input {path or 'argument'}: expected None, got "
-                              f"{type(obj).__name__}")
-    elif kind == "dict":
-        if not isinstance(obj, Mapping) or set(obj) != {k for k, _ in body}:
-            got = sorted(obj) if isinstance(obj, Mapping) else type(obj).__name__
-            raise BundleError(f"input {path or 'argument'}: expected a dict with keys "
-                              f"{sorted(k for k, _ in body)}, got {got}")
-        for k, v in body:
-            tree_flatten_into(v, obj[k], out, f"{path}[{k!r}]")
-    else:
-        if not isinstance(obj, (list, tuple)) or len(obj) != len(body):
-            raise BundleError(f"input {path or 'argument'}: expected a {kind} of {len(body)}, "
-                              f"got {type(obj).__name__}"
-                              + (f" of {len(obj)}" if isinstance(obj, (list, tuple)) else ""))
-        for i, v in enumerate(body):
-            tree_flatten_into(v, obj[i], out, f"{path}[{i}]")
-
-
-# JAX runs with x64 off: a float64/int64 argument is taken as float32/int32 (jax.jit does the
-# same), so a bundle accepts what the compiled function accepted.
-_CANONICAL = {"float64": "float32", "int64": "int32", "uint64": "uint32"}
 
 
 # ---------------------------------------------------------------------- writing
@@ -461,60 +328,6 @@ def _load_safetensors(blob: bytes, where: str) -> dict[str, np.ndarray]:
         raise BundleError(f"{where} is not a valid safetensors blob ({e})") from None
 
 
-# ---------------------------------------------------------------------- running
-
-_AUTO_SAID = False
-
-
-def _say_once(msg: str) -> None:
-    global _AUTO_SAID
-    if not _AUTO_SAID:
-        _AUTO_SAID = True
-        print(f"rockjit: {msg}", file=sys.stderr)
-
-
-def accel_available(path: str = "/dev/accel/accel0") -> tuple[bool, str]:
-    """Whether the NPU device node opens (read-write), and why not."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except OSError as e:
-        return False, f"{path}: {e.strerror}"
-    os.close(fd)
-    return True, f"{path} opens"
-
-
-def resolve_auto() -> tuple[str, str]:
-    """``"auto"`` -> ("rocket" | "sim", why): the rocket device when /dev/accel/accel0 opens
-    (or RJ_FAKE_ROCKET serves it), else the simulator. Says once per process what it chose."""
-    from .. import debugflags
-
-    if debugflags.enabled(debugflags.FAKE_ROCKET):
-        kind, why = "rocket", "RJ_FAKE_ROCKET=1 serves /dev/accel/accel0 from the ioctl fake"
-    else:
-        ok, why = accel_available()
-        kind = "rocket" if ok else "sim"
-    _say_once(f"backend 'auto' runs on the {'rocket NPU device' if kind == 'rocket' else 'C simulator'}"
-              f" ({why}); pass backend='sim', 'rocket' or 'interpreter' to choose")
-    return kind, why
-
-
-def make_device(kind: str, contexts: int):
-    """A device of ``kind`` ("sim", "null", "rocket", "auto") with ``contexts`` contexts."""
-    from .. import debugflags
-    from .device import NullDevice, RocketDevice, SimDevice
-
-    if kind == "auto":
-        kind, _ = resolve_auto()
-    if kind == "sim":
-        return SimDevice(cores=contexts, strict=True)
-    if kind == "null":
-        return NullDevice(cores=contexts)
-    if kind == "rocket":
-        return RocketDevice(fake=debugflags.enabled(debugflags.FAKE_ROCKET), cores=contexts)
-    raise BundleError(f"unknown backend {kind!r} for a bundle; use 'auto', 'sim', 'rocket' or "
-                      f"'null' (optionally ':CHIP')")
-
-
 class Bundle:
     """A loaded bundle: call it with the compiled function's (non-static, non-resident)
     arguments; ``manifest``, ``image``, ``stats()``, ``placement()``, ``report()``,
@@ -591,7 +404,7 @@ class Bundle:
             elif not (hasattr(x, "shape") and hasattr(x, "dtype")):
                 raise BundleError(f"input {name}: expected an array, got {type(x).__name__}")
             x = np.asarray(x)
-            got_dt = _CANONICAL.get(x.dtype.name, x.dtype.name)
+            got_dt = CANONICAL_DTYPE.get(x.dtype.name, x.dtype.name)
             if tuple(x.shape) != want_shape or got_dt != want_dt:
                 raise BundleError(f"input {name}: the bundle was compiled for "
                                   f"{want_dt}{list(want_shape)}, got {x.dtype.name}"

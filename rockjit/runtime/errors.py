@@ -71,3 +71,8 @@ ERROR_CLASSES: dict[int, type[RuntimeCError]] = {
 def error_for(code: int, message: str) -> RuntimeCError:
     cls = ERROR_CLASSES.get(code, RuntimeCError)
     return cls(message or f"C runtime error {code} without a message", code)
+
+
+class BundleError(RockjitError):
+    """A bundle cannot be written, read or run: damaged, from a newer rockjit, for another
+    chip, or called with inputs of the wrong shape or dtype. The message says which."""

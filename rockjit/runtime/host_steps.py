@@ -15,24 +15,27 @@ from typing import Callable
 
 import numpy as np
 
+from . import host_abi
 from ._ffi import ffi, lib
 from .errors import ProgramError
 
-DTYPES: dict[str, int] = {
-    "f32": lib.RJ_DT_F32, "float32": lib.RJ_DT_F32,
-    "f16": lib.RJ_DT_F16, "float16": lib.RJ_DT_F16,
-    "i32": lib.RJ_DT_I32, "int32": lib.RJ_DT_I32,
-    "i8": lib.RJ_DT_I8, "int8": lib.RJ_DT_I8,
-    "u8": lib.RJ_DT_U8, "uint8": lib.RJ_DT_U8,
-}
+# the runtime's dtypes (RJ_DT_*: the host-op codes 1..RJ_DT_U8, rj_host_ops.h), by short name
+DTYPES: dict[str, int] = {n: c for n, c in host_abi.DTYPES.items() if c <= lib.RJ_DT_U8}
 
 
 def dtype_code(dtype: str | np.dtype) -> int:
-    name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    """The runtime code of a dtype given by short name ("f16") or as numpy spells it."""
+    name = dtype if isinstance(dtype, str) and dtype in DTYPES else None
+    if name is None:
+        try:
+            d = np.dtype(dtype)
+            name = f"{d.kind}{8 * d.itemsize}"
+        except TypeError:
+            name = str(dtype)
     try:
         return DTYPES[name]
     except KeyError:
-        raise ProgramError(f"host steps support dtypes {sorted(set(DTYPES))}, not {name!r}") from None
+        raise ProgramError(f"host steps support dtypes {sorted(DTYPES)}, not {dtype!r}") from None
 
 
 @dataclass(frozen=True)
@@ -76,17 +79,6 @@ def row_max(src: Operand, dst: Operand, rows: int, cols: int):
     return _step(lib.RJ_HOST_ROW_MAX, src, dst, rows=rows, cols=cols)
 
 
-def row_recip_scale(src: Operand, dst: Operand, rows: int, cols: int, stat: Operand | None = None):
-    """dst[r, :] = src[r, :] / s[r]; s = stat[r] or the row sum of src (softmax's 1/sum)."""
-    return _step(lib.RJ_HOST_ROW_RECIP_SCALE, src, dst, stat, rows=rows, cols=cols)
-
-
-def row_rsqrt_scale(src: Operand, dst: Operand, rows: int, cols: int, eps: float,
-                    stat: Operand | None = None):
-    """dst[r, :] = src[r, :] * rsqrt(s[r] + eps); s = stat[r] or the mean of squares."""
-    return _step(lib.RJ_HOST_ROW_RSQRT_SCALE, src, dst, stat, rows=rows, cols=cols, eps=eps)
-
-
 def gather(table: Operand, indices: Operand, dst: Operand, rows: int, cols: int, table_rows: int):
     """dst[i, :] = table[indices[i], :] (embedding lookup); indices are int32."""
     return _step(lib.RJ_HOST_GATHER, table, dst, indices, rows=rows, cols=cols, params=(table_rows,))
@@ -119,29 +111,8 @@ def pack_weight(src: Operand, dst: Operand, **layout: int):
     return _weight(lib.RJ_HOST_PACK, src, dst, **layout)
 
 
-def unpack_weight(src: Operand, dst: Operand, **layout: int):
-    return _weight(lib.RJ_HOST_UNPACK, src, dst, **layout)
-
-
-def _dw(kind: int, src: Operand, dst: Operand, channels: int, kh: int, kw: int, group: int,
-        esize: int):
-    return _step(kind, src, dst, params=(lib.RJ_LAYOUT_DW_WEIGHT, channels, kh, kw, group, esize))
-
-
-def pack_dw_weight(src: Operand, dst: Operand, **layout: int):
-    """Row-major [C][KH][KW] -> depthwise weight groups (rj_dw_weight_pack)."""
-    return _dw(lib.RJ_HOST_PACK, src, dst, **layout)
-
-
-def unpack_dw_weight(src: Operand, dst: Operand, **layout: int):
-    return _dw(lib.RJ_HOST_UNPACK, src, dst, **layout)
-
-
-HOST_OP_KINDS: dict[str, int] = {
-    "copy": lib.RJ_HOST_COPY, "unary": lib.RJ_HOST_UNARY, "binary": lib.RJ_HOST_BINARY,
-    "compare": lib.RJ_HOST_COMPARE, "select": lib.RJ_HOST_SELECT, "reduce": lib.RJ_HOST_REDUCE,
-    "take": lib.RJ_HOST_TAKE, "iota": lib.RJ_HOST_IOTA,
-}
+# name -> kind code, generated from rj_host_ops.h (tools/gen_host_abi.py)
+HOST_OP_KINDS: dict[str, int] = host_abi.KINDS
 
 
 def _address(dst, op: Operand | None) -> None:
@@ -156,7 +127,7 @@ def _address(dst, op: Operand | None) -> None:
 def host_op(kind: str, dst: Operand, desc: Operand, src: Operand | None = None,
             src1: Operand | None = None, src2: Operand | None = None):
     """A host-op step: ``dst`` the output, ``src``/``src1``/``src2`` inputs 1..3, ``desc`` the
-    448-byte ``rj_host_op`` descriptor (write it into its BO before adding the step)."""
+    ``rj_host_op`` descriptor (host_abi.DESC_BYTES bytes; write it into its BO first)."""
     if kind not in HOST_OP_KINDS:
         raise ProgramError(f"host-op kind {kind!r} is not one of {sorted(HOST_OP_KINDS)}")
     s = ffi.new("rj_host_step *")
@@ -172,14 +143,9 @@ def host_op(kind: str, dst: Operand, desc: Operand, src: Operand | None = None,
 
 HOST_STEPS: dict[str, Callable] = {
     "row_max": row_max,
-    "row_recip_scale": row_recip_scale,
-    "row_rsqrt_scale": row_rsqrt_scale,
     "gather": gather,
     "pack_cube": pack_cube,
     "unpack_cube": unpack_cube,
     "pack_weight": pack_weight,
-    "unpack_weight": unpack_weight,
-    "pack_dw_weight": pack_dw_weight,
-    "unpack_dw_weight": unpack_dw_weight,
 }
 HOST_STEPS.update({name: partial(host_op, name) for name in HOST_OP_KINDS})

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import rockjit
-from rockjit.runtime.bundle import accel_available
+from rockjit.runtime.device_choice import accel_available
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from rockjit.cost import Constants
+from rockjit.cost import calibrated
 from rockjit.cost.calibrate import modelled_ms
 from rockjit.cost.networks import NETWORKS
 from rockjit.cost.published import FIGURES
@@ -30,20 +30,20 @@ def test_fitted_set_is_the_documented_one():
 
 @pytest.mark.parametrize("fig", [f for f in FIGURES if f.fits], ids=lambda f: f"fit:{f.name}")
 def test_fitted_figure_is_met(fig):
-    assert modelled_ms(fig, Constants.calibrated()) == pytest.approx(fig.ms, rel=1e-6)
+    assert modelled_ms(fig, calibrated()) == pytest.approx(fig.ms, rel=1e-6)
 
 
 @pytest.mark.parametrize("fig", [
     pytest.param(f, marks=pytest.mark.xfail(strict=True, reason="int4 description uncertain"))
     if f.name in KNOWN_MISS else f for f in HELD_OUT], ids=lambda f: f"held_out:{f.name}")
 def test_held_out_figure_within_1_5x(fig):
-    m = modelled_ms(fig, Constants.calibrated())
+    m = modelled_ms(fig, calibrated())
     assert fig.ms / 1.5 <= m <= fig.ms * 1.5, (
         f"{fig.name}: modelled {m:.4g} ms vs published {fig.ms:.4g} ms ({fig.source})")
 
 
 def test_constants_are_physical():
-    c = Constants.calibrated()
+    c = calibrated()
     for name in ("submit_us", "job_us", "kick_us", "dma_gbps"):
         assert getattr(c, name) > 0, name
     # the notes' figure: the IOMMU attach + detach is ~15-20 us per job
@@ -75,4 +75,4 @@ def test_an_impossible_figure_stops_the_fit_and_names_it():
     resnet = next(f for f in FIGURES if f.fits == "dma_gbps")
     # faster than its MACs at the datapath's peak rate: no DMA bandwidth can explain it
     with pytest.raises(ValueError, match="ResNet-18-224 int8, one kick"):
-        _solve(dataclasses.replace(resnet, ms=1.0), Constants.calibrated())
+        _solve(dataclasses.replace(resnet, ms=1.0), calibrated())

@@ -54,7 +54,7 @@ def test_stats_carry_the_modelled_totals(compiled):
     parts = [s[f"modelled_{b}_ms"] for b in ("dispatch", "dma", "mac", "host")]
     assert sum(parts) == pytest.approx(s["modelled_ms"])
     # every submit costs at least the per-submit constant
-    assert s["modelled_dispatch_ms"] >= s["npu_steps"] * cost.Constants.calibrated().submit_us * 1e-3
+    assert s["modelled_dispatch_ms"] >= s["npu_steps"] * cost.calibrated().submit_us * 1e-3
     assert "jobs" in s and "host_steps" in s      # the existing keys stay
 
 

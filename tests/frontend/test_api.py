@@ -9,7 +9,8 @@ import pytest
 
 import rockjit
 from rockjit import TraceError
-from rockjit.api import BACKENDS, TraceSpec, register_backend
+from rockjit.api import TraceSpec
+from rockjit.backends import BACKENDS, register_backend
 from rockjit.ir.ops import Op
 from rockjit.ir.parser import parse
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from rockjit.lowering.memory import BufReq, align_up, check_plan, plan_arena
+from rockjit.lowering.memory import BufReq, check_plan, plan_arena
+
+
+def align_up(x: int, a: int) -> int:
+    return (x + a - 1) // a * a
 
 
 def _first_fit(reqs: list[BufReq]) -> dict[int, int]:

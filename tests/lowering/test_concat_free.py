@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from graphs_testutil import check_bound, run_sim
-from rockjit.lowering import pipeline
+from rockjit.lowering import concat_slots
 from rockjit.oracle import tolerance as T
 from rockjit.lowering.layouts import CubeLayout
 from rockjit.lowering.rules import forms as F
@@ -49,7 +49,7 @@ def _concat_line(report: str) -> str:
 
 def _host_only(monkeypatch) -> None:
     """The same compiler with no concat placement hints: every concat takes the host path."""
-    monkeypatch.setattr(pipeline, "SLICE_PLACEMENTS", {})
+    monkeypatch.setattr(concat_slots, "SLICE_PLACEMENTS", {})
 
 
 def test_qkv_concat_is_a_view_and_matches_jax_and_the_host_path(monkeypatch) -> None:

@@ -17,6 +17,7 @@ from models import layers as L
 from rockjit.ir import interpreter
 from rockjit.ir.ops import Op
 from rockjit.ir.verifier import verify
+from rockjit.lowering import range_bounds as RB
 from rockjit.lowering import range_plan as RP
 from rockjit.lowering.fp16_range import FP16_MAX, saturate_consts
 from rockjit.lowering.fold import fold_consts
@@ -93,7 +94,7 @@ def test_every_bound_holds_on_data() -> None:
     x[0, 9, 5] = 650.0
     g, params = _graph(_block, p, x)
     consts = saturate_consts(fold_consts(g, params))
-    bounds = RP.compute_bounds(g, consts, input_bound=float(np.abs(x).max()))
+    bounds = RB.compute_bounds(g, consts, input_bound=float(np.abs(x).max()))
     # every value's actual magnitude from the interpreter
     env = {g.inputs[0].id: x}
     from rockjit.ir.reference import evaluate
@@ -111,8 +112,8 @@ def test_every_bound_holds_on_data() -> None:
     # the structural rules are finite where interval arithmetic alone would not be
     out = g.producers()[g.outputs[0].id]
     assert bounds[g.outputs[0].id] == 1.0, out.op            # softmax in [0, 1]
-    ln = [n for n in g.nodes if n.op is Op.MUL and RP._norm_output(
-        n, RP.BoundCtx(g, consts, g.producers(), bounds)) is not None]
+    ln = [n for n in g.nodes if n.op is Op.MUL and RB._norm_output(
+        n, RB.BoundCtx(g, consts, g.producers(), bounds)) is not None]
     assert len(ln) == 1 and bounds[ln[0].out.id] == math.sqrt(H)
 
 
@@ -124,7 +125,7 @@ def test_layernorm_bound_is_reached() -> None:
     got = np.abs(_ln_np(x, 1.0, 0.0)).max()
     assert got <= math.sqrt(H) and got > 0.98 * math.sqrt(H)
     g, params = _graph(_ln, p, x)
-    bounds = RP.compute_bounds(g, saturate_consts(fold_consts(g, params)))
+    bounds = RB.compute_bounds(g, saturate_consts(fold_consts(g, params)))
     assert bounds[g.outputs[0].id] == pytest.approx(math.sqrt(H))
 
 
@@ -137,7 +138,7 @@ def test_matmul_bound_uses_weight_l1_norms() -> None:
 
     x = np.ones((4, 32), np.float32)
     g, params = _graph(fn, w, x)
-    b = RP.compute_bounds(g, saturate_consts(fold_consts(g, params)), input_bound=2.0)
+    b = RB.compute_bounds(g, saturate_consts(fold_consts(g, params)), input_bound=2.0)
     assert b[g.outputs[0].id] == pytest.approx(2.0 * np.abs(w).sum(axis=1).max())
 
 
@@ -155,7 +156,7 @@ def test_rewrite_equals_the_original_graph(fn) -> None:
     g, params = _graph(fn, p, x)
     g2, plan = RP.plan_ranges(g, params)
     verify(g2)
-    assert len(plan.sites) == 1 and plan.sites[0].shift == RP.MAX_PRESCALE
+    assert len(plan.sites) == 1 and plan.sites[0].shift == RB.MAX_PRESCALE
     assert not any(n.op is Op.MUL and n.inputs[0].id == n.inputs[1].id and
                    n.inputs[0].id == plan.sites[0].c.id for n in g2.nodes), "old square kept"
     want = interpreter.run(g, [x], params)[0]

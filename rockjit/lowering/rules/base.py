@@ -170,7 +170,6 @@ class OpCall:
     label: str = ""
     where: str = "npu"             # "npu" | "host"
     emitter: str = ""              # which emitter/host rule built it (for the report)
-    retile: bool = False           # a pipeline-made layout conversion
     # Explicit storage forms (None: derived from the BufferSpec): lane-wise ops bind the
     # operand's existing cube form whatever layout their flat view declares.
     forms_in: tuple["Form | None", ...] | None = None

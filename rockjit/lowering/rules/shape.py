@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from ...ir.graph import Value
 from ...ir.ops import Op
-from ...ir.types import DType
-from .base import CubeForm, NoNpuForm, RowForm, RuleContext, RuleResult, ViewResult
+from .base import CubeForm, NoNpuForm, RuleContext, RuleResult, ViewResult
 from . import forms as F
 
 

@@ -1,0 +1,480 @@
+"""The lowering's last stage: a lowered graph -> a ProgramImage (plain data, runtime/image.py),
+which the runtime loads (runtime/program.py: ImageProgram) and a bundle stores.
+
+``ImageBuilder`` runs named steps, each filling the attributes the next ones read:
+  * ``_schedule``: the calls in step order (schedule.py);
+  * ``_liveness`` + ``_plan_arena``: each arena buffer's live interval in steps, the arena
+    (memory.py);
+  * ``_assign_contexts``: jobs dealt over the device contexts;
+  * ``_lay_out_weights`` / ``_lay_out_regcmd``: per context, the const buffers its jobs read
+    and the regcmd regions of the calls whose jobs run there;
+  * ``_make_bos``, ``_uploads``: BOs (one arena, weights and regcmd per used context) and what
+    is written into them once at load;
+  * ``_words_and_relocations``: every kick's words; address words become relocations
+    (patched by the runtime at load);
+  * ``_walk_steps`` (with ``_cross_context_copy``): jobs and host steps in schedule order,
+    and the host copies between contexts; ``_step_specs``: the same as image records;
+  * ``_stats``, then the image.
+The image holds no compiler object.
+
+Multicore: the jobs of one NPU step are independent and are dealt over the device's contexts
+(schedule.py). The rocket driver gives each fd its own IOVA space and a job may only touch BOs
+of its own context (notes: perf/iova-and-multicore.md), so every used context gets its own
+arena (a mirror at the same offsets: a job's relocations differ only in the BO), weights (the
+const buffers its jobs read, uploaded once) and regcmd (its jobs' kicks). Context 0 holds the
+canonical arena: before a step, a host copy brings into each other context exactly the strided
+runs its jobs' DMA reads (regcmd.Access, declared by the emitters); after it, the runs they
+write come back. Op scratch that only one context touches (K partials, broadcast cubes)
+never moves; scratch a host step of the op fills or reads (the patchify's im2col cube) moves
+like any tensor when a job on another core uses it. Every copy is a counted host step
+(``host_copy_steps``, ``host_bytes_copied``).
+
+Stats: ``device_bytes_read/written`` sum every task's declared DMA streams (what the task's
+registers make the hardware move, not whole buffers per job); ``macs`` counts the model's
+contractions (matmul/conv), ``device_macs`` everything the MAC array runs (the identity and
+broadcast convolutions of element-wise ops, the ones-vector sums).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..ir.types import DType
+from ..progress import progress
+from ..runtime.image import (BoSpec, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
+                             StepSpec, TensorSig, Upload, Words, ZeroFill)
+from .bounds import check_bo
+from .host_rules import DESC_BYTES, HostView, host_op_step
+from .host_step_spec import host_step_spec
+from .lowered import Boundary, LoweredGraph
+from .arith import round_up
+from .memory import ArenaPlan, BufReq, check_plan, plan_arena
+from .opprogram import HostStep
+from .schedule import JobRef, Step, call_spans, runtime_jobs, schedule
+
+_ARENA_SLACK = 4096  # emitters may read a padded span past the last tensor
+
+
+class ImageBuilder:
+    """Schedules, plans memory and lays out a LoweredGraph as a ProgramImage for ``contexts``
+    device contexts. Keeps the plan (``plan``, ``steps``, ``context_bos``) for inspection."""
+
+    def __init__(self, lowered: LoweredGraph, contexts: int | None = None,
+                 cores: int | None = None) -> None:
+        self.lowered = lowered
+        self.calls = lowered.calls
+        self.bufs = lowered.bufs
+        self.cores = cores or lowered.profile.cores
+        self._schedule()
+        self._liveness()
+        self._plan_arena()
+        self._assign_contexts(contexts)
+        self._lay_out_weights()
+        self._lay_out_regcmd()
+        self._check_sizes()
+        self._make_bos()
+        self._uploads()
+        # host steps resolve names in context 0
+        self._names = [self._names_for(ci, 0) for ci in range(len(self.calls))]
+        self._words_and_relocations()
+        self._sources()
+        self._walk_steps()
+        self._copy_descriptors()
+        step_specs = self._step_specs()
+        self.image = ProgramImage(
+            profile=lowered.profile.name, contexts=self.ncores, bos=self.bos,
+            uploads=self.uploads, zero_fills=self.zero_fills, words=self.words, relocs="relocs",
+            jobs=self.job_specs, steps=step_specs,
+            inputs=[self._sig(bd, "in") for bd in lowered.inputs],
+            outputs=[self._sig(bd, "out") for bd in lowered.outputs], sources=self.sources,
+            placement=[Placement(d.node, d.loc, d.where, d.how, d.why or "")
+                       for d in lowered.decisions],
+            stats=self._stats(), arrays=self.arrays)
+        self.image.check()
+
+    # ------------------------------------------------------------------ memory plan
+    def _schedule(self) -> None:
+        self.steps: list[Step] = schedule(self.calls, self.cores)
+
+    def _liveness(self) -> None:
+        spans = call_spans(self.steps, len(self.calls))
+        for b in self.bufs:
+            b.first, b.last = 1 << 60, -1
+        for ci, pc in enumerate(self.calls):
+            f, l = spans[ci]
+            for bid, _ in pc.binding.values():
+                b = self.bufs[bid]
+                b.first, b.last = min(b.first, f), max(b.last, l)
+
+    def _plan_arena(self) -> None:
+        reqs = []
+        for b in self.bufs:
+            if b.kind != "arena":
+                continue
+            if b.last < 0:
+                b.first = b.last = 0
+            reqs.append(BufReq(b.id, b.size, b.align, b.first, b.last, b.pinned, b.name))
+        self.plan: ArenaPlan = plan_arena(reqs)
+        check_plan(reqs, self.plan)
+
+    def _assign_contexts(self, contexts: int | None) -> None:
+        # a core is one device context (rocket: one fd) with its own IOVA space, so every BO a
+        # job touches must live in the job's context
+        self.ncores = max(1, min(self.cores, contexts if contexts is not None else self.cores))
+        for st in self.steps:
+            if st.kind == "npu":
+                for jr in st.jobs:
+                    jr.core = jr.core % self.ncores
+        self.used = sorted({jr.core for st in self.steps for jr in st.jobs} | {0})
+
+    def _lay_out_weights(self) -> None:
+        """Sequential per context, each context holding what its jobs read; context 0 holds
+        all of them (host steps and core-0 jobs)."""
+        self.wbufs = [bf for bf in self.bufs if bf.kind == "weights"]
+        need_w: dict[int, set[int]] = {c: set() for c in range(self.ncores)}
+        need_w[0] = {bf.id for bf in self.wbufs}
+        for st in self.steps:
+            for jr in st.jobs:
+                if jr.core:
+                    for bid, _ in self.calls[jr.call].binding.values():
+                        if self.bufs[bid].kind == "weights":
+                            need_w[jr.core].add(bid)
+        self.need_w = need_w
+        self.woff: dict[tuple[int, int], int] = {}
+        self.wsize: dict[int, int] = {}
+        for c in range(self.ncores):
+            pos = 0
+            for bf in self.wbufs:
+                if bf.id in need_w[c]:
+                    pos = round_up(pos, max(bf.align, 64))
+                    self.woff[(c, bf.id)] = pos
+                    pos += bf.size
+            self.wsize[c] = pos
+        self.weights_bytes = self.wsize[0]
+
+    def _lay_out_regcmd(self) -> None:
+        """Per context, the regions of the calls whose jobs run there."""
+        self.roff: dict[tuple[int, int], int] = {}
+        self.rsize: dict[int, int] = {c: 0 for c in range(self.ncores)}
+        self.rspec = {ci: next((sp for sp in pc.call.program.buffers if sp.role == "regcmd"), None)
+                      for ci, pc in enumerate(self.calls)}
+        for st in self.steps:
+            for jr in st.jobs:
+                key = (jr.core, jr.call)
+                if key not in self.roff and self.rspec[jr.call] is not None:
+                    self.rsize[jr.core] = round_up(self.rsize[jr.core], 64)
+                    self.roff[key] = self.rsize[jr.core]
+                    self.rsize[jr.core] += self.rspec[jr.call].nbytes
+        self.regcmd_bytes = sum(self.rsize.values())
+
+    def _check_sizes(self) -> None:
+        self.arena_bytes = self.plan.size + _ARENA_SLACK
+        g = self.lowered.graph
+        check_bo("activation arena", self.arena_bytes,
+                 [(b.name, b.size) for b in self.bufs if b.kind == "arena"], g)
+        check_bo("weights", max(self.wsize.values()), [(b.name, b.size) for b in self.wbufs], g)
+        check_bo("regcmd", max(self.rsize.values()),
+                 [(f"call {ci}", sp.nbytes) for ci, sp in self.rspec.items() if sp is not None], g)
+
+    # ------------------------------------------------------------------ BOs and their contents
+    def _add_bo(self, size: int, role: str, core: int) -> int:
+        self.bos.append(BoSpec(role, core, int(size)))
+        return len(self.bos) - 1
+
+    def _make_bos(self) -> None:
+        """Every used context gets its own arena (a mirror at the same offsets, so a job's
+        relocations differ only in the BO), weights and regcmd BOs."""
+        self.bos: list[BoSpec] = []
+        self.arena_c = {c: self._add_bo(self.arena_bytes, "arena", c) for c in self.used}
+        self.weights_c = {c: self._add_bo(max(self.wsize[c], 64), "weights", c) for c in self.used}
+        self.regcmd_c = {c: self._add_bo(max(self.rsize[c], 64), "regcmd", c) for c in self.used}
+        self.context_bos = {c: (self.arena_c[c], self.weights_c[c], self.regcmd_c[c])
+                            for c in self.used}
+
+    def _where(self, bid: int, core: int = 0) -> tuple[int, int]:
+        """(BO, byte offset) of a lowered buffer in a context."""
+        if self.bufs[bid].kind == "weights":
+            return self.weights_c[core], self.woff[(core, bid)]
+        return self.arena_c[core], self.plan.offsets[bid]
+
+    def _uploads(self) -> None:
+        self.arrays: dict[str, np.ndarray] = {}
+        self.uploads: list[Upload] = []
+        self.zero_fills: list[ZeroFill] = []
+        for c in self.used:
+            for bf in self.wbufs:
+                if bf.id in self.need_w[c] and bf.data is not None and bf.data.size:
+                    key = f"w{bf.id}:{bf.name}"
+                    self.arrays[key] = np.ascontiguousarray(bf.data).reshape(-1).view(np.uint8)
+                    self.uploads.append(Upload(self.weights_c[c], self.woff[(c, bf.id)], key))
+            for bf in self.bufs:
+                if bf.kind == "arena" and bf.zero:
+                    self.zero_fills.append(ZeroFill(self.arena_c[c], self.plan.offsets[bf.id],
+                                                    bf.size))
+
+    def _names_for(self, ci: int, core: int) -> dict[str, tuple[int, int]]:
+        """A call's buffer names -> (BO, byte offset) in a context."""
+        names = {}
+        for name, (bid, off) in self.calls[ci].binding.items():
+            bo, base = self._where(bid, core)
+            names[name] = (bo, base + off)
+        sp = self.rspec[ci]
+        if sp is not None and (core, ci) in self.roff:
+            names[sp.name] = (self.regcmd_c[core], self.roff[(core, ci)])
+        return names
+
+    def _words_and_relocations(self) -> None:
+        """One word array per regcmd BO (unwritten gaps are zero) + the relocations."""
+        words_of = {c: np.zeros(self.bos[self.regcmd_c[c]].size // 8, dtype="<u8")
+                    for c in self.used}
+        relocs: list[tuple[int, int, int, int, int]] = []
+        written: set[tuple[int, int, int]] = set()
+        for st in self.steps:
+            for jr in st.jobs:
+                names = self._names_for(jr.call, jr.core)
+                for kick in jr.job.kicks:
+                    key = (jr.core, jr.call, kick.base_offset)
+                    if key in written:
+                        continue
+                    written.add(key)
+                    bo, base = names[kick.regcmd_buffer]
+                    start = base + kick.base_offset
+                    assert start % 8 == 0 and bo == self.regcmd_c[jr.core]
+                    w = np.asarray(kick.words, dtype="<u8")
+                    words_of[jr.core][start // 8:start // 8 + w.size] = w
+                    for wi, rel in kick.relocs.items():
+                        tbo, toff = names[rel.buffer]
+                        relocs.append((bo, start // 8 + wi, tbo, toff + rel.offset, 0))
+        self.words: list[Words] = []
+        for c in self.used:
+            self.arrays[f"regcmd{c}"] = words_of[c]
+            self.words.append(Words(self.regcmd_c[c], 0, f"regcmd{c}"))
+        self.arrays["relocs"] = np.asarray(relocs, dtype=np.uint64).reshape(-1, 5)
+
+    def _sources(self) -> None:
+        """The user's file:line of each call's op (from the placement decisions), keyed on the
+        value ("%7"): a fused activation's decision is labelled by its kind."""
+        self._loc_of = {d.node.split(" = ")[0]: d.loc for d in self.lowered.decisions}
+        self.sources: list[Source] = []
+        self._src_index: dict[int, int] = {}
+
+    def _source(self, ci: int) -> int:
+        if ci not in self._src_index:
+            pc = self.calls[ci]
+            self._src_index[ci] = len(self.sources)
+            self.sources.append(Source(pc.node, self._loc_of.get(pc.node.split(" = ")[0], ""),
+                                       pc.call.emitter))
+        return self._src_index[ci]
+
+    # ------------------------------------------------------------------ steps
+    def _private(self, ci: int, name: str) -> bool:
+        """Only the job itself touches it, so it never moves between contexts. A job's own
+        scratch (DPU K accumulators, broadcast cubes: written and read inside the job) stays
+        in its context. Scratch a host step of the call touches is shared with context 0,
+        where host steps run: the im2col cube of a patchify, the packed B of a run-time
+        matmul, K partials the host sums. It moves like any other tensor."""
+        sp = self._spec(ci, name)
+        if sp is None:
+            return False
+        if sp.role == "scratch":
+            return (ci, name) not in self._host_scratch
+        return sp.role in ("regcmd", "const")
+
+    def _ranges(self, jr: JobRef, which: str) -> list[tuple[int, int, int, int]]:
+        """The arena bytes a job's DMA reads or writes, as (start, pieces, pitch, chunk)
+        strided runs (its op-private scratch excluded: only the job touches it)."""
+        names = self._names_for(jr.call, jr.core)
+        out = []
+        for kick in jr.job.kicks:
+            for a in (kick.reads if which == "r" else kick.writes):
+                if self._private(jr.call, a.buffer):
+                    continue
+                bid = self.calls[jr.call].binding.get(a.buffer)
+                if bid is None or self.bufs[bid[0]].kind != "arena":
+                    continue
+                out.append((names[a.buffer][1] + a.offset, a.pieces, a.pitch, a.chunk))
+        return out
+
+    def _cross_context_copy(self, src_core: int, dst_core: int,
+                            run: tuple[int, int, int, int]) -> None:
+        """One strided host copy of a run between the two contexts' arenas (same offsets: the
+        arenas mirror each other)."""
+        lo, pieces, pitch, chunk = run
+        hi = lo + (pieces - 1) * pitch + chunk
+        sizes = {"dst": hi, "src": hi, "cdesc": 0}
+        _, desc = host_op_step("copy", (pieces, chunk), HostView("dst", DType.U8, lo, (pitch, 1)),
+                               [HostView("src", DType.U8, lo, (pitch, 1))], sizes, "cdesc",
+                               what="cross-context copy")
+        self._desc_bufs.append(desc.data)
+        self._pending.append(("copy", src_core, dst_core, len(self._desc_bufs) - 1))
+        self._count["copied"] += pieces * chunk
+        self._count["copy_steps"] += 1
+        self._count["host"] += 1
+
+    def _walk_steps(self) -> None:
+        """Jobs, host steps and cross-context copies in schedule order, as pending records."""
+        self.job_cores: list[int] = []
+        self._count = dict.fromkeys(("npu_steps", "jobs", "tasks", "kicks", "host", "packed",
+                                     "unpacked", "dev_read", "dev_written", "copied",
+                                     "copy_steps"), 0)
+        self._desc_bufs: list[np.ndarray] = []
+        self._pending: list[tuple] = []
+        self._host_scratch: set[tuple[int, str]] = set()
+        for st in self.steps:
+            if st.kind == "host":
+                ci, hs = st.host
+                self._host_scratch.update((ci, sl.buffer) for sl in hs.operands.values())
+        n = self._count
+        for st in progress(self.steps, "laying out the program image"):
+            if st.kind != "npu":
+                ci, hs = st.host
+                self._pending.append(("host", ci, hs))
+                n["host"] += 1
+                nb = self._host_bytes(hs)
+                if hs.kind.startswith("pack"):
+                    n["packed"] += nb
+                elif hs.kind.startswith("unpack"):
+                    n["unpacked"] += nb
+                continue
+            ins: dict[int, list] = {}
+            outs: dict[int, list] = {}
+            for jr in st.jobs:
+                if jr.core:
+                    ins.setdefault(jr.core, []).extend(self._ranges(jr, "r"))
+                    outs.setdefault(jr.core, []).extend(self._ranges(jr, "w"))
+            for c, rs in sorted(ins.items()):
+                for run in dict.fromkeys(rs):
+                    self._cross_context_copy(0, c, run)
+            self._pending.append(("npu", [j for jr in st.jobs for j in self._runtime_jobs(jr)]))
+            n["npu_steps"] += 1
+            for c, rs in sorted(outs.items()):
+                for run in dict.fromkeys(rs):
+                    self._cross_context_copy(c, 0, run)
+
+    def _runtime_jobs(self, jr: JobRef) -> list[tuple]:
+        """One scheduled job's runtime jobs: (tasks, read BOs, written BOs, core, chained,
+        call); counts its tasks, kicks and declared DMA bytes."""
+        n = self._count
+        names = self._names_for(jr.call, jr.core)
+        rd = {names[nm][0] for nm in jr.job.reads if nm in names}
+        wr = {names[nm][0] for nm in jr.job.writes if nm in names}
+        for kick in jr.job.kicks:
+            for rel in kick.relocs.values():
+                tbo = names[rel.buffer][0]
+                if tbo not in wr and tbo != self.regcmd_c[jr.core]:
+                    rd.add(tbo)
+            n["dev_read"] += sum(a.nbytes for a in kick.reads)
+            n["dev_written"] += sum(a.nbytes for a in kick.writes)
+        out = []
+        for rks, chained in runtime_jobs(jr.job):
+            tlist = []
+            for kick in rks:
+                bo, base = names[kick.regcmd_buffer]
+                for toff, cnt in zip(kick.task_offsets, kick.task_counts):
+                    tlist.append((bo, base + kick.base_offset + 8 * toff, cnt))
+            out.append((tlist, sorted(rd), sorted(wr), jr.core, chained, jr.call))
+            self.job_cores.append(jr.core)
+            n["jobs"] += 1
+            n["tasks"] += len(tlist)
+            n["kicks"] += 1 if chained else len(tlist)
+        return out
+
+    def _copy_descriptors(self) -> None:
+        """The copy descriptors: a small BO of context 0 (written once, address-free)."""
+        self._cdesc_bo = (self._add_bo(max(DESC_BYTES * len(self._desc_bufs), 64), "weights", 0)
+                          if self._desc_bufs else None)
+        for k, data in enumerate(self._desc_bufs):
+            key = f"copydesc{k}"
+            self.arrays[key] = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+            self.uploads.append(Upload(self._cdesc_bo, DESC_BYTES * k, key))
+
+    def _step_specs(self) -> list[StepSpec]:
+        self.job_specs: list[JobSpec] = []
+        step_specs: list[StepSpec] = []
+        for item in self._pending:
+            if item[0] == "npu":
+                ids = []
+                calls_here = []
+                for tl, rd, wr, core, ch, ci in item[1]:
+                    # a BO the job both reads and writes is listed as written only: the kernel
+                    # signals such a job done without running it (ProgramBuilder.add_job)
+                    wr = list(dict.fromkeys(wr))
+                    rd = [x for x in dict.fromkeys(rd) if x not in wr]
+                    self.job_specs.append(JobSpec(core, bool(ch), tuple(tuple(t) for t in tl),
+                                                  tuple(rd), tuple(wr), self._source(ci)))
+                    ids.append(len(self.job_specs) - 1)
+                    calls_here.append(ci)
+                step_specs.append(StepSpec("npu", tuple(ids), None, self._source(calls_here[0])))
+            elif item[0] == "host":
+                _, ci, hs = item
+                step_specs.append(StepSpec("host", (), self._host_step(ci, hs), self._source(ci)))
+            else:
+                _, sc, dc, k = item
+                step_specs.append(StepSpec("host", (), HostStepSpec(
+                    "copy", {"dst": (self.arena_c[dc], 0, "u8", 0),
+                             "desc": (self._cdesc_bo, DESC_BYTES * k, "u8", 0),
+                             "src": (self.arena_c[sc], 0, "u8", 0)}, {}), -1))
+        return step_specs
+
+    # ------------------------------------------------------------------ stats and signatures
+    def _stats(self) -> dict[str, int]:
+        n, calls, decisions = self._count, self.calls, self.lowered.decisions
+        useful = sum(pc.call.program.macs for pc in calls if pc.call.where == "npu"
+                     and pc.call.emitter.startswith(("matmul", "conv")))
+        stats = {
+            "npu_steps": n["npu_steps"], "jobs": n["jobs"], "tasks": n["tasks"],
+            "kicks": n["kicks"], "host_steps": n["host"], "host_bytes_packed": n["packed"],
+            "host_bytes_unpacked": n["unpacked"], "host_copy_steps": n["copy_steps"],
+            "host_bytes_copied": n["copied"], "retiles": self.lowered.retiles,
+            "device_bytes_read": n["dev_read"], "device_bytes_written": n["dev_written"],
+            "macs": useful,
+            "device_macs": sum(pc.call.program.macs for pc in calls if pc.call.where == "npu"),
+            "arena_bytes": self.plan.size, "arena_bytes_without_reuse": self.plan.naive_size,
+            "weights_bytes": self.weights_bytes, "regcmd_bytes": self.regcmd_bytes,
+            "npu_ops": sum(1 for d in decisions if d.where == "npu"),
+            "host_ops": sum(1 for d in decisions if d.where == "host"),
+            "view_ops": sum(1 for d in decisions if d.where == "view"),
+            "cores_used": len(set(self.job_cores)),
+        }
+        for c in range(self.ncores):
+            stats[f"jobs_core{c}"] = sum(1 for x in self.job_cores if x == c)
+        # numerics: how many values the range plan prescaled / keeps in fp32 / on the host
+        if self.lowered.range_plan is not None:
+            stats.update(self.lowered.range_plan.counts())
+        return {k: int(v) for k, v in stats.items()}
+
+    def _sig(self, bd: Boundary, prefix: str) -> TensorSig:
+        t = bd.tensor
+        bo, base = self._where(t.buf)
+        shape = tuple(int(d) for d in bd.value.type.shape)
+        # a 0-d value is held as one element: the same bytes, row-major
+        assert int(np.prod(shape)) == int(np.prod(t.form.shape)), (shape, t.form.shape)
+        return TensorSig(f"{prefix}{bd.index}", int(bd.index), shape,
+                         bd.value.type.dtype.to_numpy().name, t.form.dtype.to_numpy().name,
+                         bo, int(base + t.offset))
+
+    # ------------------------------------------------------------------ helpers
+    def _spec(self, ci: int, name: str) -> Any:
+        for s in self.calls[ci].call.program.buffers:
+            if s.name == name:
+                return s
+        return None
+
+    def _host_step(self, ci: int, hs: HostStep) -> HostStepSpec:
+        return host_step_spec(hs, self._names[ci], lambda n: self._spec(ci, n))
+
+    @staticmethod
+    def _host_bytes(hs: HostStep) -> int:
+        p = hs.params
+        if "height" in p:
+            return int(p["height"] * p["width"] * p["channels"] * p["esize"])
+        if "kernels" in p:
+            return int(p["kernels"] * p["channels"] * p["kh"] * p["kw"] * p["esize"])
+        return sum(s.nbytes for s in hs.operands.values())
+
+
+def build_image(lowered: LoweredGraph, contexts: int | None = None) -> ProgramImage:
+    """The program image of a lowered graph for ``contexts`` device contexts (default: the
+    chip profile's core count)."""
+    return ImageBuilder(lowered, contexts).image
