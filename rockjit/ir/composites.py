@@ -1,4 +1,4 @@
-"""Composite ops the fusion pass finds (``softmax``) and the expansion the lowering runs first.
+"""Composite ops the fusion pass finds (``softmax``, ``layer_norm``) and the expansion the lowering runs first.
 
 A composite makes a structure visible in the printed IR, the verifier and the golden tests;
 until an emitter lowers it natively, ``expand`` rewrites it back into primitive ops, spelled
@@ -42,7 +42,37 @@ def expand_softmax(emit: Emit, x: Value, attrs) -> Value:
     return emit(Op.DIV, [e, back(emit(Op.REDUCE_SUM, [e], {"axes": list(axes)}))])
 
 
-EXPANSIONS: dict[Op, Callable[[Emit, Value, dict], Value]] = {Op.SOFTMAX: expand_softmax}
+def expand_layer_norm(emit: Emit, x: Value, attrs) -> Value:
+    """models/layers.layer_norm's spelling: mean = sum / n, c = x - mean, var = sum(c c) / n,
+    c * rsqrt(var + eps), the row statistics kept as rows."""
+    axes = tuple(attrs["axes"])
+    keep, kept = _keep_dims(x.type, axes)
+    kt = TensorType(x.type.dtype, keep)
+    full = list(range(x.type.rank))
+    dt = x.type.dtype.to_numpy()
+    count = int(np.prod([x.type.shape[a] for a in axes], dtype=np.int64))
+
+    def rows(v: Value) -> Value:
+        return emit(Op.BROADCAST_IN_DIM, [v], {"broadcast_dimensions": kept}, kt)
+
+    def scalar(value: float) -> Value:
+        c = emit(Op.CONSTANT, [], {"value": np.array(value, dt)})
+        return emit(Op.BROADCAST_IN_DIM, [c], {"broadcast_dimensions": []}, kt)
+
+    def back(v: Value) -> Value:
+        return emit(Op.BROADCAST_IN_DIM, [v], {"broadcast_dimensions": full}, x.type)
+
+    s1 = rows(emit(Op.REDUCE_SUM, [x], {"axes": list(axes)}))
+    n = scalar(float(count))
+    c = emit(Op.SUB, [x, back(emit(Op.DIV, [s1, n]))])
+    s2 = rows(emit(Op.REDUCE_SUM, [emit(Op.MUL, [c, c])], {"axes": list(axes)}))
+    var = emit(Op.DIV, [s2, n])
+    r = emit(Op.RSQRT, [emit(Op.ADD, [var, scalar(attrs["eps"])])])
+    return emit(Op.MUL, [c, back(r)])
+
+
+EXPANSIONS: dict[Op, Callable[[Emit, Value, dict], Value]] = {
+    Op.SOFTMAX: expand_softmax, Op.LAYER_NORM: expand_layer_norm}
 assert set(EXPANSIONS) == {op for op in Op if op.group is Group.COMPOSITE}
 
 

@@ -91,6 +91,8 @@ class Op(enum.Enum):
     TAKE = ("take", Group.INDEX, ("axis",))               # operand[..., indices, ...] on axis
 
     SOFTMAX = ("softmax", Group.COMPOSITE, ("axes",))     # exp(x - max) / sum over axes
+    # (x - mean) * rsqrt(mean((x - mean)^2) + eps) over axes (the gain and shift stay outside)
+    LAYER_NORM = ("layer_norm", Group.COMPOSITE, ("axes", "eps"))
 
     def __init__(self, text: str, group: Group, attrs: tuple[str, ...]) -> None:
         self.text = text

@@ -73,6 +73,14 @@ def _softmax(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType)
     return _cast(e / np.sum(e, axis=axes, keepdims=True), t)
 
 
+def _layer_norm(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
+                ) -> np.ndarray:
+    (x,) = ins
+    axes = tuple(attrs["axes"])
+    c = x.astype(np.float64) - np.mean(x.astype(np.float64), axis=axes, keepdims=True)
+    return _cast(c / np.sqrt(np.mean(c * c, axis=axes, keepdims=True) + attrs["eps"]), t)
+
+
 def _integer_pow(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
                  ) -> np.ndarray:
     # Square-and-multiply like XLA's expansion of integer_pow; ints wrap.
@@ -384,6 +392,7 @@ REFERENCE: dict[Op, RefFn] = {
     Op.CONV: _conv,
     Op.TAKE: _take,
     Op.SOFTMAX: _softmax,
+    Op.LAYER_NORM: _layer_norm,
 }
 _missing = [op.text for op in Op if op not in REFERENCE]
 assert not _missing, f"ops without a numpy reference: {_missing}"

@@ -156,6 +156,15 @@ def _softmax(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorTy
     return t
 
 
+def _layer_norm(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
+                ) -> TensorType:
+    t = _softmax(ins, attrs, hint)
+    eps = attrs.get("eps")
+    if not isinstance(eps, float) or not eps >= 0:
+        fail(f"eps must be a float >= 0, got {eps!r}")
+    return t
+
+
 def _reduce_window(op: Op) -> Rule:
     def rule(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
              ) -> TensorType:
@@ -412,6 +421,7 @@ SHAPE_RULES: dict[Op, Rule] = {
     Op.CONV: _conv,
     Op.TAKE: _take,
     Op.SOFTMAX: _softmax,
+    Op.LAYER_NORM: _layer_norm,
 }
 for _op in Op:
     if _op.group is Group.UNARY:

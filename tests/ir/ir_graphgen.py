@@ -260,11 +260,19 @@ def _softmax(c: Ctx) -> None:
     c.add(Op.SOFTMAX, [x], None, {"axes": axes})
 
 
+def _layer_norm(c: Ctx) -> None:
+    x = c.pick(lambda t: t.dtype in FLOATS and t.rank >= 1, types(FLOATS, nonempty_shapes))
+    axes = sorted(set(c.draw(st.lists(st.integers(0, x.type.rank - 1), min_size=1,
+                                       max_size=x.type.rank))))
+    c.add(Op.LAYER_NORM, [x], None, {"axes": axes, "eps": c.draw(st.sampled_from([0.0, 1e-5]))})
+
+
 GEN: dict[Op, Callable[[Ctx], None]] = {
     Op.CONSTANT: _constant, Op.PARAM: _param, Op.IOTA: _iota, Op.SELECT_N: _select_n,
     Op.BROADCAST_IN_DIM: _broadcast, Op.RESHAPE: _reshape, Op.TRANSPOSE: _transpose,
     Op.SLICE: _slice, Op.CONCATENATE: _concatenate, Op.PAD: _pad, Op.CONVERT: _convert,
     Op.DOT_GENERAL: _dot_general, Op.CONV: _conv, Op.TAKE: _take, Op.SOFTMAX: _softmax,
+    Op.LAYER_NORM: _layer_norm,
 }
 for _op in Op:
     if _op.group.value == "unary":

@@ -163,3 +163,39 @@ def test_jax_softmax_fuses_and_expands_back(axis) -> None:
 ], ids=["axes_differ", "other_max"])
 def test_softmax_look_alikes_are_not_fused(fn) -> None:
     assert "softmax" not in _trace(fn).op_counts()
+
+
+# ------------------------------------------------------------------------------ layer_norm
+
+def _ln(x, eps=1e-5, ddof=0):
+    """models/layers.layer_norm's arithmetic (without gain and shift)."""
+    m = jnp.mean(x, axis=-1, keepdims=True)
+    c = x - m
+    n = x.shape[-1]
+    v = jnp.sum(c * c, axis=-1, keepdims=True) / (n - ddof)
+    return c * jax.lax.rsqrt(v + eps)
+
+
+def test_layer_norm_fuses_and_expands_back() -> None:
+    from models import layers as L
+    from rockjit.ir.composites import expand
+
+    p = {"g": np.linspace(0.5, 1.5, 8).astype(np.float32), "b": np.ones(8, np.float32)}
+    fn = lambda x: L.layer_norm(x, p["g"], p["b"], 1e-5)  # noqa: E731
+    g = _trace(fn, (3, 4, 8))
+    ln = [n for n in g.nodes if n.op is Op.LAYER_NORM]
+    assert len(ln) == 1 and ln[0].attrs["axes"] == (2,) and ln[0].inputs[0] == g.inputs[0]
+    assert abs(ln[0].attrs["eps"] - 1e-5) < 1e-10
+    assert "rsqrt" not in g.op_counts() and "reduce_sum" not in g.op_counts()
+    assert parse(print_graph(g)) == g
+    x = np.random.default_rng(3).normal(2.0, 3.0, (3, 4, 8)).astype(np.float32)
+    want = np.asarray(fn(x))
+    for h in (g, expand(g)):
+        np.testing.assert_allclose(run(h, [x], {})[0], want, rtol=1e-5, atol=2e-6)
+    assert "layer_norm" not in expand(g).op_counts()
+
+
+def test_layer_norm_look_alikes_are_not_fused() -> None:
+    # the unbiased variance (divide by n - 1) is not LayerNorm's
+    assert "layer_norm" not in _trace(lambda x: _ln(x, ddof=1)).op_counts()
+    assert "layer_norm" in _trace(lambda x: _ln(x)).op_counts()

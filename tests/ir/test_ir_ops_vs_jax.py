@@ -77,6 +77,15 @@ JAX_ACTIVATIONS = {k: ACTIVATIONS[k].jax_fn for k in FUSABLE}
 for axes in ([1], [0, 2], [2]):
     TABLE.append(Rec(Op.SOFTMAX, (In((2, 3, 4), F32, -30, 30),), {"axes": axes}))
 TABLE.append(Rec(Op.SOFTMAX, (In((3, 5), F16, -8, 8),), {"axes": [1]}))
+for axes, eps in (([1], 1e-5), ([0, 2], 1e-6), ([2], 0.0)):
+    TABLE.append(Rec(Op.LAYER_NORM, (In((2, 3, 4), F32, -30, 30),), {"axes": axes, "eps": eps}))
+
+
+def _jax_layer_norm(x, axes, eps):
+    """torch.nn.LayerNorm's arithmetic without gain and shift, in jax.numpy."""
+    c = x - jnp.mean(x, axis=axes, keepdims=True)
+    return c * lax.rsqrt(jnp.mean(c * c, axis=axes, keepdims=True) + eps)
+
 for kind in JAX_ACTIVATIONS:
     for dt, shape in [(F32, (2, 3, 4)), (F32, ()), (F16, (2, 3, 4))]:
         TABLE.append(Rec(Op.ACTIVATION, (In(shape, dt, -12, 12),), {"kind": kind}))
@@ -279,6 +288,7 @@ LAX: dict[Op, LaxFn] = {
     Op.INTEGER_POW: lambda xs, a, t: lax.integer_pow(xs[0], a["y"]),
     Op.ACTIVATION: lambda xs, a, t: JAX_ACTIVATIONS[a["kind"]](*xs),
     Op.SOFTMAX: lambda xs, a, t: jax.nn.softmax(xs[0], axis=tuple(a["axes"])),
+    Op.LAYER_NORM: lambda xs, a, t: _jax_layer_norm(xs[0], tuple(a["axes"]), a["eps"]),
     Op.ADD: lambda xs, a, t: lax.add(*xs),
     Op.SUB: lambda xs, a, t: lax.sub(*xs),
     Op.MUL: lambda xs, a, t: lax.mul(*xs),

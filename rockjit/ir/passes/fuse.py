@@ -4,6 +4,8 @@
 Softmax (exp(x - max) / sum over the same axes, the max as jax writes it through max(-inf,
 .)) becomes ``softmax{axes}``: a structural match whose reduce axes agree and whose broadcasts
 put each row statistic back on its row; the lowering expands it again (ir/composites.py).
+LayerNorm's normalisation ((x - mean) * rsqrt(var + eps)) likewise becomes
+``layer_norm{axes, eps}``.
 
 JAX spells GELU as ``0.5 x (1 - erf(-x / sqrt 2))`` (exact, through erfc) or ``0.5 x (1 +
 tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (tanh form), SiLU as ``x * logistic(x)``, softplus as
@@ -217,9 +219,81 @@ def find_matches(graph: Graph) -> dict[int, tuple[str, Value, frozenset[int]]]:
     return found
 
 
+def _bc(p: UPat) -> UPat:
+    return UPat(Op.BROADCAST_IN_DIM, (p,))
+
+
+# (x - mean) * rsqrt(mean(c c) + eps), the means as sum / n kept as rows (models/layers.py,
+# torch.nn.LayerNorm's arithmetic); the square as c * c or c ** 2
+_C = UPat(Op.SUB, (x, _bc(UPat(Op.DIV, (_bc(UPat(Op.REDUCE_SUM, (x,), name="s1")),
+                                        UPat.var("n1"))))), name="c")
+_SQ = UPat.any(UPat(Op.MUL, (UPat.var("c"), UPat.var("c"))),
+               UPat(Op.INTEGER_POW, (UPat.var("c"),), attrs={"y": 2}))
+_VAR = UPat(Op.DIV, (_bc(UPat(Op.REDUCE_SUM, (_SQ,), name="s2")), UPat.var("n2")))
+LAYER_NORM = UPat(Op.MUL, (_C, _bc(UPat(Op.RSQRT, (UPat(Op.ADD, (_VAR, UPat.var("eps"))),)))))
+_ROW_OPS = (Op.BROADCAST_IN_DIM, Op.DIV, Op.ADD, Op.RSQRT)
+
+
+def _row_dims(v: Value, producers, stop: int) -> list[int] | None:
+    """The composed broadcast dimensions from the row statistic ``stop`` to ``v``, through
+    row-wise arithmetic on it (a divide by the count, the add of eps, the rsqrt)."""
+    chain = []
+    while v.id != stop:
+        n = producers.get(v.id)
+        if n is None or n.op not in _ROW_OPS:
+            return None
+        if n.op is Op.BROADCAST_IN_DIM:
+            chain.append(n)
+        v = n.inputs[0]
+    dims = None
+    for b in reversed(chain):
+        dims = list(range(b.inputs[0].type.rank)) if dims is None else dims
+        dims = [b.attrs["broadcast_dimensions"][d] for d in dims]
+    return dims
+
+
+def find_layer_norm(graph: Graph) -> dict[int, tuple[Value, dict, frozenset[int]]]:
+    """root value id -> (x, attrs, interior ids) of each LayerNorm normalisation (structural:
+    both sums reduce the same axes, both divide by the count of reduced elements, and every
+    row statistic is broadcast back onto its own row)."""
+    producers = graph.producers()
+    users = graph.users()
+    outputs = {v.id for v in graph.outputs}
+    found = {}
+    for node in graph.nodes:
+        if node.op is not Op.MUL:
+            continue
+        for m in match(LAYER_NORM, node.out, producers):
+            b = m.bindings
+            xv = b["x"]
+            s1, s2 = producers[b["s1"].id], producers[b["s2"].id]
+            axes = tuple(s1.attrs["axes"])
+            if tuple(s2.attrs["axes"]) != axes or not xv.type.dtype.is_float:
+                continue
+            count = float(np.prod([xv.type.shape[a] for a in axes]))
+            n1, n2, eps = (scalar_const(b[k], producers) for k in ("n1", "n2", "eps"))
+            if n1 != count or n2 != count or eps is None or not eps >= 0:
+                continue
+            kept = [i for i in range(xv.type.rank) if i not in axes]
+            sub = producers[b["c"].id]
+            rs = node.inputs[1] if node.inputs[0].id == b["c"].id else node.inputs[0]
+            if _row_dims(sub.inputs[1], producers, b["s1"].id) != kept or \
+                    _row_dims(rs, producers, b["s2"].id) != kept:
+                continue
+            interior = set(m.nodes) - {node.out.id}
+            if any(i in outputs or any(u.out.id not in m.nodes for u in users.get(i, []))
+                   for i in interior):
+                continue
+            found[node.out.id] = (xv, {"axes": list(axes), "eps": float(eps)},
+                                  frozenset(interior))
+            break
+    return found
+
+
 def fuse(graph: Graph) -> Graph:
     """Each validated composite activation becomes one ``activation{kind}`` node, each
-    softmax one ``softmax{axes}`` node."""
+    softmax one ``softmax{axes}`` node, each LayerNorm normalisation one
+    ``layer_norm{axes, eps}`` node."""
     rewrite: dict[int, tuple[Op, Value, dict]] = {}
     dead: set[int] = set()
     for root, (kind, xv, interior) in find_matches(graph).items():
@@ -229,6 +303,11 @@ def fuse(graph: Graph) -> Graph:
         if root in dead or interior & (dead | set(rewrite)):
             continue
         rewrite[root] = (Op.SOFTMAX, xv, {"axes": list(axes)})
+        dead |= interior
+    for root, (xv, attrs, interior) in find_layer_norm(graph).items():
+        if root in dead or interior & (dead | set(rewrite)):
+            continue
+        rewrite[root] = (Op.LAYER_NORM, xv, attrs)
         dead |= interior
     if not rewrite:
         return graph
