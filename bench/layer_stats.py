@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import rockjit  # noqa: E402
 from models import siglip  # noqa: E402
-from rockjit.lowering import tolerance as T  # noqa: E402
+from rockjit.oracle import tolerance as T  # noqa: E402
 
 
 def main() -> int:

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     harness.print_stats(compiled)
     ok = True
     if args.check_bound:
-        from rockjit.lowering import tolerance as T
+        from rockjit.oracle import tolerance as T
         b, = T.graph_bound(compiled.graph, compiled.params, [ids, mask])
         ratio = harness.bound_ratio(np.asarray(hidden)[:, :real], np.asarray(ref)[:, :real],
                                     b[:, :real])

@@ -33,7 +33,7 @@ from models.presets import MODELS, default_weights
 ROOT = Path(__file__).resolve().parent.parent
 # The IR interpreter must match JAX on CPU to this relative error (issue 2's bound). The NPU
 # backends are checked element by element against the end-to-end fp16 bound of the graph
-# (rockjit.lowering.tolerance.graph_bound).
+# (rockjit.oracle.tolerance.graph_bound).
 REL_TOL = 1e-5
 # forwards timed after the first call (which loads the program onto the device)
 STEADY_RUNS = 3
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.backend == "interpreter":
         return 0 if len(ours) == len(want) and max(rels) <= REL_TOL else 1
     # an NPU backend computes in fp16: hold it to the graph's end-to-end error bound
-    from rockjit.lowering import tolerance as T
+    from rockjit.oracle import tolerance as T
     ok = len(ours) == len(want)
     if args.backend != "null":
         t0 = time.perf_counter()

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     harness.print_stats(compiled)
     ok = True
     if args.check_bound:
-        from rockjit.lowering import tolerance as T
+        from rockjit.oracle import tolerance as T
         for name, got, ref, b in zip(("last_hidden_state", "pooler_output"), (hidden, pooled),
                                      (ref_hidden, ref_pooled),
                                      T.graph_bound(compiled.graph, compiled.params, [pixels])):

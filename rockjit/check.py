@@ -202,11 +202,15 @@ def _short_loc(node: Node) -> str:
 # ---------------------------------------------------------------------------------------------
 
 def norm_inputs(graph: Graph) -> list[Value]:
-    """Values that feed a LayerNorm: ``x`` with a ``sub(x, broadcast(scale * reduce_sum(x)))``
-    (the mean subtraction), in graph order."""
+    """Values that feed a LayerNorm: the operand of a ``layer_norm`` op (ir/passes/fuse.py), or
+    ``x`` with a ``sub(x, broadcast(scale * reduce_sum(x)))`` (the mean subtraction) in a graph
+    nothing fused, in graph order."""
     prod = graph.producers()
     found: dict[int, Value] = {}
     for n in graph.nodes:
+        if n.op is Op.LAYER_NORM:
+            found.setdefault(n.inputs[0].id, n.inputs[0])
+            continue
         if n.op is not Op.SUB:
             continue
         x, m = n.inputs

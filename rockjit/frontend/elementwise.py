@@ -84,6 +84,19 @@ def _erfc(ctx: EqnContext, x: Value) -> Value:
     return ctx.add(Op.SUB, [one, ctx.add(Op.ERF, [x])])
 
 
+@import_rule("log1p")
+def _log1p(ctx: EqnContext, x: Value) -> Value:
+    # log(1 + x) alone loses every digit of a tiny x (1 + 1e-10 == 1 in f32). With u = 1 + x
+    # and d = u - 1 (both exact roundings), log(u) * x / d corrects the rounding of u to a few
+    # ulps (Goldberg, "What every computer scientist should know about floating-point", thm 4);
+    # where u rounds to 1 the answer is x itself. jax.nn.softplus (logaddexp) uses log1p.
+    one = ctx.full(1, x.type)
+    u = ctx.add(Op.ADD, [one, x])
+    d = ctx.add(Op.SUB, [u, one])
+    corrected = ctx.add(Op.MUL, [ctx.add(Op.LOG, [u]), ctx.add(Op.DIV, [x, d])])
+    return ctx.add(Op.SELECT_N, [ctx.add(Op.EQ, [d, ctx.full(0, x.type)]), corrected, x])
+
+
 @import_rule("exp2")
 def _exp2(ctx: EqnContext, x: Value) -> Value:
     ln2 = ctx.full(math.log(2.0), x.type)

@@ -1,4 +1,5 @@
-"""The IR passes run right after import: canonicalize + constfold.
+"""The IR passes run right after import: canonicalize + constfold, then fusion of composite
+activations into ``activation{kind}`` ops (ir/passes/fuse.py).
 
 Position tables (RoPE sin/cos), attention masks and iota-derived values depend only on
 shapes, so they fold into constants here and never reach the lowering as computations."""
@@ -10,4 +11,4 @@ from ..ir.graph import Graph
 def simplify_after_import(graph: Graph) -> Graph:
     from ..ir.passes import PassManager  # the IR engineer's pass pipeline
 
-    return PassManager(["canonicalize", "constfold", "canonicalize"]).run(graph)
+    return PassManager(["canonicalize", "constfold", "canonicalize", "fuse"]).run(graph)

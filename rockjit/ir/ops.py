@@ -21,6 +21,7 @@ class Group(enum.Enum):
     CONVERT = "convert"
     CONTRACT = "contract"      # dot_general, conv
     INDEX = "index"            # gather-like
+    COMPOSITE = "composite"    # found by fusion, expanded again before lowering (composites.py)
 
 
 class Op(enum.Enum):
@@ -41,6 +42,9 @@ class Op(enum.Enum):
     SIN = ("sin", Group.UNARY, ())
     COS = ("cos", Group.UNARY, ())
     INTEGER_POW = ("integer_pow", Group.UNARY, ("y",))
+    # a composite element-wise function found by fusion (ir/passes/fuse.py); ``kind`` names
+    # its record in ir/activations.py (gelu, gelu_tanh, silu, mish, softplus)
+    ACTIVATION = ("activation", Group.UNARY, ("kind",))
 
     ADD = ("add", Group.BINARY, ())
     SUB = ("sub", Group.BINARY, ())
@@ -85,6 +89,10 @@ class Op(enum.Enum):
              "feature_group_count"))  # operands NCHW-style: lhs [N,C,*S], rhs [O,I,*K]
 
     TAKE = ("take", Group.INDEX, ("axis",))               # operand[..., indices, ...] on axis
+
+    SOFTMAX = ("softmax", Group.COMPOSITE, ("axes",))     # exp(x - max) / sum over axes
+    # (x - mean) * rsqrt(mean((x - mean)^2) + eps) over axes (the gain and shift stay outside)
+    LAYER_NORM = ("layer_norm", Group.COMPOSITE, ("axes", "eps"))
 
     def __init__(self, text: str, group: Group, attrs: tuple[str, ...]) -> None:
         self.text = text

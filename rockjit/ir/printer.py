@@ -14,8 +14,12 @@ lists, or arrays ``dense<T: [row-major decimals]>`` / ``dense<T: base64 "little-
 """
 from __future__ import annotations
 
-from .graph import Graph, Node
+from typing import TYPE_CHECKING
+
 from .textcodec import encode_value, name_or_quoted, quote
+
+if TYPE_CHECKING:   # graph.Graph.__str__ prints with this module: no run-time import back
+    from .graph import Graph, Node
 
 
 def print_node(n: Node) -> str:

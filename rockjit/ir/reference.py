@@ -57,6 +57,34 @@ def _float_unary(f: Callable[[np.ndarray], np.ndarray]) -> RefFn:
     return ref
 
 
+def _activation(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
+                ) -> np.ndarray:
+    from .activations import activation
+
+    (x,) = ins
+    return _cast(activation(attrs["kind"]).reference(x.astype(np.float64)), t)
+
+
+def _softmax(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType) -> np.ndarray:
+    (x,) = ins
+    axes = tuple(attrs["axes"])
+    if x.size == 0:   # an empty row has no maximum; the result is as empty as the input
+        return _cast(x, t)
+    x = x.astype(np.float64)
+    e = np.exp(x - np.max(x, axis=axes, keepdims=True))
+    return _cast(e / np.sum(e, axis=axes, keepdims=True), t)
+
+
+def _layer_norm(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
+                ) -> np.ndarray:
+    (x,) = ins
+    axes = tuple(attrs["axes"])
+    if x.size == 0:
+        return _cast(x, t)
+    c = x.astype(np.float64) - np.mean(x.astype(np.float64), axis=axes, keepdims=True)
+    return _cast(c / np.sqrt(np.mean(c * c, axis=axes, keepdims=True) + attrs["eps"]), t)
+
+
 def _integer_pow(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
                  ) -> np.ndarray:
     # Square-and-multiply like XLA's expansion of integer_pow; ints wrap.
@@ -338,6 +366,7 @@ REFERENCE: dict[Op, RefFn] = {
     Op.SIN: _float_unary(np.sin),
     Op.COS: _float_unary(np.cos),
     Op.INTEGER_POW: _integer_pow,
+    Op.ACTIVATION: _activation,
     Op.ADD: _binary(np.add),
     Op.SUB: _binary(np.subtract),
     Op.MUL: _binary(np.multiply),
@@ -366,6 +395,8 @@ REFERENCE: dict[Op, RefFn] = {
     Op.DOT_GENERAL: _dot_general,
     Op.CONV: _conv,
     Op.TAKE: _take,
+    Op.SOFTMAX: _softmax,
+    Op.LAYER_NORM: _layer_norm,
 }
 _missing = [op.text for op in Op if op not in REFERENCE]
 assert not _missing, f"ops without a numpy reference: {_missing}"

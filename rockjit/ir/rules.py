@@ -8,127 +8,78 @@ the rule only checks that it is legal.  Semantics follow ``jax.lax``; the numpy 
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import VerifyError
 from .ops import Group, Op
+from .rule_checks import (Rule, RuleError, arity, axes_attr, fail, int_attr, ints_attr, is_int,
+                          need_hint)
 from .types import DType, TensorType
-
-Rule = Callable[[Sequence[TensorType], Mapping[str, Any], "TensorType | None"], TensorType]
-
-
-class _RuleError(Exception):
-    """Raised inside a rule; ``infer_type`` prefixes the op and the operand types."""
-
-
-def _fail(msg: str) -> None:
-    raise _RuleError(msg)
-
-
-# ---------------------------------------------------------------- attribute checks
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
-def _int_attr(attrs: Mapping[str, Any], key: str) -> int:
-    v = attrs[key]
-    if not _is_int(v):
-        _fail(f"attribute {key} must be an integer, got {v!r}")
-    return int(v)
-
-
-def _ints_attr(attrs: Mapping[str, Any], key: str, length: int | None = None) -> tuple[int, ...]:
-    v = attrs[key]
-    if not isinstance(v, (tuple, list)) or not all(_is_int(x) for x in v):
-        _fail(f"attribute {key} must be a list of integers, got {v!r}")
-    if length is not None and len(v) != length:
-        _fail(f"attribute {key} must have {length} entries (one per dimension), got {len(v)}: "
-              f"{list(v)}")
-    return tuple(int(x) for x in v)
-
-
-def _axes(attrs: Mapping[str, Any], key: str, rank: int) -> tuple[int, ...]:
-    axes = _ints_attr(attrs, key)
-    for a in axes:
-        if not 0 <= a < rank:
-            _fail(f"attribute {key}={list(axes)}: axis {a} is out of range for rank {rank}")
-    if len(set(axes)) != len(axes):
-        _fail(f"attribute {key}={list(axes)} repeats an axis")
-    return axes
-
-
-def _need_hint(hint: TensorType | None, what: str) -> TensorType:
-    if hint is None:
-        _fail(f"the result type is not derivable from the operands ({what}); "
-              "pass out_type explicitly")
-    assert hint is not None
-    return hint
-
-
-def _arity(ins: Sequence[TensorType], n: int) -> None:
-    if len(ins) != n:
-        _fail(f"takes {n} operand(s), got {len(ins)}")
 
 
 # ---------------------------------------------------------------- source ops
 
 def _constant(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
               ) -> TensorType:
-    _arity(ins, 0)
+    arity(ins, 0)
     value = attrs["value"]
     if not isinstance(value, np.ndarray):
-        _fail(f"attribute value must be a numpy array, got {type(value).__name__}")
+        fail(f"attribute value must be a numpy array, got {type(value).__name__}")
     try:
         t = TensorType.of(value)
     except TypeError as e:
-        _fail(str(e))
+        fail(str(e))
     # The array carries its own type; a hint may only restate it.
     return t
 
 
 def _param(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
            ) -> TensorType:
-    _arity(ins, 0)
+    arity(ins, 0)
     name = attrs["name"]
     if not isinstance(name, str) or not name:
-        _fail(f"attribute name must be a non-empty string, got {name!r}")
-    return _need_hint(hint, "a param's type is that of the bound weight")
+        fail(f"attribute name must be a non-empty string, got {name!r}")
+    return need_hint(hint, "a param's type is that of the bound weight")
 
 
 def _iota(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
           ) -> TensorType:
-    _arity(ins, 0)
-    t = _need_hint(hint, "iota's shape and dtype")
-    d = _int_attr(attrs, "dimension")
+    arity(ins, 0)
+    t = need_hint(hint, "iota's shape and dtype")
+    d = int_attr(attrs, "dimension")
     if not 0 <= d < t.rank:
-        _fail(f"dimension {d} is out of range for result {t}")
+        fail(f"dimension {d} is out of range for result {t}")
     if t.dtype is DType.BOOL:
-        _fail(f"iota needs a numeric result type, got {t}")
+        fail(f"iota needs a numeric result type, got {t}")
     return t
 
 
 # ---------------------------------------------------------------- element-wise ops
 
 _FLOAT_ONLY_UNARY = {Op.EXP, Op.LOG, Op.TANH, Op.LOGISTIC, Op.ERF, Op.SQRT, Op.RSQRT, Op.SIN,
-                     Op.COS}
+                     Op.COS, Op.ACTIVATION}
 
 
 def _unary(op: Op) -> Rule:
     def rule(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
              ) -> TensorType:
-        _arity(ins, 1)
+        arity(ins, 1)
         (t,) = ins
         if op in _FLOAT_ONLY_UNARY and not t.dtype.is_float:
-            _fail(f"needs a floating-point operand, got {t}")
+            fail(f"needs a floating-point operand, got {t}")
         if t.dtype is DType.BOOL:
-            _fail(f"needs a numeric operand, got {t}")
+            fail(f"needs a numeric operand, got {t}")
+        if op is Op.ACTIVATION:
+            from .activations import FUSABLE
+            if attrs.get("kind") not in FUSABLE:
+                fail(f"unknown activation kind {attrs.get('kind')!r}; known: "
+                      f"{', '.join(FUSABLE)}")
         if op is Op.INTEGER_POW:
-            y = _int_attr(attrs, "y")
+            y = int_attr(attrs, "y")
             if y < 0 and not t.dtype.is_float:
-                _fail(f"negative exponent y={y} needs a floating-point operand, got {t}")
+                fail(f"negative exponent y={y} needs a floating-point operand, got {t}")
         return t
     return rule
 
@@ -140,43 +91,43 @@ _NO_BOOL_BINARY = {Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.POW}
 def _binary(op: Op) -> Rule:
     def rule(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
              ) -> TensorType:
-        _arity(ins, 2)
+        arity(ins, 2)
         a, b = ins
         if a != b:
-            _fail(f"operands must have one type (the IR has no implicit broadcasting or "
+            fail(f"operands must have one type (the IR has no implicit broadcasting or "
                   f"promotion), got {a} and {b}")
         if op in _NO_BOOL_BINARY and a.dtype is DType.BOOL:
-            _fail(f"needs numeric operands, got {a}")
+            fail(f"needs numeric operands, got {a}")
         if op is Op.POW and not a.dtype.is_float:
-            _fail(f"needs floating-point operands, got {a}")
+            fail(f"needs floating-point operands, got {a}")
         return a
     return rule
 
 
 def _compare(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
              ) -> TensorType:
-    _arity(ins, 2)
+    arity(ins, 2)
     a, b = ins
     if a != b:
-        _fail(f"operands must have one type, got {a} and {b}")
+        fail(f"operands must have one type, got {a} and {b}")
     return TensorType(DType.BOOL, a.shape)
 
 
 def _select_n(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
               ) -> TensorType:
     if len(ins) < 2:
-        _fail(f"takes a selector and at least one case, got {len(ins)} operand(s)")
+        fail(f"takes a selector and at least one case, got {len(ins)} operand(s)")
     which, *cases = ins
     if which.dtype not in (DType.BOOL, DType.I32):
-        _fail(f"selector must be bool or i32, got {which}")
+        fail(f"selector must be bool or i32, got {which}")
     if which.dtype is DType.BOOL and len(cases) > 2:
-        _fail(f"a bool selector picks from at most 2 cases, got {len(cases)}")
+        fail(f"a bool selector picks from at most 2 cases, got {len(cases)}")
     first = cases[0]
     for i, c in enumerate(cases[1:], 1):
         if c != first:
-            _fail(f"all cases must have one type; case 0 is {first}, case {i} is {c}")
+            fail(f"all cases must have one type; case 0 is {first}, case {i} is {c}")
     if which.shape != () and which.shape != first.shape:
-        _fail(f"selector shape {which} must be a scalar or match the cases' shape {first}")
+        fail(f"selector shape {which} must be a scalar or match the cases' shape {first}")
     return first
 
 
@@ -185,34 +136,54 @@ def _select_n(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorT
 def _reduce(op: Op) -> Rule:
     def rule(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
              ) -> TensorType:
-        _arity(ins, 1)
+        arity(ins, 1)
         (t,) = ins
-        axes = _axes(attrs, "axes", t.rank)
+        axes = axes_attr(attrs, "axes", t.rank)
         if op is Op.REDUCE_SUM and t.dtype is DType.BOOL:
-            _fail(f"needs a numeric operand, got {t}")
+            fail(f"needs a numeric operand, got {t}")
         return TensorType(t.dtype, tuple(d for i, d in enumerate(t.shape) if i not in axes))
     return rule
+
+
+def _softmax(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
+             ) -> TensorType:
+    arity(ins, 1)
+    (t,) = ins
+    if not t.dtype.is_float:
+        fail(f"needs a floating-point operand, got {t}")
+    if not axes_attr(attrs, "axes", t.rank):
+        fail("needs at least one axis")
+    return t
+
+
+def _layer_norm(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
+                ) -> TensorType:
+    t = _softmax(ins, attrs, hint)
+    eps = attrs.get("eps")
+    if not isinstance(eps, float) or not eps >= 0:
+        fail(f"eps must be a float >= 0, got {eps!r}")
+    return t
 
 
 def _reduce_window(op: Op) -> Rule:
     def rule(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
              ) -> TensorType:
-        _arity(ins, 1)
+        arity(ins, 1)
         (t,) = ins
-        window = _ints_attr(attrs, "window_dimensions", t.rank)
-        strides = _ints_attr(attrs, "window_strides", t.rank)
+        window = ints_attr(attrs, "window_dimensions", t.rank)
+        strides = ints_attr(attrs, "window_strides", t.rank)
         padding = attrs["padding"]
         if (not isinstance(padding, (tuple, list)) or len(padding) != t.rank
                 or not all(isinstance(p, (tuple, list)) and len(p) == 2
-                           and all(_is_int(x) for x in p) for p in padding)):
-            _fail(f"attribute padding must be {t.rank} (lo, hi) integer pairs, got {padding!r}")
+                           and all(is_int(x) for x in p) for p in padding)):
+            fail(f"attribute padding must be {t.rank} (lo, hi) integer pairs, got {padding!r}")
         if any(w < 1 for w in window) or any(s < 1 for s in strides):
-            _fail(f"window_dimensions {list(window)} and window_strides {list(strides)} must "
+            fail(f"window_dimensions {list(window)} and window_strides {list(strides)} must "
                   f"be >= 1")
         if any(int(x) < 0 for p in padding for x in p):
-            _fail(f"padding {padding!r} must be >= 0")
+            fail(f"padding {padding!r} must be >= 0")
         if op is Op.REDUCE_WINDOW_SUM and t.dtype is DType.BOOL:
-            _fail(f"needs a numeric operand, got {t}")
+            fail(f"needs a numeric operand, got {t}")
         shape = tuple(conv_output_size(d, w, s, (int(p[0]), int(p[1])), 1, 1)
                       for d, w, s, p in zip(t.shape, window, strides, padding))
         return TensorType(t.dtype, shape)
@@ -223,58 +194,58 @@ def _reduce_window(op: Op) -> Rule:
 
 def _broadcast_in_dim(ins: Sequence[TensorType], attrs: Mapping[str, Any],
                       hint: TensorType | None) -> TensorType:
-    _arity(ins, 1)
+    arity(ins, 1)
     (t,) = ins
-    out = _need_hint(hint, "broadcast_in_dim's result shape")
+    out = need_hint(hint, "broadcast_in_dim's result shape")
     if out.dtype != t.dtype:
-        _fail(f"result dtype {out.dtype.value} differs from operand {t}")
-    dims = _ints_attr(attrs, "broadcast_dimensions", t.rank)
+        fail(f"result dtype {out.dtype.value} differs from operand {t}")
+    dims = ints_attr(attrs, "broadcast_dimensions", t.rank)
     for i, (d, size) in enumerate(zip(dims, t.shape)):
         if not 0 <= d < out.rank:
-            _fail(f"broadcast_dimensions={list(dims)}: {d} is out of range for result {out}")
+            fail(f"broadcast_dimensions={list(dims)}: {d} is out of range for result {out}")
         if i and d <= dims[i - 1]:
-            _fail(f"broadcast_dimensions={list(dims)} must be strictly increasing")
+            fail(f"broadcast_dimensions={list(dims)} must be strictly increasing")
         if size != 1 and size != out.shape[d]:
-            _fail(f"operand dim {i} (size {size}) cannot broadcast to result dim {d} "
+            fail(f"operand dim {i} (size {size}) cannot broadcast to result dim {d} "
                   f"(size {out.shape[d]}) of {out}")
     return out
 
 
 def _reshape(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
              ) -> TensorType:
-    _arity(ins, 1)
+    arity(ins, 1)
     (t,) = ins
-    out = _need_hint(hint, "reshape's result shape")
+    out = need_hint(hint, "reshape's result shape")
     if out.dtype != t.dtype:
-        _fail(f"result dtype {out.dtype.value} differs from operand {t}")
+        fail(f"result dtype {out.dtype.value} differs from operand {t}")
     if out.size != t.size:
-        _fail(f"cannot reshape {t} ({t.size} elements) to {out} ({out.size} elements)")
+        fail(f"cannot reshape {t} ({t.size} elements) to {out} ({out.size} elements)")
     return out
 
 
 def _transpose(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
                ) -> TensorType:
-    _arity(ins, 1)
+    arity(ins, 1)
     (t,) = ins
-    perm = _ints_attr(attrs, "permutation", t.rank)
+    perm = ints_attr(attrs, "permutation", t.rank)
     if sorted(perm) != list(range(t.rank)):
-        _fail(f"permutation={list(perm)} is not a permutation of 0..{t.rank - 1}")
+        fail(f"permutation={list(perm)} is not a permutation of 0..{t.rank - 1}")
     return TensorType(t.dtype, tuple(t.shape[p] for p in perm))
 
 
 def _slice(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
            ) -> TensorType:
-    _arity(ins, 1)
+    arity(ins, 1)
     (t,) = ins
-    start = _ints_attr(attrs, "start", t.rank)
-    limit = _ints_attr(attrs, "limit", t.rank)
-    strides = _ints_attr(attrs, "strides", t.rank)
+    start = ints_attr(attrs, "start", t.rank)
+    limit = ints_attr(attrs, "limit", t.rank)
+    strides = ints_attr(attrs, "strides", t.rank)
     shape = []
     for i, (s, l, st, d) in enumerate(zip(start, limit, strides, t.shape)):
         if not 0 <= s <= l <= d:
-            _fail(f"dim {i}: need 0 <= start ({s}) <= limit ({l}) <= size ({d}) of {t}")
+            fail(f"dim {i}: need 0 <= start ({s}) <= limit ({l}) <= size ({d}) of {t}")
         if st < 1:
-            _fail(f"dim {i}: stride {st} must be >= 1")
+            fail(f"dim {i}: stride {st} must be >= 1")
         shape.append(-(-(l - s) // st))
     return TensorType(t.dtype, tuple(shape))
 
@@ -282,16 +253,16 @@ def _slice(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType
 def _concatenate(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
                  ) -> TensorType:
     if not ins:
-        _fail("takes at least one operand")
+        fail("takes at least one operand")
     first = ins[0]
-    dim = _int_attr(attrs, "dimension")
+    dim = int_attr(attrs, "dimension")
     if not 0 <= dim < first.rank:
-        _fail(f"dimension {dim} is out of range for rank {first.rank}")
+        fail(f"dimension {dim} is out of range for rank {first.rank}")
     total = 0
     for i, t in enumerate(ins):
         if t.dtype != first.dtype or t.rank != first.rank or any(
                 a != b for j, (a, b) in enumerate(zip(t.shape, first.shape)) if j != dim):
-            _fail(f"operand {i} ({t}) does not match operand 0 ({first}) outside dimension {dim}")
+            fail(f"operand {i} ({t}) does not match operand 0 ({first}) outside dimension {dim}")
         total += t.shape[dim]
     shape = list(first.shape)
     shape[dim] = total
@@ -300,31 +271,31 @@ def _concatenate(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: Tens
 
 def _pad(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
          ) -> TensorType:
-    _arity(ins, 2)
+    arity(ins, 2)
     t, pv = ins
     if pv != TensorType(t.dtype, ()):
-        _fail(f"padding value must be a scalar {t.dtype.value}, got {pv}")
-    low = _ints_attr(attrs, "low", t.rank)
-    high = _ints_attr(attrs, "high", t.rank)
-    interior = _ints_attr(attrs, "interior", t.rank)
+        fail(f"padding value must be a scalar {t.dtype.value}, got {pv}")
+    low = ints_attr(attrs, "low", t.rank)
+    high = ints_attr(attrs, "high", t.rank)
+    interior = ints_attr(attrs, "interior", t.rank)
     shape = []
     for i, (lo, hi, it, d) in enumerate(zip(low, high, interior, t.shape)):
         if it < 0:
-            _fail(f"dim {i}: interior padding {it} must be >= 0")
+            fail(f"dim {i}: interior padding {it} must be >= 0")
         n = lo + hi + d + max(d - 1, 0) * it
         if n < 0:
-            _fail(f"dim {i}: negative padding ({lo}, {hi}) removes more than the {d} elements")
+            fail(f"dim {i}: negative padding ({lo}, {hi}) removes more than the {d} elements")
         shape.append(n)
     return TensorType(t.dtype, tuple(shape))
 
 
 def _convert(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
              ) -> TensorType:
-    _arity(ins, 1)
+    arity(ins, 1)
     (t,) = ins
-    out = _need_hint(hint, "convert's target dtype")
+    out = need_hint(hint, "convert's target dtype")
     if out.shape != t.shape:
-        _fail(f"convert changes only the dtype; operand {t} vs result {out}")
+        fail(f"convert changes only the dtype; operand {t} vs result {out}")
     return out
 
 
@@ -335,42 +306,42 @@ def _accumulate_dtype(lhs: TensorType, rhs: TensorType, hint: TensorType | None,
     """Operands share one dtype; the result has that dtype unless the hint asks for another of
     the same kind (lax's preferred_element_type, e.g. f16 x f16 -> f32)."""
     if lhs.dtype != rhs.dtype:
-        _fail(f"operands must have one dtype, got {lhs} and {rhs}")
+        fail(f"operands must have one dtype, got {lhs} and {rhs}")
     if lhs.dtype is DType.BOOL:
-        _fail(f"needs numeric operands, got {lhs}")
+        fail(f"needs numeric operands, got {lhs}")
     if hint is None:
         return TensorType(lhs.dtype, shape)
     if hint.shape != shape:
-        _fail(f"the shape rule gives {TensorType(lhs.dtype, shape)} but the result type is "
+        fail(f"the shape rule gives {TensorType(lhs.dtype, shape)} but the result type is "
               f"declared as {hint}")
     if hint.dtype.is_float != lhs.dtype.is_float or hint.dtype is DType.BOOL:
-        _fail(f"result dtype {hint.dtype.value} is not of the same kind as operands {lhs.dtype.value}")
+        fail(f"result dtype {hint.dtype.value} is not of the same kind as operands {lhs.dtype.value}")
     return hint
 
 
 def _dot_general(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
                  ) -> TensorType:
-    _arity(ins, 2)
+    arity(ins, 2)
     lhs, rhs = ins
-    lc = _axes(attrs, "lhs_contract", lhs.rank)
-    rc = _axes(attrs, "rhs_contract", rhs.rank)
-    lb = _axes(attrs, "lhs_batch", lhs.rank)
-    rb = _axes(attrs, "rhs_batch", rhs.rank)
+    lc = axes_attr(attrs, "lhs_contract", lhs.rank)
+    rc = axes_attr(attrs, "rhs_contract", rhs.rank)
+    lb = axes_attr(attrs, "lhs_batch", lhs.rank)
+    rb = axes_attr(attrs, "rhs_batch", rhs.rank)
     if len(lc) != len(rc):
-        _fail(f"lhs_contract={list(lc)} and rhs_contract={list(rc)} differ in length")
+        fail(f"lhs_contract={list(lc)} and rhs_contract={list(rc)} differ in length")
     if len(lb) != len(rb):
-        _fail(f"lhs_batch={list(lb)} and rhs_batch={list(rb)} differ in length")
+        fail(f"lhs_batch={list(lb)} and rhs_batch={list(rb)} differ in length")
     if set(lc) & set(lb):
-        _fail(f"lhs axes {sorted(set(lc) & set(lb))} are both batch and contracting")
+        fail(f"lhs axes {sorted(set(lc) & set(lb))} are both batch and contracting")
     if set(rc) & set(rb):
-        _fail(f"rhs axes {sorted(set(rc) & set(rb))} are both batch and contracting")
+        fail(f"rhs axes {sorted(set(rc) & set(rb))} are both batch and contracting")
     for a, b in zip(lc, rc):
         if lhs.shape[a] != rhs.shape[b]:
-            _fail(f"contracting lhs dim {a} (size {lhs.shape[a]}) with rhs dim {b} "
+            fail(f"contracting lhs dim {a} (size {lhs.shape[a]}) with rhs dim {b} "
                   f"(size {rhs.shape[b]})")
     for a, b in zip(lb, rb):
         if lhs.shape[a] != rhs.shape[b]:
-            _fail(f"batch lhs dim {a} (size {lhs.shape[a]}) vs rhs dim {b} (size {rhs.shape[b]})")
+            fail(f"batch lhs dim {a} (size {lhs.shape[a]}) vs rhs dim {b} (size {rhs.shape[b]})")
     lfree = [d for i, d in enumerate(lhs.shape) if i not in lc and i not in lb]
     rfree = [d for i, d in enumerate(rhs.shape) if i not in rc and i not in rb]
     shape = tuple([lhs.shape[a] for a in lb] + lfree + rfree)
@@ -389,31 +360,31 @@ def conv_output_size(size: int, k: int, stride: int, pad: tuple[int, int], lhs_d
 
 def _conv(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
           ) -> TensorType:
-    _arity(ins, 2)
+    arity(ins, 2)
     lhs, rhs = ins
     if lhs.rank < 3 or lhs.rank != rhs.rank:
-        _fail(f"needs lhs [N,C,*spatial] and rhs [O,I,*kernel] of one rank >= 3, "
+        fail(f"needs lhs [N,C,*spatial] and rhs [O,I,*kernel] of one rank >= 3, "
               f"got {lhs} and {rhs}")
     ns = lhs.rank - 2
-    strides = _ints_attr(attrs, "window_strides", ns)
-    lhs_dil = _ints_attr(attrs, "lhs_dilation", ns)
-    rhs_dil = _ints_attr(attrs, "rhs_dilation", ns)
+    strides = ints_attr(attrs, "window_strides", ns)
+    lhs_dil = ints_attr(attrs, "lhs_dilation", ns)
+    rhs_dil = ints_attr(attrs, "rhs_dilation", ns)
     padding = attrs["padding"]
     if (not isinstance(padding, (tuple, list)) or len(padding) != ns
-            or not all(isinstance(p, (tuple, list)) and len(p) == 2 and all(_is_int(x) for x in p)
+            or not all(isinstance(p, (tuple, list)) and len(p) == 2 and all(is_int(x) for x in p)
                        for p in padding)):
-        _fail(f"attribute padding must be {ns} (lo, hi) integer pairs, got {padding!r}")
-    groups = _int_attr(attrs, "feature_group_count")
+        fail(f"attribute padding must be {ns} (lo, hi) integer pairs, got {padding!r}")
+    groups = int_attr(attrs, "feature_group_count")
     if any(s < 1 for s in strides) or any(d < 1 for d in lhs_dil + rhs_dil):
-        _fail("window_strides and dilations must be >= 1")
+        fail("window_strides and dilations must be >= 1")
     if groups < 1:
-        _fail(f"feature_group_count {groups} must be >= 1")
+        fail(f"feature_group_count {groups} must be >= 1")
     n, c = lhs.shape[:2]
     o, i = rhs.shape[:2]
     if c != i * groups:
-        _fail(f"lhs has {c} input features but rhs expects {i} x {groups} groups = {i * groups}")
+        fail(f"lhs has {c} input features but rhs expects {i} x {groups} groups = {i * groups}")
     if o % groups:
-        _fail(f"rhs output features {o} are not divisible by feature_group_count {groups}")
+        fail(f"rhs output features {o} are not divisible by feature_group_count {groups}")
     spatial = tuple(conv_output_size(s, k, st, (int(p[0]), int(p[1])), ld, rd)
                     for s, k, st, p, ld, rd in zip(lhs.shape[2:], rhs.shape[2:], strides, padding,
                                                     lhs_dil, rhs_dil))
@@ -422,13 +393,13 @@ def _conv(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType 
 
 def _take(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
           ) -> TensorType:
-    _arity(ins, 2)
+    arity(ins, 2)
     t, idx = ins
     if not idx.dtype.is_int:
-        _fail(f"indices must be integers, got {idx}")
-    axis = _int_attr(attrs, "axis")
+        fail(f"indices must be integers, got {idx}")
+    axis = int_attr(attrs, "axis")
     if not 0 <= axis < t.rank:
-        _fail(f"axis {axis} is out of range for operand {t}")
+        fail(f"axis {axis} is out of range for operand {t}")
     return TensorType(t.dtype, t.shape[:axis] + idx.shape + t.shape[axis + 1:])
 
 
@@ -449,6 +420,8 @@ SHAPE_RULES: dict[Op, Rule] = {
     Op.DOT_GENERAL: _dot_general,
     Op.CONV: _conv,
     Op.TAKE: _take,
+    Op.SOFTMAX: _softmax,
+    Op.LAYER_NORM: _layer_norm,
 }
 for _op in Op:
     if _op.group is Group.UNARY:
@@ -488,7 +461,7 @@ def infer_type(op: Op, in_types: Sequence[TensorType], attrs: Mapping[str, Any],
     check_attr_names(op, attrs)
     try:
         t = SHAPE_RULES[op](list(in_types), attrs, out_type_hint)
-    except _RuleError as e:
+    except RuleError as e:
         operands = ", ".join(str(x) for x in in_types) or "no operands"
         raise VerifyError(f"{op.text}({operands}): {e}") from None
     if out_type_hint is not None and t != out_type_hint:

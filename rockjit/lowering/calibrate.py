@@ -27,13 +27,13 @@ tolerance.graph_bound uses the same ``lut_domain`` so the bound describes the pr
 """
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from typing import Callable
 
 import numpy as np
-from scipy import optimize, special
+from scipy import optimize
 
+from ..ir.activations import ACTIVATIONS
 from ..ir.graph import Value
 from ..ir.ops import Op
 from .rules.base import RuleContext
@@ -48,22 +48,12 @@ EXP_FLOOR = -16.0
 # is stored as the limit's entry anyway, so the table's domain ends where the gate gets there.
 SATURATION = 0.5 / (1 << 15)
 
-_GT_A = math.sqrt(2.0 / math.pi)   # tanh-GELU's published constants (jax.nn.gelu, HF)
-_GT_B = 0.044715
-
-# The gate each saturating kind's table holds (values in [0, 1], 0 at -inf, 1 at +inf). These
-# are the functions' definitions, kept here so the domain does not depend on how the emitter
-# builds its tables.
+# The gate each saturating kind's table holds (values in [0, 1], 0 at -inf, 1 at +inf), from
+# the kinds' records (ir/activations.py)
 GATES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "sigmoid": special.expit,
-    "silu": special.expit,                                        # x * sigmoid(x)
-    "tanh": lambda x: special.expit(2.0 * np.asarray(x, np.float64)),   # (1 + tanh x) / 2
-    "gelu": special.ndtr,                                         # x * Phi(x)
-    "gelu_tanh": lambda x: special.expit(2.0 * _GT_A * (np.asarray(x, np.float64)
-                                                        + _GT_B * np.asarray(x, np.float64) ** 3)),
-}
+    k: a.table for k, a in ACTIVATIONS.items() if a.domain == "saturating"}
 # the kinds whose result is x * gate(x) (the rest are a function of the gate alone)
-GATED = frozenset({"silu", "gelu", "gelu_tanh"})
+GATED = frozenset(k for k, a in ACTIVATIONS.items() if a.post == "gate")
 
 
 @lru_cache(maxsize=None)
@@ -82,7 +72,7 @@ def lut_domain(kind: str, max_subtracted: bool = False) -> tuple[float, float] |
     if kind in GATES:
         r = saturation_radius(kind)
         return (-r, r)
-    if kind == "exp" and max_subtracted:
+    if ACTIVATIONS[kind].domain == "softmax" and max_subtracted:
         return (EXP_FLOOR, 0.0)
     return None
 
@@ -114,16 +104,16 @@ def npu_lut_domain(ctx: RuleContext, kind: str, x: Value) -> tuple[float, float]
 
 def clamp_error(kind: str, x: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """What clamping the input to the table's covered [lo, hi] changes, per element: for
-    x * gate(x) kinds |x| |gate(clamp x) - gate(x)|, else |f(clamp x) - f(x)| (for exp, the
-    function itself; tanh = 2 gate - 1)."""
+    x * gate(x) kinds |x| |gate(clamp x) - gate(x)|, for an affinely decoded gate (tanh =
+    2 gate - 1) |a| times the gate's change, else |f(clamp x) - f(x)| (exp_sq computes
+    exp(x/2)^2 = exp(x): the same clamp)."""
     x = np.asarray(x, np.float64)
     xc = np.clip(x, lo, hi)
     with np.errstate(all="ignore"):
+        act = ACTIVATIONS[kind]
         if kind in GATES:
             d = np.abs(GATES[kind](xc) - GATES[kind](x))
-            d = np.abs(x) * d if kind in GATED else (2.0 * d if kind == "tanh" else d)
+            d = np.abs(x) * d if kind in GATED else abs(act.affine[0]) * d
         else:
-            # exp_sq computes exp(x/2)^2 = exp(x): the same clamp
-            d = (np.abs(np.exp(xc) - np.exp(x)) if kind in ("exp", "exp_sq")
-                 else np.zeros_like(x))
+            d = np.abs(act.reference(xc) - act.reference(x))
     return np.nan_to_num(d, nan=0.0, posinf=0.0)

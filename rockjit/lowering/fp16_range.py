@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 FP16_MAX = float(np.finfo(np.float16).max)     # 65504
+U16 = 2.0 ** -11                               # fp16's unit roundoff (11-bit significand)
 MASK_MAGNITUDE = 2.0 ** 15
 
 

@@ -175,6 +175,16 @@ class _NodeProgram:
         self.buffers.append(BufferSpec(name, role, nbytes, dtype=t.dtype.value, shape=t.shape,
                                        bind=bind))
 
+    def scratch(self, name: str, t: TensorType) -> None:
+        self.types[name] = t
+        self.buffers.append(BufferSpec(name, "scratch", t.size * t.dtype.to_numpy().itemsize))
+
+    def const(self, name: str, t: TensorType, data: np.ndarray) -> None:
+        self.types[name] = t
+        self.buffers.append(BufferSpec(name, "const", data.nbytes, dtype=t.dtype.value,
+                                       shape=t.shape, data=np.frombuffer(data.tobytes(),
+                                                                         np.uint8).copy()))
+
     def dense(self, name: str) -> HostView:
         """A buffer's own row-major view (iteration shape = its shape)."""
         t = self.types[name]

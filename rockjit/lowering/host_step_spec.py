@@ -30,7 +30,7 @@ def host_step_spec(hs: HostStep, names: Mapping[str, tuple[int, int]],
     ``names``: buffer name -> (program BO, byte offset of the buffer); ``spec_of(name)``: the
     op's BufferSpec (for an operand's default dtype). Runtime kinds (host_steps.HOST_STEPS)
     take per-operand dtypes and row strides from ``params["dtypes"][operand]`` /
-    ``params["row_strides"][operand]`` (the emitters' convention, emitters/reduce.py), else
+    ``params["row_strides"][operand]`` (the convention of the steps the rules build), else
     from ``params["<operand>_dtype"]`` / ``"<operand>_row_stride"``, else the BufferSpec;
     the host-op kinds (host_rules.HOST_KINDS) carry everything in their descriptor."""
     from ..runtime import host_steps as HS

@@ -49,7 +49,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from scipy import special
 
 from .emitters.eltwise import LutProgram, OutCvt, SdpStage, fp16_bits, fp32_bits
 from .regcmd import LoweringError
@@ -235,68 +234,3 @@ def build_shifted_table(name: str, f: Fn, lo: float, hi: float, df: Fn | None = 
     hi_eff = (INDEX_SPAN - float(bias)) / scale
     t = LutTable(name, lut, bn, cvt, lo_eff, hi_eff, 0.0)
     return LutTable(name, lut, bn, cvt, lo_eff, hi_eff, *_bound(t, f, df, 2 * SEGMENTS))
-
-
-# ---------------------------------------------------------------------------------------------
-# the functions (float64 references, derivatives for the index-rounding term)
-# ---------------------------------------------------------------------------------------------
-
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return special.expit(x)
-
-
-def d_sigmoid(x: np.ndarray) -> np.ndarray:
-    s = special.expit(x)
-    return s * (1 - s)
-
-
-def phi(x: np.ndarray) -> np.ndarray:
-    """The Gaussian CDF, GELU's gate: GELU(x) = x * Phi(x)."""
-    return special.ndtr(x)
-
-
-def d_phi(x: np.ndarray) -> np.ndarray:
-    return np.exp(-0.5 * np.asarray(x, np.float64) ** 2) / math.sqrt(2 * math.pi)
-
-
-def tanh_gate(x: np.ndarray) -> np.ndarray:
-    """(1 + tanh x) / 2 = sigmoid(2x): tanh's table in [0, 1]."""
-    return special.expit(2 * np.asarray(x, np.float64))
-
-
-def d_tanh_gate(x: np.ndarray) -> np.ndarray:
-    return 2 * d_sigmoid(2 * np.asarray(x, np.float64))
-
-
-# GELU's tanh form: 0.5 x (1 + tanh(a (x + b x^3))) = x * sigmoid(2a (x + b x^3)) with
-# a = sqrt(2/pi), b = 0.044715 (the constants of the published approximation, as jax.nn.gelu
-# and HF "gelu_pytorch_tanh" write it)
-_GT_A = math.sqrt(2.0 / math.pi)
-_GT_B = 0.044715
-
-
-def gelu_tanh_gate(x: np.ndarray) -> np.ndarray:
-    """The gate of tanh-GELU: GELU_tanh(x) = x * gelu_tanh_gate(x), a sigmoid in [0, 1]."""
-    x = np.asarray(x, np.float64)
-    return special.expit(2 * _GT_A * (x + _GT_B * x ** 3))
-
-
-def d_gelu_tanh_gate(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, np.float64)
-    return d_sigmoid(2 * _GT_A * (x + _GT_B * x ** 3)) * 2 * _GT_A * (1 + 3 * _GT_B * x ** 2)
-
-
-def rsqrt(x: np.ndarray) -> np.ndarray:
-    return 1 / np.sqrt(x)
-
-
-def d_rsqrt(x: np.ndarray) -> np.ndarray:
-    return 0.5 * np.asarray(x, np.float64) ** -1.5
-
-
-def reciprocal(x: np.ndarray) -> np.ndarray:
-    return 1 / np.asarray(x, np.float64)
-
-
-def d_reciprocal(x: np.ndarray) -> np.ndarray:
-    return np.asarray(x, np.float64) ** -2

@@ -33,12 +33,14 @@ class Decision:
 
 
 def host_rules() -> dict[Op, Callable]:
-    """The host-op library's registry (rockjit/lowering/host_rules.py), empty until present."""
+    """The host-op library's registry (rockjit/lowering/host_rules.py, and the expanding rules
+    of host_expand.py), empty until present."""
     try:
         from . import host_rules as hr
+        from .host_expand import EXPANDED_RULES
     except ImportError:
         return {}
-    return getattr(hr, "HOST_RULES", {})
+    return {**getattr(hr, "HOST_RULES", {}), **EXPANDED_RULES}
 
 
 def _op_names(registry: Mapping) -> str:

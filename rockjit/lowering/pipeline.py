@@ -36,7 +36,7 @@ from .lowered import Boundary, Buf, ConversionError, LoweredGraph, PlacedCall
 from .partition import Decision, host_result, lower_node
 from .profile import ChipProfile, get_profile
 from .residency import Residency
-from .rules.base import CubeForm, NoNpuForm, RowForm, RuleContext, RuleResult, Tensor
+from .rules.base import CubeForm, RowForm, RuleContext, RuleResult, Tensor
 
 __all__ = ["Buf", "Boundary", "LoweredGraph", "Lowerer", "PlacedCall", "fold_consts", "lower_graph"]
 
@@ -78,13 +78,7 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         return Value(self._next_id, t)
 
     def run(self) -> None:
-        from ..ir.passes.fuse import find_activations
-
         g = self.graph
-        # composite activations (GELU's erf/tanh spellings, SiLU) become one LUT activation;
-        # their interior nodes are only lowered if something else needs them
-        self.fused = find_activations(g, self.consts)
-        self.absorbed = {i for a in self.fused.values() for i in a.absorbed}
         for i, v in enumerate(g.inputs):
             # graph inputs arrive row-major in their IR dtype (the boundary writes them)
             buf = self.new_buf(RowForm(v.type.dtype, v.type.shape).nbytes, name=f"in{i}",
@@ -99,7 +93,7 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
                 self.decisions.append(Decision(f"%{node.out.id} = {node.op.text}", str(node.loc),
                                                "const", "compile time"))
                 continue
-            if self._deferred(node, users) or node.out.id in self.absorbed:
+            if self._deferred(node, users):
                 continue
             self.lower(node)
 
@@ -123,9 +117,6 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
 
     def _lower(self, node: Node) -> None:
         self.done.add(node.out.id)
-        act = getattr(self, "fused", {}).get(node.out.id)
-        if act is not None and self._lower_fused(node, act):
-            return
         for v in node.inputs:
             p = self.producers.get(v.id)
             if p is None or not self._deferred(p, {}):
@@ -147,27 +138,6 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         how = " + ".join(dict.fromkeys(c.emitter for c in res.calls))
         self.decisions.append(Decision(label, str(node.loc), where, how, why or res.note
                                        if where == "host" else why))
-
-    def _lower_fused(self, node: Node, act) -> bool:
-        """A fused composite activation as one LUT op; False (lower the nodes one by one)
-        when the LUT has no form for it here."""
-        from .rules.eltwise import lut_result
-
-        self.demand(act.x)
-        try:
-            res = lut_result(self.ctx(node), act.kind, act.x, node.out,
-                             note=f"fused from {act.ops} ops")
-        except NoNpuForm:
-            for i in act.absorbed:
-                self.absorbed.discard(i)
-            return False
-        try:
-            self._place(node, res)
-        except ConversionError as e:
-            raise UnsupportedError(f"{node.op.text} at {node.loc}: {e}") from None
-        self.decisions.append(Decision(f"%{node.out.id} = {act.kind}(%{act.x.id})",
-                                       str(node.loc), "npu", res.calls[0].emitter, res.note))
-        return True
 
     def demand(self, v: Value) -> None:
         if v.id in self.tensors or v.id in self.consts:
@@ -235,12 +205,18 @@ def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
     The result depends on the graph, the resident ``params`` and the profile only: no run-time
     value is looked at (LUT domains come from the functions, calibrate.py), so compiling from
     ``jax.ShapeDtypeStruct`` inputs and after a call give the same program."""
+    from ..ir.composites import expand
+    from ..ir.passes.fuse import fuse
     from .range_plan import finish_plan, plan_ranges
     from .value_checks import check_weights
 
     check_weights(graph, params)     # a NaN or > 65504 weight is refused, never saturated
     prof = get_profile(profile) if isinstance(profile, str) else profile
     check_graph(graph)  # before anything is allocated at the graph's sizes
+    # composite activations as activation{kind} ops (the frontend already ran this pass; a
+    # graph built by hand has not: the pass is idempotent and costs milliseconds); composites
+    # without an emitter of their own (softmax) expanded back into primitive ops
+    graph = expand(fuse(graph))
     # bounds, and the norm-statistics rewrite where a square could overflow fp16; the rest of
     # the lowering sees the rewritten graph (equal to the original in exact arithmetic)
     graph, plan = plan_ranges(graph, params)

@@ -109,6 +109,18 @@ def _b_one(n: Node, ctx: BoundCtx) -> float:
     return 1.0
 
 
+def _b_activation(n: Node, ctx: BoundCtx) -> float:
+    from ..ir.activations import activation
+
+    return activation(n.attrs["kind"]).bound(ctx.of(n.inputs[0]))
+
+
+def _b_layer_norm(n: Node, ctx: BoundCtx) -> float:
+    # |c_i| <= sqrt(sum c^2) = sqrt(H mean(c^2)): the normalised row is at most sqrt(H)
+    shape = n.inputs[0].type.shape
+    return math.sqrt(float(np.prod([shape[a] for a in n.attrs["axes"]], dtype=np.int64)))
+
+
 def _b_pow(n: Node, ctx: BoundCtx) -> float:
     a = ctx.of(n.inputs[0])
     y = int(n.attrs["y"])
@@ -168,6 +180,7 @@ def _b_conv(n: Node, ctx: BoundCtx) -> float:
 BOUND_RULES: dict[Op, Callable[[Node, BoundCtx], float]] = {
     Op.NEG: _b_first, Op.ABS: _b_first, Op.EXP: _b_exp, Op.TANH: _b_one, Op.LOGISTIC: _b_one,
     Op.ERF: _b_one, Op.SIN: _b_one, Op.COS: _b_one, Op.INTEGER_POW: _b_pow,
+    Op.ACTIVATION: _b_activation, Op.SOFTMAX: _b_one, Op.LAYER_NORM: _b_layer_norm,
     Op.ADD: _b_add, Op.SUB: _b_add, Op.MUL: _b_mul, Op.DIV: _b_div, Op.MAX: _b_max,
     Op.MIN: _b_max,
     Op.SELECT_N: _b_select,

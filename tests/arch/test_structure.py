@@ -16,12 +16,7 @@ MAX_LINES = 500
 # modules another helper is splitting right now (issue 11), with the reason they may be long
 LONG_OK: dict[str, str] = {}
 # cycles another helper is removing right now (issue 11); each entry is one module of the cycle
-CYCLES_OK = {
-    "rockjit.lowering.tolerance": "the tolerance oracle leaves the compiler's import graph "
-                                  "(issue 11, archgraph)",
-    "rockjit.ir.printer": "ir/graph <-> ir/printer: rockjit/ir is being reworked (issue 11, "
-                          "archgraph)",
-}
+CYCLES_OK: dict[str, str] = {}
 
 
 def _modules() -> dict[str, Path]:

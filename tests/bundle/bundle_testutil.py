@@ -12,7 +12,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 
 
 def block(p, x):

@@ -153,7 +153,7 @@ def test_compile_a_preset_at_reduced_size(tmp_path, capsys) -> None:
     x, = entry.make_inputs(np.random.default_rng(1), config, 0)
     with rockjit.load(out, backend="sim") as b:
         got = np.asarray(b(x))
-    from rockjit.lowering import tolerance as T
+    from rockjit.oracle import tolerance as T
 
     fn = entry.forward(config)
     c = rockjit.compile(fn, resident_argnums=0, backend="sim").compiled(params, x)

@@ -57,7 +57,7 @@ def test_decorator_forms_match_jax() -> None:
     assert deco.__name__ == "deco"
     # the bare decorator's default backend is "auto": the NPU program (here the simulator or
     # the device), within the fp16 error bound of its graph
-    from rockjit.lowering import tolerance as T
+    from rockjit.oracle import tolerance as T
 
     assert deco.backend == "auto"
     got = np.asarray(deco(x, w), np.float64)

@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 from hypothesis import strategies as st
 
+from rockjit.ir.activations import FUSABLE
 from rockjit.ir import Builder, DType, Graph, Loc, Op, TensorType, Value
 
 ALL_DTYPES = list(DType)
@@ -95,6 +96,8 @@ def _unary(op: Op) -> Callable[[Ctx], None]:
         attrs = {}
         if op is Op.INTEGER_POW:
             attrs["y"] = c.draw(st.integers(-3 if x.type.dtype.is_float else 0, 4))
+        if op is Op.ACTIVATION:
+            attrs["kind"] = c.draw(st.sampled_from(FUSABLE))
         c.add(op, [x], None, attrs)
     return gen
 
@@ -250,11 +253,26 @@ def _take(c: Ctx) -> None:
     c.add(Op.TAKE, [x, idx], None, {"axis": c.draw(st.integers(0, x.type.rank - 1))})
 
 
+def _softmax(c: Ctx) -> None:
+    x = c.pick(lambda t: t.dtype in FLOATS and t.rank >= 1, types(FLOATS, nonempty_shapes))
+    axes = sorted(set(c.draw(st.lists(st.integers(0, x.type.rank - 1), min_size=1,
+                                       max_size=x.type.rank))))
+    c.add(Op.SOFTMAX, [x], None, {"axes": axes})
+
+
+def _layer_norm(c: Ctx) -> None:
+    x = c.pick(lambda t: t.dtype in FLOATS and t.rank >= 1, types(FLOATS, nonempty_shapes))
+    axes = sorted(set(c.draw(st.lists(st.integers(0, x.type.rank - 1), min_size=1,
+                                       max_size=x.type.rank))))
+    c.add(Op.LAYER_NORM, [x], None, {"axes": axes, "eps": c.draw(st.sampled_from([0.0, 1e-5]))})
+
+
 GEN: dict[Op, Callable[[Ctx], None]] = {
     Op.CONSTANT: _constant, Op.PARAM: _param, Op.IOTA: _iota, Op.SELECT_N: _select_n,
     Op.BROADCAST_IN_DIM: _broadcast, Op.RESHAPE: _reshape, Op.TRANSPOSE: _transpose,
     Op.SLICE: _slice, Op.CONCATENATE: _concatenate, Op.PAD: _pad, Op.CONVERT: _convert,
-    Op.DOT_GENERAL: _dot_general, Op.CONV: _conv, Op.TAKE: _take,
+    Op.DOT_GENERAL: _dot_general, Op.CONV: _conv, Op.TAKE: _take, Op.SOFTMAX: _softmax,
+    Op.LAYER_NORM: _layer_norm,
 }
 for _op in Op:
     if _op.group.value == "unary":

@@ -18,6 +18,7 @@ import pytest
 from jax import lax
 
 from rockjit.ir import Builder, DType, Op, TensorType
+from rockjit.ir.activations import ACTIVATIONS, FUSABLE
 from rockjit.ir.interpreter import run
 
 F32, F16, BF16, I32, I8, U8, BOOL = (DType.F32, DType.F16, DType.BF16, DType.I32, DType.I8,
@@ -70,6 +71,24 @@ for y in (0, 1, 2, 3, 5, -1, -2):
     TABLE.append(Rec(Op.INTEGER_POW, (In((2, 5), F32, -2, 2),), {"y": y}))
 TABLE.append(Rec(Op.INTEGER_POW, (In((7,), F16, -2, 2),), {"y": 3}))
 TABLE.append(Rec(Op.INTEGER_POW, (In((7,), I32, -1000, 1000),), {"y": 3}))  # wraps
+# the fused composite activations (ir/passes/fuse.py): the numpy reference against the kind's
+# jax.nn definition (pinned to independent formulas by tests/numerics/test_lut_domains.py)
+JAX_ACTIVATIONS = {k: ACTIVATIONS[k].jax_fn for k in FUSABLE}
+for axes in ([1], [0, 2], [2]):
+    TABLE.append(Rec(Op.SOFTMAX, (In((2, 3, 4), F32, -30, 30),), {"axes": axes}))
+TABLE.append(Rec(Op.SOFTMAX, (In((3, 5), F16, -8, 8),), {"axes": [1]}))
+for axes, eps in (([1], 1e-5), ([0, 2], 1e-6), ([2], 0.0)):
+    TABLE.append(Rec(Op.LAYER_NORM, (In((2, 3, 4), F32, -30, 30),), {"axes": axes, "eps": eps}))
+
+
+def _jax_layer_norm(x, axes, eps):
+    """torch.nn.LayerNorm's arithmetic without gain and shift, in jax.numpy."""
+    c = x - jnp.mean(x, axis=axes, keepdims=True)
+    return c * lax.rsqrt(jnp.mean(c * c, axis=axes, keepdims=True) + eps)
+
+for kind in JAX_ACTIVATIONS:
+    for dt, shape in [(F32, (2, 3, 4)), (F32, ()), (F16, (2, 3, 4))]:
+        TABLE.append(Rec(Op.ACTIVATION, (In(shape, dt, -12, 12),), {"kind": kind}))
 
 for op in (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN):
     for dt, shape in [(F32, ()), (F32, (2, 3)), (F32, (1, 5, 1)), (F16, (2, 3)), (I32, (2, 3)),
@@ -267,6 +286,9 @@ LAX: dict[Op, LaxFn] = {
     Op.SIN: lambda xs, a, t: lax.sin(*xs),
     Op.COS: lambda xs, a, t: lax.cos(*xs),
     Op.INTEGER_POW: lambda xs, a, t: lax.integer_pow(xs[0], a["y"]),
+    Op.ACTIVATION: lambda xs, a, t: JAX_ACTIVATIONS[a["kind"]](*xs),
+    Op.SOFTMAX: lambda xs, a, t: jax.nn.softmax(xs[0], axis=tuple(a["axes"])),
+    Op.LAYER_NORM: lambda xs, a, t: _jax_layer_norm(xs[0], tuple(a["axes"]), a["eps"]),
     Op.ADD: lambda xs, a, t: lax.add(*xs),
     Op.SUB: lambda xs, a, t: lax.sub(*xs),
     Op.MUL: lambda xs, a, t: lax.mul(*xs),

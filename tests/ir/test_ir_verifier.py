@@ -184,6 +184,10 @@ RULE_ERRORS = [
     (Op.TAKE, [T(3, 4), T(2)], {"axis": 0}, None, "integers"),
     (Op.TAKE, [T(3, 4), T(2, dt=DType.I32)], {"axis": 2}, None, "out of range"),
     (Op.EXP, [T(2)], {}, T(3), "declared as f32[3]"),
+    (Op.SOFTMAX, [T(2, 3, dt=DType.I32)], {"axes": [1]}, None, "floating-point"),
+    (Op.SOFTMAX, [T(2, 3)], {"axes": []}, None, "at least one axis"),
+    (Op.LAYER_NORM, [T(2, 3)], {"axes": [1], "eps": -1.0}, None, "eps must be a float >= 0"),
+    (Op.ACTIVATION, [T(2)], {"kind": "swish"}, None, "unknown activation kind"),
 ]
 
 

@@ -26,7 +26,7 @@ from jax import lax
 
 import rockjit
 from rockjit.errors import UnsupportedError
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 
 MAX_MACS = 48_000_000          # per example; ~0.3 s of simulator time for a matmul
 MAX_ELEMS = 1 << 20            # per tensor, for the element-wise/data-movement ops

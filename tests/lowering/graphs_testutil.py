@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import rockjit
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 
 
 def run_sim(fn, params, *xs):

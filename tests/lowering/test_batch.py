@@ -26,7 +26,7 @@ from jax import lax
 import rockjit
 from graphs_testutil import assert_npu, check_bound, run_sim
 from models import layers as L
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 
 
 def run_poisoned(fn, params, *xs):

@@ -16,7 +16,7 @@ import pytest
 
 from graphs_testutil import check_bound, run_sim
 from rockjit.lowering import concat_slots
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.layouts import CubeLayout
 from rockjit.lowering.rules import forms as F
 from rockjit.lowering.rules.base import CubeForm

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rockjit.ir.types import DType
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.conv import ConvSpec, lower_conv2d
 from rockjit.lowering.emitters.patchify import choose_patchify
 from rockjit.lowering.opprogram import HostStep

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rockjit.ir.types import DType
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.eltwise import (lower_binary, lower_binary_channel,
                                                lower_binary_row, lower_binary_scalar,
                                                pack_row_vector)

@@ -21,8 +21,9 @@ import pytest
 import rockjit
 from graphs_testutil import assert_npu, check_bound, run_sim
 from models import layers as L
+from rockjit.ir.activations import ACTIVATIONS
 from rockjit.lowering import fp16_range, lut_tables
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,7 +80,7 @@ def test_linear_bias_gelu_with_fewer_than_four_rows(m: int, approximate: bool) -
     got, ref, bound, st, rep = run_sim(_linear_gelu(approximate), p, x)
     T.check(got, ref, bound, f"linear + gelu(approximate={approximate}), M = {m}")
     kind = "gelu_tanh" if approximate else "gelu"
-    fused = [l for l in rep.splitlines() if f"= {kind}(" in l]
+    fused = [l for l in rep.splitlines() if f"lut.lower_activation[{kind}]" in l]
     assert len(fused) == 1 and " npu " in fused[0], rep
     # the activation's input is the bias add, which itself ran on the NPU
     assert_npu(rep, "add")
@@ -169,7 +170,8 @@ def test_embedding_gather_rope_geglu() -> None:
     check_bound(got, ref, bound, "embedding + LayerNorm + RoPE + GeGLU")
     take = [l for l in rep.splitlines() if "= take" in l]
     assert take and all(" host " in l for l in take), rep
-    assert_npu(rep, "dot_general", "gelu")
+    assert_npu(rep, "dot_general", "activation")
+    assert "lut.lower_activation[gelu]" in rep
 
 
 def test_graph_bound_moves_errors_through_take_and_select() -> None:
@@ -227,8 +229,8 @@ def test_narrow_lut_domain_saturates_the_index_scale(lo: float, hi: float) -> No
     assert np.all(np.abs(t.emulate(x) - np.exp(x)) <= t.error_at(x))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        u = lut_tables.build_unit_table("sigmoid", lut_tables.sigmoid, 1e-3,
-                                        lut_tables.d_sigmoid)
+        sig = ACTIVATIONS["sigmoid"]
+        u = lut_tables.build_unit_table("sigmoid", sig.table, 1e-3, sig.table_derivative)
     assert u.hi >= 1e-3
 
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import fuzz_graphs as FG
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from opprogram_sim import MISSING
 
 sim = pytest.mark.skipif(bool(MISSING), reason=MISSING or "simulator available")

@@ -3,7 +3,7 @@ backend="sim"), run on the strict SimDevice and compared with JAX on CPU.
 
 The accuracy bound of each graph is tolerance.graph_bound: the fp16 roundings, fp32
 accumulations and LUT table errors propagated along the graph's op chain (the rules are
-stated in rockjit/lowering/tolerance.py), plus the float32 rounding of JAX's own result.
+stated in rockjit/oracle/tolerance.py), plus the float32 rounding of JAX's own result.
 Every test also checks that the bound is tight enough to catch a wrong answer.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 import rockjit
 from graphs_testutil import assert_npu as _npu, check_bound as _check, run_sim as _run
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 
 
 # ---------------------------------------------------------------------------------------------
@@ -35,7 +35,8 @@ def test_mlp_matmul_bias_gelu_matmul() -> None:
     x = rng.standard_normal((37, d)).astype(np.float32)
     got, ref, bound, st, rep = _run(mlp, p, x)
     _check(got, ref, bound, "MLP")
-    _npu(rep, "dot_general", "gelu", "add")
+    _npu(rep, "dot_general", "activation", "add")
+    assert "lut.lower_activation[gelu]" in rep   # the fused activation{gelu}, one LUT op
     # the whole MLP stays on the NPU cubes: only the boundary pack and unpack touch the host
     assert st["retiles"] == 0 and st["host_steps"] == 2
     assert st["macs"] == 37 * d * f_ * 2
@@ -84,7 +85,8 @@ def test_conv3x3_then_gelu() -> None:
     x = rng.standard_normal((2, 12, 10, 9)).astype(np.float32)
     got, ref, bound, st, rep = _run(conv_gelu, p, x)
     _check(got, ref, bound, "conv3x3 + GELU")
-    _npu(rep, "conv", "gelu")
+    _npu(rep, "conv", "activation")
+    assert "lut.lower_activation[gelu]" in rep
 
 
 T_, D_, H_ = 40, 128, 4

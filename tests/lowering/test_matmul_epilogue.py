@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rockjit.ir.types import DType
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.lut import activation_error, activation_reference, activation_table
 from rockjit.lowering.emitters.matmul import MatmulEpilogue, lower_matmul
 from rockjit.lowering.emitters.task import DpuStages

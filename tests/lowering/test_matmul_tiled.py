@@ -1,6 +1,6 @@
 """Tiled matmul lowering (lower_matmul) on the simulator, table-driven, against numpy.
 
-fp16 results are checked with rockjit.lowering.tolerance (the one tolerance rule), int8 results
+fp16 results are checked with rockjit.oracle.tolerance (the one tolerance rule), int8 results
 bit-exactly. Data are random normal fp16 values (small integers would hide rounding and layout
 errors, matmul-as-conv.md), int8 uniform over the full range. Every program runs in the
 simulator's strict mode, so any hazard (CBUF over-subscription, int8 chaining, height < 4, EW
@@ -16,7 +16,7 @@ import pytest
 
 from rockjit.ir.types import DType
 from rockjit.lowering import registers as R
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.matmul import lower_matmul, plan_matmul
 from rockjit.lowering.opprogram import HostStep, NpuStep
 from rockjit.lowering.profile import get_profile

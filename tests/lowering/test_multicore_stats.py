@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import rockjit
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.pipeline import lower_graph
 from rockjit.lowering.program import NpuProgram
 from rockjit.runtime import RocketDevice, SimDevice, fake_rocket

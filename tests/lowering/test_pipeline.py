@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import rockjit
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.memory import BufReq, check_plan, plan_arena
 
 

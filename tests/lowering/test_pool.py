@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rockjit.ir.types import DType
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.pool import (global_pool_plan, lower_global_pool, lower_pool,
                                             pool_output_layout)
 from rockjit.lowering.layouts import feature_layout

@@ -16,7 +16,7 @@ from rockjit.ir.ops import Op
 from rockjit.ir.reference import REFERENCE
 from rockjit.ir.types import DType, TensorType
 from rockjit.lowering.host_rules import lower_on_host, run_on_host
-from rockjit.lowering.tolerance import _pool_recip_error
+from rockjit.oracle.tolerance import _pool_recip_error
 
 
 def conv_maxpool(p, x):

@@ -75,9 +75,13 @@ def _rows(rng, n=24):
 
 
 def _graph(fn, p, x):
+    """The graph the range plan sees: the traced one with its composites (softmax,
+    layer_norm) expanded, as lowering/pipeline.lower_graph hands it over."""
+    from rockjit.ir.composites import expand
+
     f = rockjit.compile(fn, resident_argnums=0, backend="interpreter")
     c = f.compiled(p, x)
-    return c.graph, dict(c.params)
+    return expand(c.graph), dict(c.params)
 
 
 # ---------------------------------------------------------------------------------------------

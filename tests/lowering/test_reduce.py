@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rockjit.ir.types import DType
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.eltwise import lower_binary_row
 from rockjit.lowering.emitters.lut import activation_error, lower_activation
 from rockjit.lowering.emitters.eltwise import EW_VIEW_CHANNELS

@@ -23,7 +23,7 @@ import pytest
 import rockjit.lowering.profile as profile_module
 from rockjit.ir.types import DType
 from rockjit.lowering import registers as R
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.conv import ConvSpec, conv_shape, lower_conv2d
 from rockjit.lowering.emitters.matmul import lower_matmul, plan_matmul
 from rockjit.lowering.profile import get_profile, profile_names, register_profile

@@ -4,7 +4,7 @@ weights written and loaded through the HF-name loader, traced, then run
 * on the IR interpreter and checked against jax.jit on CPU (the script exits non-zero above
   its REL_TOL = 1e-5 relative error), and
 * on the strict simulator (the default backend), checked element by element against the
-  graph's end-to-end fp16 error bound (rockjit.lowering.tolerance.graph_bound, printed by the
+  graph's end-to-end fp16 error bound (rockjit.oracle.tolerance.graph_bound, printed by the
   script and turned into its exit code). REL_TOL does not apply there: fp16 is ~1e-3.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 
 from models.harness import bound_ratio
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 
 
 def program_fingerprint(program) -> str:

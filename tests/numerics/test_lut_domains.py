@@ -19,8 +19,9 @@ import rockjit
 from models import layers as L
 from models.weights import seeded_weights
 from numerics_testutil import program_fingerprint, within_bound
+from rockjit.ir.activations import ACTIVATIONS, FUSABLE
 from rockjit.lowering import calibrate as C
-from rockjit.lowering import tolerance as T
+from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters import lut
 
 _erf = np.vectorize(math.erf)
@@ -31,16 +32,21 @@ GATES = {   # independent float64 gates: result = gate (sigmoid), 2 gate - 1 (ta
     "tanh": lambda x: (1 + np.tanh(x)) / 2,
     "gelu": lambda x: 0.5 * (1 + _erf(x / math.sqrt(2))),
     "gelu_tanh": lambda x: 0.5 * (1 + np.tanh(_A * (x + _B * x ** 3))),
+    "mish": lambda x: np.tanh(np.log1p(np.exp(x))),
 }
 RESULT = {
     "sigmoid": lambda x: GATES["sigmoid"](x), "tanh": np.tanh,
     "gelu": lambda x: x * GATES["gelu"](x), "gelu_tanh": lambda x: x * GATES["gelu_tanh"](x),
-    "silu": lambda x: x * GATES["silu"](x),
+    "silu": lambda x: x * GATES["silu"](x), "mish": lambda x: x * GATES["mish"](x),
+    "softplus": lambda x: np.logaddexp(x, 0.0),
 }
+# where each fused activation{kind} runs: a saturating gate has a table domain from the
+# function alone (NPU LUT), softplus grows like x and has none (host f32)
+ROUTE = {"gelu": "npu", "gelu_tanh": "npu", "silu": "npu", "mish": "npu", "softplus": "host"}
 SAT = 2.0 ** -16
 # what the notes measured on hardware for these tables (tests/lowering/test_lut.py)
 HW_LIMIT = {"sigmoid": 1.46e-3, "tanh": 1.46e-3, "gelu": 1.6e-3, "gelu_tanh": 1.6e-3,
-            "silu": 1.6e-3}
+            "silu": 1.6e-3, "mish": 1.6e-3}
 
 
 @pytest.mark.parametrize("kind", sorted(GATES))
@@ -113,6 +119,42 @@ def test_exp_without_a_row_max_runs_on_the_host_and_is_right_at_any_range() -> N
         assert ok, f"exp(x - max(y)) at {s}x: worst |err| / bound = {ratio:.3g}"
 
 
+def test_every_activation_record_is_pinned_to_an_independent_formula() -> None:
+    """Each fusable kind's float64 reference and its jax.nn definition (the records in
+    ir/activations.py) equal the formulas above: tests elsewhere may use the record's jax_fn."""
+    assert set(FUSABLE) == set(ROUTE) and set(ROUTE) <= set(RESULT)
+    x = np.concatenate([np.linspace(-30, 30, 2001), [-1e-3, 0.0, 1e-3]])
+    for kind in FUSABLE:
+        want = RESULT[kind](x)
+        rec = ACTIVATIONS[kind]
+        # (the erf formula above cancels to 0 far left, where the reference is ~1e-196)
+        np.testing.assert_allclose(rec.reference(x), want, rtol=1e-12, atol=1e-15, err_msg=kind)
+        np.testing.assert_allclose(np.asarray(rec.jax_fn(x.astype(np.float32)), np.float64),
+                                   want, rtol=2e-6, atol=1e-6, err_msg=kind)
+
+
+@pytest.mark.parametrize("kind", sorted(ROUTE))
+def test_fused_activation_runs_where_stated_within_its_bound(kind: str) -> None:
+    """jax.nn.<kind> traced -> one activation{kind} op -> a LUT gate on the NPU or the host
+    (``ROUTE``) -> within the graph's bound of JAX on CPU, over the whole range and beyond
+    the table. Adding an activation: its record (ir/activations.py), its pattern if JAX
+    spells it anew (ir/passes/fuse.py), and its formula and route here."""
+    where = ROUTE[kind]
+    rng = np.random.default_rng(6)
+    x = np.concatenate([rng.uniform(-20, 20, 1000), [-300.0, -12.0, 0.0, 12.0, 300.0],
+                        rng.standard_normal(19)]).astype(np.float32).reshape(16, 64)
+    fn = ACTIVATIONS[kind].jax_fn
+    f = rockjit.compile(fn, backend="sim")
+    got = f(x)
+    c = f.compiled(x)
+    assert c.graph.op_counts() == {"activation": 1}
+    assert _decisions(c, "activation") == [where]
+    ok, ratio = within_bound(c, got, fn(x), [x])
+    assert ok, f"{kind}: worst |err| / bound = {ratio:.3g}"
+    # the bound can fail: the gate applied to the neighbouring row is rejected
+    assert not within_bound(c, np.roll(np.asarray(got), 1, axis=0), fn(x), [x])[0]
+
+
 def test_softmax_exp_stays_on_the_npu() -> None:
     x = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
     f = rockjit.compile(lambda x: jax.nn.softmax(x, axis=-1), backend="sim")
@@ -139,6 +181,8 @@ ACTS = {
     "gelu": partial(jax.nn.gelu, approximate=False),
     "gelu_tanh": partial(jax.nn.gelu, approximate=True),
     "silu": jax.nn.silu,
+    "mish": jax.nn.mish,
+    "softplus": jax.nn.softplus,
     "softmax": partial(jax.nn.softmax, axis=-1),
 }
 

@@ -6,6 +6,7 @@ from typing import Callable
 from ..graph import Graph
 from .canonicalize import canonicalize, cse, dce, simplify
 from .constfold import constfold
+from .fuse import fuse
 from .manager import PassManager
 
 PASSES: dict[str, Callable[[Graph], Graph]] = {
@@ -14,6 +15,7 @@ PASSES: dict[str, Callable[[Graph], Graph]] = {
     "dce": dce,
     "cse": cse,
     "constfold": constfold,
+    "fuse": fuse,
 }
 
 
@@ -26,4 +28,4 @@ def get_pass(name: str) -> Callable[[Graph], Graph]:
 
 
 __all__ = ["PASSES", "PassManager", "get_pass", "canonicalize", "constfold", "dce", "cse",
-           "simplify"]
+           "fuse", "simplify"]

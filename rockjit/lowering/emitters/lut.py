@@ -1,6 +1,9 @@
-"""LUT activations on the DPU: sigmoid, tanh, exp, GELU, SiLU, rsqrt, reciprocal of an fp16 cube.
+"""LUT activations on the DPU: sigmoid, tanh, exp, GELU, SiLU, Mish, softplus, rsqrt,
+reciprocal of an fp16 cube.
 
-Each activation is one or two passes over the flat view of the cube (eltwise.py):
+What each kind means (its table function, form, post-step and domain rule) is its record in
+ir/activations.py; this module builds the table and the tasks from it. Each activation is one
+or two passes over the flat view of the cube (eltwise.py):
 
   sigmoid      one flying LUT pass, ``unit`` table of sigmoid
   exp          one flying LUT pass, ``shifted`` table
@@ -20,6 +23,10 @@ Each activation is one or two passes over the flat view of the cube (eltwise.py)
                multiply -- the notes' accurate 2-pass GELU (dpu-lut-activation.md, "GELU -- the
                2-pass x*Phi(x) route"; single-pass GELU is unreliable, QUIRK 1)
   silu         LUT pass of sigmoid, then x * sigmoid(x) (same 2-pass form)
+  mish         LUT pass of tanh(softplus(x)), then x * gate (same 2-pass form; seeds catalog:
+               "Mish ... 2-pass (a [0,1] gate LUT + EW-mul)")
+  softplus     one flying LUT pass, ``shifted`` table over an explicit domain (the compiler
+               never asks: softplus has no domain from the function and runs on the host)
 
 **The domain.** The caller passes ``x_range = (lo, hi)``, from the function alone
 (lowering/calibrate.py: a saturating function's saturation radius, softmax's [-16, 0]). Symmetric tables cover [-R, R] with R = max(|lo|, |hi|); shifted tables
@@ -31,7 +38,7 @@ the requested one (the index scale is rounded down to fp16).
 
 Error: ``activation_error(kind, x, x_range)`` is the per-element absolute bound of the NPU
 result against the exact function of the (fp16) input, *excluding* the final fp16 rounding,
-which tolerance.lut_bound adds. It is built from the table's ``abs_error`` (lut_tables.py)
+which oracle/tolerance.lut_bound adds. It is built from the table's ``abs_error`` (lut_tables.py)
 and the roundings of the intermediate fp16 gate.
 
 Buffers: ``x`` (input 0), ``out`` (output 0), ``regcmd``; two-pass kinds add ``gate``
@@ -40,9 +47,7 @@ span (eltwise.lower_binary).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
 import numpy as np
 
@@ -50,24 +55,12 @@ from ..layouts import CubeLayout
 from ..opprogram import BufferSpec, OpProgram
 from ..profile import ChipProfile
 from ..regcmd import LoweringError, Reloc, TaskProgram
+from ...ir.activations import ACTIVATIONS, ActivationKind
 from .. import lut_tables as LT
-from ..tolerance import U16
+from ..fp16_range import U16
 from .eltwise import (EW_VIEW_CHANNELS, SdpStage, check_fp16_cube, emit_flying, ew_chunks,
                       flying_chunks, fp16_bits, fp32_bits, full_ew_tasks, npu_program,
                       resolve_profile, weights_buffer)
-
-
-@dataclass(frozen=True)
-class Activation:
-    """How one activation kind is built: its table, whether it is multiplied by x (gate) or
-    affinely decoded afterwards (tanh), and its exact float64 reference."""
-
-    table: Callable[[float, float], LT.LutTable]
-    reference: Callable[[np.ndarray], np.ndarray]
-    gate: bool = False          # out = x * table(x)
-    square: bool = False        # out = table(x) ** 2
-    affine: tuple[float, float] | None = None   # out = a * table(x) + b
-    default_range: tuple[float, float] = (-8.0, 8.0)
 
 
 def _radius(lo: float, hi: float) -> float:
@@ -82,80 +75,37 @@ def _positive(kind: str, lo: float, hi: float) -> None:
 
 
 @lru_cache(maxsize=64)
-def _unit(name: str, radius: float) -> LT.LutTable:
-    f, df = {"sigmoid": (LT.sigmoid, LT.d_sigmoid), "phi": (LT.phi, LT.d_phi),
-             "tanh_gate": (LT.tanh_gate, LT.d_tanh_gate),
-             "gelu_tanh_gate": (LT.gelu_tanh_gate, LT.d_gelu_tanh_gate)}[name]
-    return LT.build_unit_table(name, f, radius, df)
+def _unit(kind: str, radius: float) -> LT.LutTable:
+    act = ACTIVATIONS[kind]
+    return LT.build_unit_table(kind, act.table, radius, act.table_derivative)
 
 
 @lru_cache(maxsize=64)
-def _shifted(name: str, lo: float, hi: float) -> LT.LutTable:
-    f, df = {"exp": (np.exp, np.exp), "exp_half": (_exp_half, _d_exp_half),
-             "rsqrt": (LT.rsqrt, LT.d_rsqrt),
-             "reciprocal": (LT.reciprocal, LT.d_reciprocal)}[name]
-    return LT.build_shifted_table(name, f, lo, hi, df)
+def _shifted(kind: str, lo: float, hi: float) -> LT.LutTable:
+    act = ACTIVATIONS[kind]
+    if kind in _POSITIVE:
+        _positive(kind, lo, hi)
+    return LT.build_shifted_table(kind, act.table, lo, hi, act.table_derivative)
 
 
-def _exp_half(x: np.ndarray) -> np.ndarray:
-    return np.exp(0.5 * np.asarray(x, np.float64))
+# the kinds whose table function is only defined for x > 0
+_POSITIVE = frozenset({"rsqrt", "reciprocal"})
 
 
-def _d_exp_half(x: np.ndarray) -> np.ndarray:
-    return 0.5 * _exp_half(x)
+def _build(act: ActivationKind, lo: float, hi: float) -> LT.LutTable:
+    if act.form == "unit":
+        return _unit(act.name, _radius(lo, hi))
+    return _shifted(act.name, lo, hi)
 
 
-def _positive_table(name: str) -> Callable[[float, float], LT.LutTable]:
-    def build(lo: float, hi: float) -> LT.LutTable:
-        _positive(name, lo, hi)
-        return _shifted(name, lo, hi)
-    return build
-
-
-def _gelu_ref(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, np.float64)
-    return x * LT.phi(x)
-
-
-def _gelu_tanh_ref(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, np.float64)
-    return x * LT.gelu_tanh_gate(x)
-
-
-def _silu_ref(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, np.float64)
-    return x * LT.sigmoid(x)
-
-
-# The registry: one entry per activation kind.
-ACTIVATIONS: dict[str, Activation] = {
-    "sigmoid": Activation(lambda lo, hi: _unit("sigmoid", _radius(lo, hi)), LT.sigmoid),
-    "tanh": Activation(lambda lo, hi: _unit("tanh_gate", _radius(lo, hi)), np.tanh,
-                       affine=(2.0, -1.0), default_range=(-6.0, 6.0)),
-    "exp": Activation(lambda lo, hi: _shifted("exp", lo, hi), np.exp, default_range=(-16.0, 0.0)),
-    "exp_sq": Activation(lambda lo, hi: _shifted("exp_half", lo, hi), np.exp, square=True,
-                         default_range=(-16.0, 0.0)),
-    "gelu": Activation(lambda lo, hi: _unit("phi", _radius(lo, hi)), _gelu_ref, gate=True,
-                       default_range=(-12.0, 12.0)),
-    # tanh-GELU: the same 2-pass x * gate(x) route with its own (sigmoid-shaped) gate table
-    "gelu_tanh": Activation(lambda lo, hi: _unit("gelu_tanh_gate", _radius(lo, hi)),
-                            _gelu_tanh_ref, gate=True, default_range=(-12.0, 12.0)),
-    "silu": Activation(lambda lo, hi: _unit("sigmoid", _radius(lo, hi)), _silu_ref, gate=True,
-                       default_range=(-16.0, 16.0)),
-    "rsqrt": Activation(_positive_table("rsqrt"), LT.rsqrt, default_range=(0.5, 64.0)),
-    "reciprocal": Activation(_positive_table("reciprocal"), LT.reciprocal,
-                             default_range=(0.25, 32.0)),
-}
-
-
-def _kind(kind: str) -> Activation:
+def _kind(kind: str) -> ActivationKind:
     try:
         return ACTIVATIONS[kind]
     except KeyError:
         raise LoweringError(f"no LUT activation {kind!r}; known: {', '.join(sorted(ACTIVATIONS))}") from None
 
 
-def _range(act: Activation, x_range: tuple[float, float] | None) -> tuple[float, float]:
+def _range(act: ActivationKind, x_range: tuple[float, float] | None) -> tuple[float, float]:
     lo, hi = act.default_range if x_range is None else (float(x_range[0]), float(x_range[1]))
     if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
         raise LoweringError(f"x_range {x_range!r} must be a finite (lo, hi) with hi > lo")
@@ -164,7 +114,7 @@ def _range(act: Activation, x_range: tuple[float, float] | None) -> tuple[float,
 
 def activation_table(kind: str, x_range: tuple[float, float] | None = None) -> LT.LutTable:
     act = _kind(kind)
-    return act.table(*_range(act, x_range))
+    return _build(act, *_range(act, x_range))
 
 
 def activation_reference(kind: str, x: np.ndarray) -> np.ndarray:
@@ -176,20 +126,20 @@ def activation_error(kind: str, x: np.ndarray, x_range: tuple[float, float] | No
     """Per-element absolute error bound of the NPU activation of ``x`` against the exact
     function of the *clamped* input, before the final fp16 rounding (module docstring)."""
     act = _kind(kind)
-    t = act.table(*_range(act, x_range))
+    t = _build(act, *_range(act, x_range))
     x = np.asarray(x, np.float64)
-    if act.gate:
+    if act.post == "gate":
         g = t.emulate(x)
         # x * gate: the gate's table error and its fp16 rounding, scaled by |x|; the product
         # itself is exact in fp32 before the final rounding
         return np.abs(x) * (t.error_at(x) + U16 * np.abs(g) + 2.0 ** -24)
-    if act.square:
+    if act.post == "square":
         g = t.emulate(x)
         e = t.error_at(x)
         # (g + e)(1 + d)^2 with d the fp16 rounding of g (<= U16): 2|g|e + e^2 + (2U16 + U16^2)
         # g^2; the product of two fp16 values is exact in fp32 before the final rounding
         return 2 * np.abs(g) * e + e * e + (2 * U16 + U16 * U16) * (np.abs(g) + e) ** 2
-    if act.affine is not None:
+    if act.post == "affine":
         a = act.affine[0]
         # a * g + b: the table error and the fp16 rounding of g (g <= 1: half an ulp <= 2^-12)
         return abs(a) * (t.error_at(x) + 2.0 ** -12)
@@ -217,14 +167,15 @@ def lower_activation(kind: str, layout: CubeLayout, x_range: tuple[float, float]
     profile = resolve_profile(profile)
     act = _kind(kind)
     check_fp16_cube(layout, profile, f"activation {kind}")
-    t = act.table(*_range(act, x_range))
-    if act.gate or act.square:
+    t = _build(act, *_range(act, x_range))
+    if act.post in ("gate", "square"):
         # pass 1: g = table(x) over the EW span; pass 2: out = x * g for a gate (x * sigma(x),
         # x * Phi(x)), g * g for a squared half-table (exp_sq); each an identity conv + EW
         _, span = ew_chunks(layout.nbytes, profile)
-        lut_tag, mul_tag = ("gate", "mul") if act.gate else ("lut", "sq")
+        gate = act.post == "gate"
+        lut_tag, mul_tag = ("gate", "mul") if gate else ("lut", "sq")
         lut_tasks = _lut_tasks(t, "x", "gate", span, profile, f"{kind}_{lut_tag}")
-        ew, span = full_ew_tasks("mul", "x" if act.gate else "gate", "gate", "out", "weights",
+        ew, span = full_ew_tasks("mul", "x" if gate else "gate", "gate", "out", "weights",
                                  layout.nbytes, profile, prefix=f"{kind}_{mul_tag}")
         bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
                 BufferSpec("out", "output", span, layout=layout, bind=0),
@@ -232,7 +183,7 @@ def lower_activation(kind: str, layout: CubeLayout, x_range: tuple[float, float]
                 weights_buffer("mul", profile)]
         return npu_program(bufs, [lut_tasks, ew], profile, ("x", "weights"), ("out",),
                            span // 2 * EW_VIEW_CHANNELS)
-    if act.affine is not None:
+    if act.post == "affine":
         a, b = act.affine
         lut_tasks = _lut_tasks(t, "x", "gate", layout.nbytes, profile, f"{kind}_lut")
         # BN multiplies then adds (dpu-lut-activation.md, "MUL then ALU"); a and b are exact

@@ -133,7 +133,7 @@ def _row_source(ctx: RuleContext, v, shape: tuple[int, ...]):
 # it is on the host (a reduce's tail), packing it into a cube for one DPU pass and unpacking
 # the result costs more than the host's arithmetic on it (design.md: host steps for the small
 # scalar tails).
-from ..tolerance import SMALL_HOST_ELEMENTS  # noqa: E402  (one number, two readers)
+SMALL_HOST_ELEMENTS = 1 << 14   # the error oracle (oracle/tolerance.py) reads this one too
 
 
 def prefer_host(ctx: RuleContext, *values) -> None:
@@ -426,10 +426,17 @@ def lower_lut_op(ctx: RuleContext) -> RuleResult:
     return lut_result(ctx, kind, node.inputs[0], node.out)
 
 
+def lower_activation_op(ctx: RuleContext) -> RuleResult:
+    """A fused composite activation (``activation{kind}``, ir/passes/fuse.py) as one LUT
+    activation; without a LUT form the partitioner takes its host expansion (host_rules)."""
+    node = ctx.node
+    return lut_result(ctx, node.attrs["kind"], node.inputs[0], node.out)
+
+
 def lut_result(ctx: RuleContext, kind: str, x, out, note: str = "",
                domain_kind: str | None = None) -> RuleResult:
     """``out = kind(x)`` as one LUT activation (also the lowering of a fused composite
-    activation, ir/passes/fuse.py: GELU in its erf or tanh spelling, SiLU)."""
+    activation, ``lower_activation_op``)."""
     from ..calibrate import npu_lut_domain
     from ..emitters import lut
 
@@ -458,4 +465,4 @@ def lut_result(ctx: RuleContext, kind: str, x, out, note: str = "",
 
 RULES = {op: lower_binary_op for op in BINARY}
 RULES.update({op: lower_lut_op for op in LUT_FUNCS})
-RULES.update({Op.DIV: lower_div_op, Op.INTEGER_POW: lower_square, Op.NEG: lower_neg})
+RULES.update({Op.ACTIVATION: lower_activation_op, Op.DIV: lower_div_op, Op.INTEGER_POW: lower_square, Op.NEG: lower_neg})

@@ -1,6 +1,6 @@
 """Reductions over the feature (last) axis: the sum on the NPU, the max on the host.
 
-* ``reduce_sum`` over the last axis of a float tensor -> ``emitters.reduce`` 's feature
+* ``reduce_sum`` over the last axis of a float tensor -> a feature
   reduce: a matmul against a ones row with fp32 accumulation and an fp32 result (notes:
   encodings/feature-reduce.md). The result stays in the matmul's fp32 output cube (value of
   row p in channel 0, at byte 16 p); its consumers -- the O(rows) tails of LayerNorm and

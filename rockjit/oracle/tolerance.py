@@ -18,9 +18,19 @@ int8 paths are exact: integer arithmetic with int32 accumulation.  A tiny absolu
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
-U16 = 2.0 ** -11          # unit roundoff of fp16
+from ..ir.activations import activation
+from ..ir.graph import Node
+from ..ir.interpreter import walk
+from ..ir.ops import Group, Op
+from ..ir.reference import evaluate
+from ..lowering.fp16_range import U16
+from ..lowering.rules.eltwise import LUT_FUNCS, SMALL_HOST_ELEMENTS
+
 FLOOR = 2.0 ** -24        # fp16's smallest subnormal step
 
 
@@ -58,7 +68,7 @@ def check(got: np.ndarray, ref: np.ndarray, bound: np.ndarray | float, what: str
 def _pool_recip_error(node) -> float:
     """|r - 1| for the PPU average's scale r = fp16(65536/kw) fp16(65536/kh) 2^-32 kh kw
     (emitters.pool.recip_words; notes: encodings/ppu-pooling.md)."""
-    from .emitters.pool import recip_words
+    from ..lowering.emitters.pool import recip_words
 
     win = [int(w) for w in node.attrs["window_dimensions"]]
     kh, kw = (win[-2], win[-1]) if len(win) >= 2 else (1, win[-1] if win else 1)
@@ -106,7 +116,8 @@ def lut_bound(ref: np.ndarray, table_error: np.ndarray | float) -> np.ndarray:
 #   div (host 1/y, DPU multiply)    S = S_x/|y| + |x|S_y/y^2   V = V_x/y^2 + x^2 V_y/y^4 + 2D(z)
 #   x^k                             S, V through |k x^(k-1)|, + D(z)
 #   reduce_sum over K (fp32 out)    S = sum S_x                V = sum V_x + K (2^-24 |x|)^2
-#   a LUT function f (exp, tanh, sigmoid, rsqrt; a fused GELU / SiLU, ir/passes/fuse.py)
+#   a LUT function f (exp, tanh, sigmoid, rsqrt; an activation{kind}, ir/activations.py,
+#   whose f' is jax.grad of the kind's definition)
 #                                   S = |f'|S_x + table error  V = f'^2 V_x + D(f)
 #                                   (table error: lut.activation_error over the domain the
 #                                   compiler gives the table, calibrate.lut_domain; none for
@@ -127,19 +138,14 @@ def lut_bound(ref: np.ndarray, table_error: np.ndarray | float) -> np.ndarray:
 # sums here are over >= 32 independent terms). ``graph_bound`` returns it for every output.
 
 Z_SIGMA = 6.0
-SMALL_HOST_ELEMENTS = 1 << 14   # rules.eltwise.prefer_host: per-row vectors stay on the host
-
-
-def _lut_kind(op_text: str) -> str | None:
-    return {"exp": "exp", "tanh": "tanh", "logistic": "sigmoid", "rsqrt": "rsqrt"}.get(op_text)
 
 
 def _lut_error(kind: str, x: np.ndarray, softmax: bool = False) -> np.ndarray:
     """The table error of ``kind`` on inputs ``x`` with the domain the compiler gives it
     (calibrate.lut_domain, from the function alone), plus what the clamp to that domain
     changes; zero where the op has no data-independent domain (it runs on the host in f32)."""
-    from .calibrate import clamp_error, lut_domain
-    from .emitters import lut
+    from ..lowering.calibrate import clamp_error, lut_domain
+    from ..lowering.emitters import lut
 
     dom = lut_domain(kind, softmax)
     if dom is None or np.asarray(x).size == 0:    # host f32, or an empty split piece
@@ -164,170 +170,242 @@ def _round_var(v: np.ndarray) -> np.ndarray:
     return (U16 * np.abs(v)) ** 2 / 3.0
 
 
+def _f64(a) -> np.ndarray:
+    return np.asarray(a, np.float64)
+
+
+@dataclass
+class Err:
+    """What the oracle carries per value: the float64 value, its systematic part S and its
+    rounding variance V (the rules above)."""
+
+    val: np.ndarray
+    s: np.ndarray
+    v: np.ndarray
+
+
+@dataclass
+class At:
+    """One node as an error rule sees it: operands' values ``ins``, systematic parts ``ss``,
+    variances ``vs``; the result ``z`` and one fp16 rounding of it ``dz``."""
+
+    node: Node
+    ins: list[np.ndarray]
+    ss: list[np.ndarray]
+    vs: list[np.ndarray]
+    z: np.ndarray
+    dz: np.ndarray
+    producers: dict
+    folded: dict
+
+    def ev(self, args) -> np.ndarray:
+        """The node's own op on float64 stand-ins (data movement, contractions, sums)."""
+        cast = [np.asarray(a, v.type.dtype.to_numpy()) for a, v in zip(args, self.node.inputs)]
+        return _f64(evaluate(self.node.op, cast, self.node.attrs, self.node.out.type))
+
+
+ErrorRule = Callable[[At], tuple[np.ndarray, np.ndarray]]
+ERROR_RULES: dict[Op, ErrorRule] = {}
+
+
+def _rule(*ops: Op) -> Callable[[ErrorRule], ErrorRule]:
+    def register(f: ErrorRule) -> ErrorRule:
+        for op in ops:
+            assert op not in ERROR_RULES, f"two error rules for {op}"
+            ERROR_RULES[op] = f
+        return f
+    return register
+
+
+@_rule(Op.DOT_GENERAL, Op.CONV)
+def _contract(a: At):
+    x, w = a.ins
+    # the operands' systematic (table) errors meet mixed-sign weights: each output sums K of
+    # them with varying signs, so they add in quadrature like roundings
+    return (np.zeros_like(a.z),
+            a.ev([a.vs[0] + a.ss[0] ** 2, w * w]) + a.ev([x * x, a.vs[1] + a.ss[1] ** 2]) + a.dz)
+
+
+@_rule(Op.ADD, Op.SUB)
+def _add(a: At):
+    return (np.broadcast_to(a.ss[0] + a.ss[1], a.z.shape),
+            np.broadcast_to(a.vs[0] + a.vs[1], a.z.shape) + a.dz)
+
+
+@_rule(Op.MAX, Op.MIN)
+def _max(a: At):
+    return (np.broadcast_to(np.maximum(a.ss[0], a.ss[1]), a.z.shape),
+            np.broadcast_to(np.maximum(a.vs[0], a.vs[1]), a.z.shape))
+
+
+@_rule(Op.MUL)
+def _mul(a: At):
+    (x, y), (sx, sy), (vx, vy) = a.ins, a.ss, a.vs
+    return sx * np.abs(y) + np.abs(x) * sy + sx * sy, vx * y * y + x * x * vy + a.dz
+
+
+@_rule(Op.DIV)
+def _div(a: At):
+    (x, y), (sx, sy), (vx, vy) = a.ins, a.ss, a.vs
+    with np.errstate(all="ignore"):
+        return (sx / np.abs(y) + np.abs(x) * sy / y ** 2,
+                vx / y ** 2 + x * x * vy / y ** 4 + 2 * a.dz)
+
+
+@_rule(Op.NEG, Op.CONVERT)
+def _same(a: At):
+    return a.ss[0], a.vs[0]
+
+
+@_rule(*(op for op in Op if op.group is Group.SHAPE))
+def _move(a: At):
+    return a.ev(a.ss), a.ev(a.vs)
+
+
+@_rule(Op.INTEGER_POW)
+def _integer_pow(a: At):
+    k = int(a.node.attrs["y"])
+    d = np.abs(k * a.ins[0] ** (k - 1)) if k else np.zeros_like(a.z)
+    return d * a.ss[0], d * d * a.vs[0] + a.dz
+
+
+@_rule(Op.REDUCE_SUM)
+def _reduce_sum(a: At):
+    n = a.node
+    kk = int(np.prod([n.inputs[0].type.shape[ax] for ax in n.attrs["axes"]]))
+    return a.ev([a.ss[0]]), a.ev([a.vs[0]]) + kk * a.ev([(2.0 ** -24 * a.ins[0]) ** 2])
+
+
+@_rule(Op.REDUCE_MAX)
+def _reduce_max(a: At):
+    axes = tuple(a.node.attrs["axes"])
+    x, s, v = a.ins[0], a.ss[0], a.vs[0]
+    b = s + Z_SIGMA * np.sqrt(v)
+    with np.errstate(invalid="ignore"):
+        cand = x + b >= np.max(x - b, axis=axes, keepdims=True)
+    return (np.max(np.where(cand, s, 0.0), axis=axes).reshape(a.z.shape),
+            np.max(np.where(cand, v, 0.0), axis=axes).reshape(a.z.shape))
+
+
+@_rule(Op.REDUCE_WINDOW_MAX)
+def _window_max(a: At):
+    # the PPU's max picks one of its fp16 inputs: exact on them; the result carries the error
+    # of the element it picked, at most the worst in its window
+    return a.ev([a.ss[0]]), a.ev([a.vs[0]])
+
+
+@_rule(Op.REDUCE_WINDOW_SUM)
+def _window_sum(a: At):
+    # rules.pool: a PPU average (window sum x fp16 reciprocals, rounded to fp16 once) times
+    # the window size (one more fp16 rounding). The reciprocals' quantisation scales every
+    # output by the same factor: a systematic relative error.
+    return (a.ev([a.ss[0]]) + _pool_recip_error(a.node) * np.abs(a.z),
+            a.ev([a.vs[0]]) + 2 * a.dz)
+
+
+@_rule(Op.TAKE)
+def _take(a: At):
+    # a gather moves rows of the operand: their errors move with them (integer indices)
+    return a.ev([a.ss[0], a.ins[1]]), a.ev([a.vs[0], a.ins[1]])
+
+
+@_rule(Op.SELECT_N)
+def _select(a: At):
+    # each element is one case's element, chosen by an exact predicate
+    return a.ev([a.ins[0]] + a.ss[1:]), a.ev([a.ins[0]] + a.vs[1:])
+
+
+@_rule(*(op for op in Op if op.group is Group.COMPARE))
+def _compare(a: At):
+    if any(np.any(e != 0) for e in a.ss + a.vs):
+        raise NotImplementedError(
+            f"graph_bound: {a.node.op.text} at {a.node.loc} compares values that carry NPU "
+            f"error; a flipped comparison is not bounded by an additive rule")
+    return np.zeros_like(a.z), np.zeros_like(a.z)
+
+
+@_rule(Op.IOTA)
+def _exact(a: At):
+    return np.zeros_like(a.z), np.zeros_like(a.z)
+
+
+@_rule(Op.ACTIVATION)
+def _activation(a: At):
+    kind, x = a.node.attrs["kind"], a.ins[0]
+    d = activation(kind).derivative(x)
+    return d * a.ss[0] + _lut_error(kind, x), d ** 2 * a.vs[0] + a.dz
+
+
+@_rule(*(op for op in Op if op.group is Group.UNARY and op not in ERROR_RULES))
+def _unary(a: At):
+    n = a.node
+    if not n.out.type.dtype.is_float:
+        return np.zeros_like(a.z), np.zeros_like(a.z)
+
+    def fn(t):
+        return _f64(evaluate(n.op, [np.asarray(t, n.inputs[0].type.dtype.to_numpy())],
+                             n.attrs, n.out.type))
+    d = _deriv(fn, a.ins[0])
+    s = d * a.ss[0]
+    kind = LUT_FUNCS.get(n.op)
+    # rsqrt of a per-row vector (<= rules.eltwise.SMALL_HOST_ELEMENTS: LayerNorm's
+    # 1/sqrt(var + eps)) is computed on the host in f32 (the compiler's own rule)
+    if kind is not None and (kind != "rsqrt" or a.ins[0].size > SMALL_HOST_ELEMENTS):
+        from ..lowering.calibrate import is_max_subtracted
+        sm = kind == "exp" and is_max_subtracted(
+            lambda v: a.producers.get(v.id), lambda v: a.folded.get(v.id), n.inputs[0])
+        s = s + _lut_error(kind, a.ins[0], softmax=sm)
+    return s, d * d * a.vs[0] + a.dz
+
+
 def graph_bound(graph, params, inputs, trace: dict | None = None) -> list[np.ndarray]:
     """Per-element absolute error bound of every output of ``graph`` run on the NPU (rules
-    above), given the resident ``params`` and the run-time ``inputs``. ``trace`` (a dict)
-    receives (op, max systematic, max rounding sigma) per value id, for diagnosis."""
-    from ..ir.ops import Group, Op
-    from ..ir.passes.fuse import KNOWN, find_activations
-    from ..ir.reference import evaluate
-    from .calibrate import is_max_subtracted
-    from .fp16_range import saturate_consts
-    from .pipeline import fold_consts
+    above, ``ERROR_RULES`` keyed on the op), given the resident ``params`` and the run-time
+    ``inputs``. ``trace`` (a dict) receives (op, max systematic, max rounding sigma) per value
+    id, for diagnosis."""
+    from ..ir.composites import expand
+    from ..ir.passes.fuse import fuse
+    from ..lowering.fold import fold_consts
+    from ..lowering.fp16_range import saturate_consts
 
-    val: dict[int, np.ndarray] = {}
-    sy: dict[int, np.ndarray] = {}
-    va: dict[int, np.ndarray] = {}
-
-    def f64(a):
-        return np.asarray(a, np.float64)
-
-    def ev(node, args):
-        """The node's own op on float64 stand-ins (data movement, contractions, sums)."""
-        cast = [np.asarray(a, v.type.dtype.to_numpy()) for a, v in zip(args, node.inputs)]
-        return f64(evaluate(node.op, cast, node.attrs, node.out.type))
-
-    for v, a in zip(graph.inputs, inputs):
-        val[v.id] = f64(a)
-        sy[v.id] = np.zeros_like(val[v.id])
-        va[v.id] = _round_var(val[v.id]) if v.type.dtype.is_float else np.zeros_like(val[v.id])
+    # the bound describes the program, which the lowering builds from the fused graph with its
+    # composites expanded (lowering/pipeline.lower_graph)
+    graph = expand(fuse(graph))
+    env: dict[int, Err] = {}
+    for v, x in zip(graph.inputs, inputs):
+        val = _f64(x)
+        env[v.id] = Err(val, np.zeros_like(val),
+                        _round_var(val) if v.type.dtype.is_float else np.zeros_like(val))
     folded = saturate_consts(fold_consts(graph, params))
     producers = graph.producers()
-    fused = find_activations(graph, folded)
 
-    def visit(n) -> None:
+    def compute(n: Node, args: list[Err]) -> Err:
         o = n.out.id
         if o in folded and n.op is not Op.IOTA:
-            val[o] = f64(folded[o])
-            sy[o] = np.zeros_like(val[o])
+            val = _f64(folded[o])
             # a constant fp16 holds exactly (a mask's saturated -2^15, 0, a power of two, a
             # small integer) carries no rounding; a non-finite one (softmax's -inf) is exact
             with np.errstate(over="ignore", invalid="ignore"):
-                exact = ~np.isfinite(val[o]) | (val[o].astype(np.float16).astype(np.float64)
-                                                 == val[o])
-            va[o] = np.where(exact, 0.0, _round_var(np.where(exact, 0, val[o]))) \
-                if n.out.type.dtype.is_float else np.zeros_like(val[o])
-            return
-        ins = [val[v.id] for v in n.inputs]
-        ss = [sy[v.id] for v in n.inputs]
-        vs = [va[v.id] for v in n.inputs]
-        z = ev(n, ins)
-        val[o] = z
-        dz = _round_var(z)
+                exact = ~np.isfinite(val) | (val.astype(np.float16).astype(np.float64) == val)
+            var = np.where(exact, 0.0, _round_var(np.where(exact, 0, val))) \
+                if n.out.type.dtype.is_float else np.zeros_like(val)
+            return Err(val, np.zeros_like(val), var)
+        at = At(n, [e.val for e in args], [e.s for e in args], [e.v for e in args],
+                np.zeros(0), np.zeros(0), producers, folded)
+        z = at.ev(at.ins)
+        at.z, at.dz = z, _round_var(z)
         if not n.out.type.dtype.is_float and n.op.group is not Group.COMPARE:
             # integer and bool math (positions, index arithmetic, mask logic) is exact
-            sy[o] = va[o] = np.zeros_like(z)
-            return
-        if o in fused:
-            act = fused[o]
-            x = val[act.x.id]
-            d = _deriv(KNOWN[act.kind], x)
-            sy[o] = d * sy[act.x.id] + _lut_error(act.kind, x)
-            va[o] = d ** 2 * va[act.x.id] + dz
-            return
-        if n.op in (Op.DOT_GENERAL, Op.CONV):
-            a, b = ins
-            # the operands' systematic (table) errors meet mixed-sign weights: each output
-            # sums K of them with varying signs, so they add in quadrature like roundings
-            sy[o] = np.zeros_like(z)
-            va[o] = ev(n, [vs[0] + ss[0] ** 2, b * b]) + ev(n, [a * a, vs[1] + ss[1] ** 2]) + dz
-        elif n.op in (Op.ADD, Op.SUB):
-            sy[o] = np.broadcast_to(ss[0] + ss[1], z.shape)
-            va[o] = np.broadcast_to(vs[0] + vs[1], z.shape) + dz
-        elif n.op in (Op.MAX, Op.MIN):
-            sy[o] = np.broadcast_to(np.maximum(ss[0], ss[1]), z.shape)
-            va[o] = np.broadcast_to(np.maximum(vs[0], vs[1]), z.shape)
-        elif n.op is Op.MUL:
-            x, y = ins
-            sy[o] = ss[0] * np.abs(y) + np.abs(x) * ss[1] + ss[0] * ss[1]
-            va[o] = vs[0] * y * y + x * x * vs[1] + dz
-        elif n.op is Op.DIV:
-            x, y = ins
-            with np.errstate(all="ignore"):
-                sy[o] = ss[0] / np.abs(y) + np.abs(x) * ss[1] / y ** 2
-                va[o] = vs[0] / y ** 2 + x * x * vs[1] / y ** 4 + 2 * dz
-        elif n.op is Op.NEG or n.op is Op.CONVERT:
-            sy[o], va[o] = ss[0], vs[0]
-        elif n.op.group is Group.SHAPE:
-            sy[o], va[o] = ev(n, ss), ev(n, vs)
-        elif n.op is Op.INTEGER_POW:
-            k = int(n.attrs["y"])
-            d = np.abs(k * ins[0] ** (k - 1)) if k else np.zeros_like(z)
-            sy[o], va[o] = d * ss[0], d * d * vs[0] + dz
-        elif n.op is Op.REDUCE_SUM:
-            kk = int(np.prod([n.inputs[0].type.shape[a] for a in n.attrs["axes"]]))
-            sy[o] = ev(n, [ss[0]])
-            va[o] = ev(n, [vs[0]]) + kk * ev(n, [(2.0 ** -24 * ins[0]) ** 2])
-        elif n.op is Op.REDUCE_MAX:
-            axes = tuple(n.attrs["axes"])
-            x = ins[0]
-            b = ss[0] + Z_SIGMA * np.sqrt(vs[0])
-            with np.errstate(invalid="ignore"):
-                cand = x + b >= np.max(x - b, axis=axes, keepdims=True)
-            sy[o] = np.max(np.where(cand, ss[0], 0.0), axis=axes).reshape(z.shape)
-            va[o] = np.max(np.where(cand, vs[0], 0.0), axis=axes).reshape(z.shape)
-        elif n.op is Op.REDUCE_WINDOW_MAX:
-            # the PPU's max picks one of its fp16 inputs: exact on them; the result carries
-            # the error of the element it picked, at most the worst in its window
-            sy[o], va[o] = ev(n, [ss[0]]), ev(n, [vs[0]])
-        elif n.op is Op.REDUCE_WINDOW_SUM:
-            # rules.pool: a PPU average (window sum x fp16 reciprocals, rounded to fp16 once)
-            # times the window size (one more fp16 rounding). The reciprocals' quantisation
-            # scales every output by the same factor: a systematic relative error.
-            sy[o] = ev(n, [ss[0]]) + _pool_recip_error(n) * np.abs(z)
-            va[o] = ev(n, [vs[0]]) + 2 * dz
-        elif n.op is Op.TAKE:
-            # a gather moves rows of the operand: their errors move with them (the indices
-            # are integers, exact)
-            sy[o], va[o] = ev(n, [ss[0], ins[1]]), ev(n, [vs[0], ins[1]])
-        elif n.op is Op.SELECT_N:
-            # each element is one case's element, chosen by an exact predicate
-            sy[o] = ev(n, [ins[0]] + ss[1:])
-            va[o] = ev(n, [ins[0]] + vs[1:])
-        elif n.op.group is Group.COMPARE:
-            if any(np.any(e != 0) for e in ss + vs):
-                raise NotImplementedError(
-                    f"graph_bound: {n.op.text} at {n.loc} compares values that carry NPU "
-                    f"error; a flipped comparison is not bounded by an additive rule")
-            sy[o] = va[o] = np.zeros_like(z)
-        elif n.op is Op.IOTA:
-            sy[o] = va[o] = np.zeros_like(z)
-        elif n.op.group is Group.UNARY and n.out.type.dtype.is_float:
-            def fn(t, n=n):
-                return f64(evaluate(n.op, [np.asarray(t, n.inputs[0].type.dtype.to_numpy())],
-                                    n.attrs, n.out.type))
-            d = _deriv(fn, ins[0])
-            sy[o] = d * ss[0]
-            va[o] = d * d * vs[0] + dz
-            kind = _lut_kind(n.op.text)
-            # rsqrt of a per-row vector (<= rules.eltwise.SMALL_HOST_ELEMENTS: LayerNorm's
-            # 1/sqrt(var + eps)) is computed on the host in f32 (the compiler's own rule)
-            if kind is not None and (kind != "rsqrt" or ins[0].size > SMALL_HOST_ELEMENTS):
-                sm = kind == "exp" and is_max_subtracted(
-                    lambda v: producers.get(v.id), lambda v: folded.get(v.id), n.inputs[0])
-                sy[o] = sy[o] + _lut_error(kind, ins[0], softmax=sm)
-        elif n.out.type.dtype.is_float:
+            return Err(z, np.zeros_like(z), np.zeros_like(z))
+        rule = ERROR_RULES.get(n.op)
+        if rule is None:
             raise NotImplementedError(f"graph_bound has no error rule for {n.op.text}")
-        else:
-            sy[o] = va[o] = np.zeros_like(z)
+        s, var = rule(at)
+        return Err(z, s, var)
 
-    # values are freed after their last reader (an attention's [H, T, T] float64 triple is
-    # hundreds of MB at T = 1500): peak memory is the live set, not the whole graph
-    last: dict[int, int] = {}
-    for i, n in enumerate(graph.nodes):
-        for v in n.inputs:
-            last[v.id] = i
-        if n.out.id in fused:
-            last[fused[n.out.id].x.id] = i
-    keep = {v.id for v in graph.outputs}
-    for i, n in enumerate(graph.nodes):
-        visit(n)
-        o = n.out.id
-        if trace is not None and o in sy and sy[o].size:
-            trace[o] = (n.op.text, float(np.max(sy[o])), float(np.sqrt(np.max(va[o]))))
-        dead = {v.id for v in n.inputs} | ({fused[o].x.id} if o in fused else set()) | {o}
-        for d in dead:
-            if last.get(d, -1) <= i and d not in keep:
-                for m in (val, sy, va):
-                    m.pop(d, None)
-    return [np.asarray(sy[v.id] + Z_SIGMA * np.sqrt(va[v.id])) + FLOOR for v in graph.outputs]
+    def observe(n: Node, e: Err) -> None:
+        if trace is not None and e.s.size:
+            trace[n.out.id] = (n.op.text, float(np.max(e.s)), float(np.sqrt(np.max(e.v))))
+
+    outs = walk(graph, env, compute, observe)
+    return [np.asarray(e.s + Z_SIGMA * np.sqrt(e.v)) + FLOOR for e in outs]
