@@ -41,7 +41,7 @@ _THROUGH = (Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.CONVERT, Op.MUL, Op.DIV)
 
 
 @dataclass
-class Group:
+class LineGroup:
     index: int
     name: str                       # e.g. "models/whisper.py:113-120" or "stem"
     value: Value                    # the group's last value: what is compared
@@ -61,11 +61,11 @@ class CheckReport:
     backend: str
     threshold: float
     by: str
-    groups: list[Group] = field(default_factory=list)
+    groups: list[LineGroup] = field(default_factory=list)
     plan_available: bool = False
 
     @property
-    def first_under(self) -> Group | None:
+    def first_under(self) -> LineGroup | None:
         """The first group whose cosine is under the threshold (or whose NPU value is not
         finite), None when every group passes."""
         for g in self.groups:
@@ -233,7 +233,7 @@ def _computed(graph: Graph) -> list[Node]:
     return out
 
 
-def make_groups(graph: Graph, by: str = "auto") -> tuple[list[Group], str]:
+def make_groups(graph: Graph, by: str = "auto") -> tuple[list[LineGroup], str]:
     """(groups, the grouping used); every group's value is a float value (module docstring)."""
     nodes = [n for n in _computed(graph)]
     if by == "auto":
@@ -274,7 +274,7 @@ def make_groups(graph: Graph, by: str = "auto") -> tuple[list[Group], str]:
         end = _short_loc(floats[-1])
         k = seen.get(end, 0)
         seen[end] = k + 1
-        groups.append(Group(len(groups), f"{end} [{k}]", floats[-1].out, part, lines))
+        groups.append(LineGroup(len(groups), f"{end} [{k}]", floats[-1].out, part, lines))
     return groups, by
 
 
@@ -315,7 +315,7 @@ def _range_plan_records(*runners: Any) -> list | None:
     return list(plan() if callable(plan) else plan)
 
 
-def _plan_summary(records: list | None, group: Group) -> str:
+def _plan_summary(records: list | None, group: LineGroup) -> str:
     if records is None:
         return "n/a"
     ids = {n.out.id for n in group.nodes}

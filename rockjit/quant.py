@@ -185,7 +185,7 @@ class QConv2d:
                  groups: int = 1, rounding: str = "single", profile: str = "rk3588",
                  name: str = "qconv", max_rows: int | None = None,
                  max_kernels: int | None = None) -> None:
-        from .lowering.emitters.conv import ConvRequant, ConvSpec, conv_layouts, lower_qconv2d
+        from .lowering.emitters.conv import ConvRequant, ConvSpec, conv_layouts, build_qconv2d
         from .lowering.profile import get_profile
         from .lowering.regcmd import LoweringError
 
@@ -230,7 +230,7 @@ class QConv2d:
         cr = ConvRequant(pad_value=x.zero_point, ow_op=-w.zero_point, scale=rq.scale,
                          shift=rq.cvt_shift, offset=offset, round_away=True)
         try:
-            self.program = lower_qconv2d(spec, self.profile, wt, vec + t * unit, cr, name=name,
+            self.program = build_qconv2d(spec, self.profile, wt, vec + t * unit, cr, name=name,
                                          max_rows=max_rows, max_kernels=max_kernels)
         except LoweringError as e:
             raise QuantError(str(e)) from None

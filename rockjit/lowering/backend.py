@@ -61,7 +61,7 @@ class NpuRunner:
     def load(self):
         """Load the image on this backend's device (made on first use); returns the program."""
         from ..runtime import DeviceError
-        from .program import NpuProgram
+        from .loaded_graph import LoadedGraph
 
         if self.builder is None:
             self.compile()
@@ -69,7 +69,7 @@ class NpuRunner:
             try:
                 if self.device is None:
                     self.device = self._open_device(self.image.contexts)
-                self.program = NpuProgram(self.lowered, self.device, builder=self.builder)
+                self.program = LoadedGraph(self.lowered, self.device, builder=self.builder)
             except DeviceError:
                 self._drop_device()  # a half-built program's BOs go with the device
                 raise

@@ -1,5 +1,5 @@
 """The lowering's last stage: a lowered graph -> a ProgramImage (plain data, runtime/image.py),
-which the runtime loads (runtime/program.py: ImageProgram) and a bundle stores.
+which the runtime loads (runtime/program.py: LoadedImage) and a bundle stores.
 
 ``ImageBuilder`` runs named steps, each filling the attributes the next ones read:
   * ``_schedule``: the calls in step order (schedule.py);
@@ -50,8 +50,8 @@ from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
 from .arith import round_up
 from .memory import ArenaPlan, BufReq, check_plan, plan_arena
-from .opprogram import HostStep
-from .schedule import JobRef, Step, call_spans, runtime_jobs, schedule
+from .op_lowering import HostStep
+from .schedule import JobRef, ScheduledStep, call_spans, runtime_jobs, schedule
 
 _ARENA_SLACK = 4096  # emitters may read a padded span past the last tensor
 
@@ -95,7 +95,7 @@ class ImageBuilder:
 
     # ------------------------------------------------------------------ memory plan
     def _schedule(self) -> None:
-        self.steps: list[Step] = schedule(self.calls, self.cores)
+        self.steps: list[ScheduledStep] = schedule(self.calls, self.cores)
 
     def _liveness(self) -> None:
         spans = call_spans(self.steps, len(self.calls))

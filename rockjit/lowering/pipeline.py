@@ -1,4 +1,4 @@
-"""The lowering driver: IR graph -> placed calls -> memory plan -> schedule -> NpuProgram.
+"""The lowering driver: IR graph -> placed calls -> memory plan -> schedule -> LoadedGraph.
 
     graph (canonicalized + constfolded by the frontend)
       -> range plan (range_plan.py): a bound for every float value; sums of squares that
@@ -15,7 +15,7 @@
       -> program (program.py): BOs, relocations, jobs, host steps -> runtime Program
 
 Broadcasts of run-time values are lowered lazily: a per-row operand is consumed by its user's
-emitter (eltwise.lower_binary_row) and never materialized; only a user that needs the
+emitter (eltwise.build_binary_row) and never materialized; only a user that needs the
 broadcast tensor itself triggers its (host) lowering.
 """
 from __future__ import annotations

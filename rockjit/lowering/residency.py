@@ -11,7 +11,7 @@ from ..ir.graph import Value
 from ..ir.types import DType
 from .layouts import WeightLayout
 from .lowered import Buf, ConversionError, PlacedCall
-from .opprogram import BufferSpec
+from .op_lowering import BufferSpec
 from .rules import forms as F
 from .rules.base import CubeForm, Form, NoNpuForm, OpCall, RowForm, Tensor, Use, WeightForm
 

@@ -1,4 +1,4 @@
-"""Runs an emitted OpProgram on the C simulator (strict mode), plus the helpers the element-wise,
+"""Runs an emitted OpLowering on the C simulator (strict mode), plus the helpers the element-wise,
 LUT, pooling and reduction tests share: the register-by-register comparison with a foreign
 (conformance) program. The tests at the bottom check the harness itself against conformance
 data, so a harness bug cannot hide behind the emitter tests."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rockjit.lowering import registers as R
-from rockjit.lowering.opprogram import HostStep, NpuStep, OpProgram
+from rockjit.lowering.op_lowering import HostStep, NpuStep, OpLowering
 from rockjit.lowering.profile import get_profile
 
 from lowering_testutil import (PAGE, SIM_MISSING, Memory, SimRunError, blob, case_dir,  # noqa: F401
@@ -27,7 +27,7 @@ SENTINEL = 0xAA
 HostImpl = Mapping[str, object]
 
 
-def run_program(prog: OpProgram, inputs: Mapping[str, np.ndarray | bytes],
+def run_program(prog: OpLowering, inputs: Mapping[str, np.ndarray | bytes],
                 host_impls: Mapping[str, object] | None = None) -> "OpRun":
     """Run ``prog`` through the real runtime (rockjit.lowering.oprun: one BO per buffer,
     relocations patched at load, NPU jobs on a strict SimDevice, host steps in the C

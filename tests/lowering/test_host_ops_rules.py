@@ -12,7 +12,7 @@ from rockjit.errors import VerifyError
 from rockjit.ir.ops import Op
 from rockjit.ir.types import DType, TensorType
 from rockjit.lowering.host_rules import (HOST_RULES, UNARY_CODES, lower_on_host, run_on_host)
-from rockjit.lowering.opprogram import HostStep
+from rockjit.lowering.op_lowering import HostStep
 from rockjit.lowering.regcmd import LoweringError
 from rockjit.runtime.errors import ProgramError
 

@@ -11,7 +11,7 @@ from rockjit.lowering import tolerance as T
 
 
 def program_fingerprint(program) -> str:
-    """``program``: anything holding the ``lowered`` graph (the NPU runner, an NpuProgram).
+    """``program``: anything holding the ``lowered`` graph (the NPU runner, an LoadedGraph).
     A digest of everything a lowered program is made of: where each op ran, every placed
     call's buffer binding, every kick's regcmd words and relocations, every host step and
     every compile-time byte. Two programs with equal digests run the same words on the same
