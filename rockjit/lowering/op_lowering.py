@@ -98,7 +98,7 @@ class OpLowering:
         for b in self.buffers:
             if b.name == name:
                 return b
-        raise KeyError(f"op program has no buffer {name!r}")
+        raise KeyError(f"op lowering has no buffer {name!r}")
 
     def jobs(self) -> Sequence[NpuJob]:
         return [j for s in self.steps if isinstance(s, NpuStep) for j in s.jobs]

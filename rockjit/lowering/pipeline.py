@@ -12,7 +12,7 @@
          concat's result cube (_plan_slots / _slot_tensor), so the concat is a view
       -> memory plan (memory.py): one arena, liveness reuse, views share bytes, zero tails
       -> schedule (schedule.py): step order, parallel jobs over the cores
-      -> program (program.py): BOs, relocations, jobs, host steps -> runtime Program
+      -> image (image_builder.py): BOs, relocations, jobs, host steps -> runtime Program
 
 Broadcasts of run-time values are lowered lazily: a per-row operand is consumed by its user's
 emitter (eltwise.build_binary_row) and never materialized; only a user that needs the
@@ -230,7 +230,7 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
 def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
                 profile: ChipProfile | str = "rk3588") -> LoweredGraph:
     """Partition, lower and place every node of ``graph``; the memory plan and the program are
-    made by ``build_program`` (program.py).
+    made by ``ImageBuilder`` (image_builder.py).
 
     The result depends on the graph, the resident ``params`` and the profile only: no run-time
     value is looked at (LUT domains come from the functions, calibrate.py), so compiling from

@@ -4,7 +4,7 @@ encoder paths.
 
 Three bugs, none visible at batch 1:
 
-* multicore scratch (program.py): the patchify conv's im2col cube is op scratch filled by a
+* multicore scratch (image_builder.py): the patchify conv's im2col cube is op scratch filled by a
   host step (context 0); the matmul job of image 1 runs on core 1 and read that core's mirror,
   which nothing had copied: every image but the first came out 0.
 * element-wise padded spans (pipeline.py, eltwise.py): the flat view reads past the bytes its
