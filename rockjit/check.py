@@ -305,7 +305,7 @@ def _range_plan_records(*runners: Any) -> list | None:
     """The range plan's records of the first runner whose program has one (None: the
     compiler keeps no range plan)."""
     for r in runners:
-        plan = getattr(getattr(r, "program", None), "range_plan", None)
+        plan = getattr(getattr(r, "loaded_graph", None), "range_plan", None)
         if plan is not None:
             break
     else:
@@ -359,7 +359,7 @@ def check(compiled, *args: Any, threshold: float = DEFAULT_THRESHOLD, by: str = 
             raise
         raise InputRangeError(f"{where[e.index]}: {e}", e.index) from None
     finally:
-        close = getattr(getattr(runner, "program", None), "close", None)
+        close = getattr(getattr(runner, "loaded_graph", None), "close", None)
         if close is not None:
             close()
     rep = CheckReport(getattr(graph, "name", "main"), compiled.backend, threshold, used,

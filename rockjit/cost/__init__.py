@@ -43,7 +43,7 @@ def program_of(compiled: Any) -> Any:
     if hasattr(compiled, "lowered") and hasattr(compiled, "steps"):
         return compiled
     runner = getattr(compiled, "_runner", None)
-    prog = getattr(runner, "program", None)
+    prog = getattr(runner, "loaded_graph", None)
     if prog is None:
         raise ValueError("no NPU program to model: compile with an NPU backend (sim, null, "
                          "rocket) and call the function once before asking for its cost")

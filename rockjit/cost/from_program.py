@@ -43,7 +43,7 @@ def describe(prog: Any) -> CostProgram:
         for jr in st.jobs:
             pc = calls[jr.call]
             nodes.append(pc.node)
-            per_task_macs = pc.call.program.macs / max(1, call_tasks[jr.call])
+            per_task_macs = pc.call.lowering.macs / max(1, call_tasks[jr.call])
             prec = "int8" if jr.job.integer else "fp16"
             for kicks, chained in runtime_jobs(jr.job):
                 tasks = []

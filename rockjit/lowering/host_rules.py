@@ -210,7 +210,7 @@ class _NodeLowering:
         t = self.types[name]
         return Slice(name, 0, t.size * t.dtype.to_numpy().itemsize)
 
-    def program(self) -> OpLowering:
+    def finish(self) -> OpLowering:
         return OpLowering(tuple(self.buffers), tuple(self.steps))
 
 
@@ -224,7 +224,7 @@ def _elementwise(kind: str, code: int) -> HostRule:
         ins = [p.dense(f"in{i}") for i in range(len(node.inputs))]
         iparams = (int(node.attrs["y"]),) if node.op is Op.INTEGER_POW else ()
         p.step(kind, shape, p.dense("out"), ins, code=code, iparams=iparams)
-        return p.program()
+        return p.finish()
     return rule
 
 
@@ -234,7 +234,7 @@ def _copy_rule(node: Node) -> OpLowering:
     n = node.out.type.size
     p.step("copy", (n,), HostView("out", node.out.type.dtype, 0, (1,)),
            [HostView("in0", node.inputs[0].type.dtype, 0, (1,))])
-    return p.program()
+    return p.finish()
 
 
 def _transpose(node: Node) -> OpLowering:
@@ -243,7 +243,7 @@ def _transpose(node: Node) -> OpLowering:
     perm = node.attrs["permutation"]
     src = HostView("in0", node.inputs[0].type.dtype, 0, [xs[a] for a in perm])
     p.step("copy", node.out.type.shape, p.dense("out"), [src])
-    return p.program()
+    return p.finish()
 
 
 def _broadcast_in_dim(node: Node) -> OpLowering:
@@ -255,7 +255,7 @@ def _broadcast_in_dim(node: Node) -> OpLowering:
         if x.shape[i] == out.shape[d]:  # a size-1 operand dim repeats: stride 0
             strides[d] = xs[i]
     p.step("copy", out.shape, p.dense("out"), [HostView("in0", x.dtype, 0, strides)])
-    return p.program()
+    return p.finish()
 
 
 def _slice(node: Node) -> OpLowering:
@@ -266,7 +266,7 @@ def _slice(node: Node) -> OpLowering:
     offset = sum(s * st for s, st in zip(start, xs))
     src = HostView("in0", x.dtype, offset, [st * k for st, k in zip(xs, steps)])
     p.step("copy", node.out.type.shape, p.dense("out"), [src])
-    return p.program()
+    return p.finish()
 
 
 def _concatenate(node: Node) -> OpLowering:
@@ -281,7 +281,7 @@ def _concatenate(node: Node) -> OpLowering:
         p.step("copy", t.shape, HostView("out", out.dtype, at * os_[dim], os_),
                [p.dense(f"in{i}")])
         at += t.shape[dim]
-    return p.program()
+    return p.finish()
 
 
 def _pad(node: Node) -> OpLowering:
@@ -305,7 +305,7 @@ def _pad(node: Node) -> OpLowering:
         o_strides.append(os_[d] * step)
     p.step("copy", counts, HostView("out", out.dtype, o_off, o_strides),
            [HostView("in0", x.dtype, x_off, xs)])
-    return p.program()
+    return p.finish()
 
 
 def _select_n(node: Node) -> OpLowering:
@@ -320,7 +320,7 @@ def _select_n(node: Node) -> OpLowering:
         cases = [p.dense(f"in{1 + k}") for k in range(first, min(first + 2, ncases))]
         p.step("select", out.shape, p.dense("out"),
                [HostView("in0", which.dtype, 0, w_strides), *cases], iparams=(first, ncases))
-    return p.program()
+    return p.finish()
 
 
 def _reduce(node: Node) -> OpLowering:
@@ -332,7 +332,7 @@ def _reduce(node: Node) -> OpLowering:
     mask = sum(1 << a for a in axes)
     p.step("reduce", x.shape, HostView("out", out.dtype, 0, o_strides), [p.dense("in0")],
            code=REDUCE_CODES[node.op], axis_mask=mask)
-    return p.program()
+    return p.finish()
 
 
 def _reduce_window(node: Node) -> OpLowering:
@@ -359,7 +359,7 @@ def _reduce_window(node: Node) -> OpLowering:
     mask = sum(1 << (x.rank + d) for d in range(x.rank))
     p.step("reduce", tuple(out.shape) + tuple(win), HostView("out", out.dtype, 0, o_strides),
            [HostView("in0", x.dtype, 0, in_strides)], code=REDUCE_CODES[node.op], axis_mask=mask)
-    return p.program()
+    return p.finish()
 
 
 def _take(node: Node) -> OpLowering:
@@ -374,14 +374,14 @@ def _take(node: Node) -> OpLowering:
     p.step("take", out.shape, p.dense("out"),
            [HostView("in0", x.dtype, 0, x_strides), HostView("in1", idx.dtype, 0, i_strides)],
            iparams=(xs[axis], x.shape[axis]))
-    return p.program()
+    return p.finish()
 
 
 def _iota(node: Node) -> OpLowering:
     p = _NodeLowering(node)
     p.step("iota", node.out.type.shape, p.dense("out"), [],
            iparams=(node.attrs["dimension"],))
-    return p.program()
+    return p.finish()
 
 
 HOST_RULES: dict[Op, HostRule] = {

@@ -157,7 +157,7 @@ class ImageBuilder:
         """Per context, the regions of the calls whose jobs run there."""
         self.roff: dict[tuple[int, int], int] = {}
         self.rsize: dict[int, int] = {c: 0 for c in range(self.ncores)}
-        self.rspec = {ci: next((sp for sp in pc.call.program.buffers if sp.role == "regcmd"), None)
+        self.rspec = {ci: next((sp for sp in pc.call.lowering.buffers if sp.role == "regcmd"), None)
                       for ci, pc in enumerate(self.calls)}
         for st in self.steps:
             for jr in st.jobs:
@@ -420,7 +420,7 @@ class ImageBuilder:
     # ------------------------------------------------------------------ stats and signatures
     def _stats(self) -> dict[str, int]:
         n, calls, decisions = self._count, self.calls, self.lowered.decisions
-        useful = sum(pc.call.program.macs for pc in calls if pc.call.where == "npu"
+        useful = sum(pc.call.lowering.macs for pc in calls if pc.call.where == "npu"
                      and pc.call.emitter.startswith(("matmul", "conv")))
         stats = {
             "npu_steps": n["npu_steps"], "jobs": n["jobs"], "tasks": n["tasks"],
@@ -429,7 +429,7 @@ class ImageBuilder:
             "host_bytes_copied": n["copied"], "retiles": self.lowered.retiles,
             "device_bytes_read": n["dev_read"], "device_bytes_written": n["dev_written"],
             "macs": useful,
-            "device_macs": sum(pc.call.program.macs for pc in calls if pc.call.where == "npu"),
+            "device_macs": sum(pc.call.lowering.macs for pc in calls if pc.call.where == "npu"),
             "arena_bytes": self.plan.size, "arena_bytes_without_reuse": self.plan.naive_size,
             "weights_bytes": self.weights_bytes, "regcmd_bytes": self.regcmd_bytes,
             "npu_ops": sum(1 for d in decisions if d.where == "npu"),
@@ -456,7 +456,7 @@ class ImageBuilder:
 
     # ------------------------------------------------------------------ helpers
     def _spec(self, ci: int, name: str) -> Any:
-        for s in self.calls[ci].call.program.buffers:
+        for s in self.calls[ci].call.lowering.buffers:
             if s.name == name:
                 return s
         return None

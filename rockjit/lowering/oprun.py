@@ -41,7 +41,7 @@ class OpRun:
         return self.stats.get("kicks", 0)
 
 
-def run_op_program(prog: OpLowering, inputs: Mapping[str, Any], device: Any = None,
+def run_op_lowering(prog: OpLowering, inputs: Mapping[str, Any], device: Any = None,
                    sentinel: int = SENTINEL) -> OpRun:
     """``inputs``: bytes for every input buffer, by name. ``device``: a runtime device (default:
     a strict single-core SimDevice made for this run)."""

@@ -36,7 +36,7 @@ class Residency:
     def _place_call(self, call: OpCall, group: int, label: str,
                     out_tensors: dict[int, Tensor]) -> None:
         binding: dict[str, tuple[int, int]] = {}
-        prog = call.program
+        prog = call.lowering
         # inputs first (conversions they need are placed before this call)
         for spec in prog.buffers:
             if spec.role != "input":

@@ -64,22 +64,22 @@ def schedule(calls: Sequence, cores: int) -> list[ScheduledStep]:
         while j + 1 < len(calls) and calls[j + 1].group == calls[i].group:
             j += 1
         members = list(range(i, j + 1))
-        sigs = {_signature(calls[k].call.program) for k in members}
+        sigs = {_signature(calls[k].call.lowering) for k in members}
         if len(members) > 1 and len(sigs) == 1:
             sig = sigs.pop()
             for pos, kind in enumerate(sig):
                 if kind == "host":
                     for k in members:
-                        steps.append(ScheduledStep("host", host=(k, calls[k].call.program.steps[pos])))
+                        steps.append(ScheduledStep("host", host=(k, calls[k].call.lowering.steps[pos])))
                 else:
                     st = ScheduledStep("npu")
                     for k in members:
-                        for jb in calls[k].call.program.steps[pos].jobs:
+                        for jb in calls[k].call.lowering.steps[pos].jobs:
                             st.jobs.append(JobRef(k, jb, len(st.jobs) % max(cores, 1)))
                     steps.append(st)
         else:
             for k in members:
-                for s in calls[k].call.program.steps:
+                for s in calls[k].call.lowering.steps:
                     if isinstance(s, HostStep):
                         steps.append(ScheduledStep("host", host=(k, s)))
                     else:

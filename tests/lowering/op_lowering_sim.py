@@ -23,8 +23,8 @@ def run_program(prog: OpLowering, inputs: dict[str, np.ndarray]):
     strict SimDevice, host steps -- K-partial sums, im2col copies -- in the C host-op
     library). Outputs and scratch start as 0xAA so a byte the program should write but does
     not shows up."""
-    from rockjit.lowering.oprun import run_op_program
-    return run_op_program(prog, inputs, sentinel=SENTINEL)
+    from rockjit.lowering.oprun import run_op_lowering
+    return run_op_lowering(prog, inputs, sentinel=SENTINEL)
 
 
 def stride_of(prog: OpLowering, name: str, batch: int) -> int:

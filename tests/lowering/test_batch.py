@@ -37,7 +37,7 @@ def run_poisoned(fn, params, *xs):
     f = rockjit.compile(fn, resident_argnums=0, backend="sim")
     f(params, *xs)
     c = f.compiled(params, *xs)
-    prog = c._runner.program
+    prog = c._runner.loaded_graph
     poison = np.full(prog.arena_bytes, 0xFF, np.uint8)
     for arena, _, _ in prog.context_bos.values():
         prog.program.write(arena, poison)
@@ -45,7 +45,7 @@ def run_poisoned(fn, params, *xs):
             if b.kind == "arena" and b.zero:
                 prog.program.write(arena, np.zeros(b.size, np.uint8), prog.plan.offsets[b.id])
     got = f(params, *xs)
-    assert c._runner.program is prog          # the same program ran on the poisoned arena
+    assert c._runner.loaded_graph is prog          # the same program ran on the poisoned arena
     ref = fn(params, *xs)
     bounds = T.graph_bound(c.graph, c.params, list(xs))
     if not isinstance(ref, (tuple, list)):

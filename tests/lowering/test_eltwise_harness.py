@@ -34,13 +34,13 @@ def run_program(prog: OpLowering, inputs: Mapping[str, np.ndarray | bytes],
     host-step library). Outputs and scratch start as a 0xAA sentinel so an unwritten byte is
     visible. ``host_impls`` is accepted for old callers and must be empty or name only kinds
     the runtime implements: host steps never run in a Python model here."""
-    from rockjit.lowering.oprun import run_op_program
+    from rockjit.lowering.oprun import run_op_lowering
     from rockjit.runtime.host_steps import HOST_STEPS
 
     unknown = set(host_impls or {}) - set(HOST_STEPS)
     if unknown:
         raise KeyError(f"host step kinds {sorted(unknown)} are not runtime host steps")
-    return run_op_program(prog, {k: (np.frombuffer(v, np.uint8) if isinstance(v, bytes) else v)
+    return run_op_lowering(prog, {k: (np.frombuffer(v, np.uint8) if isinstance(v, bytes) else v)
                                  for k, v in inputs.items()}, sentinel=SENTINEL)
 
 

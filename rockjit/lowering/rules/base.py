@@ -164,7 +164,7 @@ class Use:
 
 @dataclass
 class OpCall:
-    program: OpLowering
+    lowering: OpLowering
     operands: tuple[Use, ...]      # BufferSpec.bind of an input -> operands[bind]
     results: tuple[Use, ...]       # BufferSpec.bind of an output -> results[bind]
     label: str = ""
