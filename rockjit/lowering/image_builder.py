@@ -472,9 +472,3 @@ class ImageBuilder:
         if "kernels" in p:
             return int(p["kernels"] * p["channels"] * p["kh"] * p["kw"] * p["esize"])
         return sum(s.nbytes for s in hs.operands.values())
-
-
-def build_image(lowered: LoweredGraph, contexts: int | None = None) -> ProgramImage:
-    """The program image of a lowered graph for ``contexts`` device contexts (default: the
-    chip profile's core count)."""
-    return ImageBuilder(lowered, contexts).image

@@ -101,10 +101,6 @@ class EmittedTask:
     def __len__(self) -> int:
         return len(self.words)
 
-    @property
-    def body_words(self) -> int:
-        return len(self.words) - TRAILER_WORDS
-
     def array(self, addresses: Mapping[str, int] | None = None) -> np.ndarray:
         """The words as little-endian u64, relocations patched when ``addresses`` is given."""
         words = list(self.words)
