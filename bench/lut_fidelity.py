@@ -18,9 +18,9 @@ import numpy as np
 
 from rockjit._rjc import ffi, lib
 from rockjit.ir.types import DType
-from rockjit.lowering.emitters.lut import activation_table, lower_activation
+from rockjit.lowering.emitters.lut import activation_table, build_activation
 from rockjit.lowering.layouts import feature_layout
-from rockjit.lowering.oprun import run_op_program
+from rockjit.lowering.oprun import run_op_lowering
 from rockjit.lowering.profile import get_profile
 
 EXTRA = Path(__file__).resolve().parents[1] / "tests" / "sim" / "conformance_extra"
@@ -39,11 +39,11 @@ def rockjit_activation(kind: str, n_rows: int = 64) -> tuple[float, float]:
     lo, hi = RANGES[kind]
     lay = feature_layout(p, DType.F16, 1, n_rows, 256)
     x = np.linspace(lo, hi, n_rows * 256).astype(np.float16).reshape(1, n_rows, 256)
-    prog = lower_activation(kind, lay, (lo, hi), p)
+    prog = build_activation(kind, lay, (lo, hi), p)
     raw = np.zeros(prog.buffer("x").nbytes, np.uint8)
     raw[:lay.nbytes] = lay.pack(x)
     t0 = time.perf_counter()
-    got = lay.unpack(run_op_program(prog, {"x": raw}, sentinel=0xAA)["out"]).astype(np.float64)
+    got = lay.unpack(run_op_lowering(prog, {"x": raw}, sentinel=0xAA)["out"]).astype(np.float64)
     dt = time.perf_counter() - t0
     t = activation_table(kind, (lo, hi))
     xx = x.astype(np.float64)

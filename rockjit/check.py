@@ -41,7 +41,7 @@ _THROUGH = (Op.BROADCAST_IN_DIM, Op.RESHAPE, Op.CONVERT, Op.MUL, Op.DIV)
 
 
 @dataclass
-class Group:
+class LineGroup:
     index: int
     name: str                       # e.g. "models/whisper.py:113-120" or "stem"
     value: Value                    # the group's last value: what is compared
@@ -61,11 +61,11 @@ class CheckReport:
     backend: str
     threshold: float
     by: str
-    groups: list[Group] = field(default_factory=list)
+    groups: list[LineGroup] = field(default_factory=list)
     plan_available: bool = False
 
     @property
-    def first_under(self) -> Group | None:
+    def first_under(self) -> LineGroup | None:
         """The first group whose cosine is under the threshold (or whose NPU value is not
         finite), None when every group passes."""
         for g in self.groups:
@@ -237,7 +237,7 @@ def _computed(graph: Graph) -> list[Node]:
     return out
 
 
-def make_groups(graph: Graph, by: str = "auto") -> tuple[list[Group], str]:
+def make_groups(graph: Graph, by: str = "auto") -> tuple[list[LineGroup], str]:
     """(groups, the grouping used); every group's value is a float value (module docstring)."""
     nodes = [n for n in _computed(graph)]
     if by == "auto":
@@ -278,7 +278,7 @@ def make_groups(graph: Graph, by: str = "auto") -> tuple[list[Group], str]:
         end = _short_loc(floats[-1])
         k = seen.get(end, 0)
         seen[end] = k + 1
-        groups.append(Group(len(groups), f"{end} [{k}]", floats[-1].out, part, lines))
+        groups.append(LineGroup(len(groups), f"{end} [{k}]", floats[-1].out, part, lines))
     return groups, by
 
 
@@ -309,7 +309,7 @@ def _range_plan_records(*runners: Any) -> list | None:
     """The range plan's records of the first runner whose program has one (None: the
     compiler keeps no range plan)."""
     for r in runners:
-        plan = getattr(getattr(r, "program", None), "range_plan", None)
+        plan = getattr(getattr(r, "loaded_graph", None), "range_plan", None)
         if plan is not None:
             break
     else:
@@ -319,7 +319,7 @@ def _range_plan_records(*runners: Any) -> list | None:
     return list(plan() if callable(plan) else plan)
 
 
-def _plan_summary(records: list | None, group: Group) -> str:
+def _plan_summary(records: list | None, group: LineGroup) -> str:
     if records is None:
         return "n/a"
     ids = {n.out.id for n in group.nodes}
@@ -363,7 +363,7 @@ def check(compiled, *args: Any, threshold: float = DEFAULT_THRESHOLD, by: str = 
             raise
         raise InputRangeError(f"{where[e.index]}: {e}", e.index) from None
     finally:
-        close = getattr(getattr(runner, "program", None), "close", None)
+        close = getattr(getattr(runner, "loaded_graph", None), "close", None)
         if close is not None:
             close()
     rep = CheckReport(getattr(graph, "name", "main"), compiled.backend, threshold, used,

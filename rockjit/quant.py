@@ -185,7 +185,7 @@ class QConv2d:
                  groups: int = 1, rounding: str = "single", profile: str = "rk3588",
                  name: str = "qconv", max_rows: int | None = None,
                  max_kernels: int | None = None) -> None:
-        from .lowering.emitters.conv import ConvRequant, ConvSpec, conv_layouts, lower_qconv2d
+        from .lowering.emitters.conv import ConvRequant, ConvSpec, conv_layouts, build_qconv2d
         from .lowering.profile import get_profile
         from .lowering.regcmd import LoweringError
 
@@ -230,20 +230,20 @@ class QConv2d:
         cr = ConvRequant(pad_value=x.zero_point, ow_op=-w.zero_point, scale=rq.scale,
                          shift=rq.cvt_shift, offset=offset, round_away=True)
         try:
-            self.program = lower_qconv2d(spec, self.profile, wt, vec + t * unit, cr, name=name,
+            self.lowering = build_qconv2d(spec, self.profile, wt, vec + t * unit, cr, name=name,
                                          max_rows=max_rows, max_kernels=max_kernels)
         except LoweringError as e:
             raise QuantError(str(e)) from None
 
     def __call__(self, x: np.ndarray, device: Any = None) -> np.ndarray:
-        from .lowering.oprun import run_op_program
+        from .lowering.oprun import run_op_lowering
 
         s = self.spec
         x = np.asarray(x)
         want = (s.batch, s.in_c, s.height, s.width)
         if x.dtype != np.int8 or x.shape != want:
             raise QuantError(f"input must be int8 of shape {want} (NCHW), got {x.dtype} {x.shape}")
-        xs, ys = self.program.buffer("x"), self.program.buffer("y")
+        xs, ys = self.lowering.buffer("x"), self.lowering.buffer("y")
         lx, ly = xs.layout, ys.layout
         sx, sy = xs.nbytes // s.batch, ys.nbytes // s.batch
         xb = np.zeros(xs.nbytes, np.uint8)
@@ -254,7 +254,7 @@ class QConv2d:
             xi[:s.height, :, :s.in_c] = x[i].transpose(1, 2, 0)
             blob = lx.pack(xi)
             xb[i * sx:i * sx + blob.size] = blob
-        run = run_op_program(self.program, {"x": xb}, device=device)
+        run = run_op_lowering(self.lowering, {"x": xb}, device=device)
         out = np.empty((s.batch, s.out_c, s.out_h, s.out_w), np.int8)
         for i in range(s.batch):
             cube = ly.unpack(np.asarray(run["y"][i * sy:i * sy + ly.nbytes]))

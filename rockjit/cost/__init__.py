@@ -16,34 +16,34 @@ import sys
 from typing import Any, TextIO
 
 from .constants import Constants
-from .description import HostStep, Job, NpuStep, Program, Task
+from .description import CostHostStep, CostJob, CostNpuStep, CostProgram, CostTask
 from .calibrate import calibrated
 from .model import LABEL, Estimate
 from .model import estimate as _estimate
 
-__all__ = ["Constants", "Estimate", "HostStep", "Job", "NpuStep", "Program", "Task", "LABEL",
-           "calibrated", "describe", "estimate", "report", "program_of"]
+__all__ = ["Constants", "Estimate", "CostHostStep", "CostJob", "CostNpuStep", "CostProgram", "CostTask",
+           "LABEL", "calibrated", "describe", "estimate", "report", "program_of"]
 
 
-def estimate(program: Program, clock_mhz: float = 600.0, constants: Constants | None = None
+def estimate(program: CostProgram, clock_mhz: float = 600.0, constants: Constants | None = None
              ) -> Estimate:
     """The modelled time of ``program``; ``constants`` default to the calibrated set."""
     return _estimate(program, clock_mhz, constants or calibrated())
 
 
-def describe(npu_program: Any) -> Program:
+def describe(npu_program: Any) -> CostProgram:
     from .from_program import describe as _d
 
     return _d(npu_program)
 
 
 def program_of(compiled: Any) -> Any:
-    """The ``NpuProgram`` behind a ``rockjit.compile``'d function's compiled object (or the
+    """The ``LoadedGraph`` behind a ``rockjit.compile``'d function's compiled object (or the
     program itself)."""
     if hasattr(compiled, "lowered") and hasattr(compiled, "steps"):
         return compiled
     runner = getattr(compiled, "_runner", None)
-    prog = getattr(runner, "program", None)
+    prog = getattr(runner, "loaded_graph", None)
     if prog is None:
         raise ValueError("no NPU program to model: compile with an NPU backend (sim, null, "
                          "rocket) and call the function once before asking for its cost")

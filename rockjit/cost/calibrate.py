@@ -10,13 +10,13 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .constants import Constants
-from .description import Program
+from .description import CostProgram
 from .model import estimate
 from .published import FIGURES, Figure
 
 
 @lru_cache(maxsize=None)
-def _program(fig: Figure) -> Program:
+def _program(fig: Figure) -> CostProgram:
     return fig.build()
 
 _START = Constants(submit_us=30.0, job_us=20.0, kick_us=10.0, dma_gbps=2.0)

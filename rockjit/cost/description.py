@@ -16,7 +16,7 @@ PRECISIONS = ("fp16", "int8", "int4", "bf16", "tf32")
 
 
 @dataclass(frozen=True)
-class Task:
+class CostTask:
     """One register program: the MACs it runs (by precision) and the DMA bytes it moves."""
 
     macs: Mapping[str, int] = field(default_factory=dict)
@@ -25,14 +25,14 @@ class Task:
 
 
 @dataclass(frozen=True)
-class Job:
+class CostJob:
     """One drm_sched job on one core: ``kicks`` hardware starts running ``tasks`` in order.
 
     ``kicks`` is 1 for a self-chained job (all tasks in one kick) and ``len(tasks)`` for an
     unchained one (one kick per task)."""
 
     core: int
-    tasks: Sequence[Task]
+    tasks: Sequence[CostTask]
     kicks: int
 
     def __post_init__(self) -> None:
@@ -41,17 +41,17 @@ class Job:
 
 
 @dataclass(frozen=True)
-class NpuStep:
+class CostNpuStep:
     """Independent jobs fenced together: one SUBMIT per core (context) that has jobs in the
     step (rocket gives each fd its own context; csrc/rocket/rocket_device.c submits once per
     fd), and the cores run their jobs side by side."""
 
-    jobs: Sequence[Job]
+    jobs: Sequence[CostJob]
     label: str = ""
 
 
 @dataclass(frozen=True)
-class HostStep:
+class CostHostStep:
     """CPU work between submits. ``kind``: "gather" (layout pack/unpack, strided reads and
     writes, element-wise maths) or "copy" (contiguous memcpy-like moves)."""
 
@@ -69,23 +69,23 @@ class HostStep:
 
 HOST_KINDS = ("gather", "copy")
 
-Step = Union[NpuStep, HostStep]
+CostStep = Union[CostNpuStep, CostHostStep]
 
 
 @dataclass(frozen=True)
-class Program:
-    steps: Sequence[Step]
+class CostProgram:
+    steps: Sequence[CostStep]
     name: str = ""
 
     def counts(self) -> dict[str, int]:
-        npu = [s for s in self.steps if isinstance(s, NpuStep)]
+        npu = [s for s in self.steps if isinstance(s, CostNpuStep)]
         jobs = [j for s in npu for j in s.jobs]
         return {
             "npu_steps": len(npu), "submits": sum(len({j.core for j in s.jobs}) for s in npu),
             "jobs": len(jobs), "kicks": sum(j.kicks for j in jobs),
             "tasks": sum(len(j.tasks) for j in jobs),
-            "host_steps": sum(1 for s in self.steps if isinstance(s, HostStep)),
-            "host_bytes": sum(s.nbytes for s in self.steps if isinstance(s, HostStep)),
+            "host_steps": sum(1 for s in self.steps if isinstance(s, CostHostStep)),
+            "host_bytes": sum(s.nbytes for s in self.steps if isinstance(s, CostHostStep)),
             "dma_bytes": sum(t.dma_read + t.dma_written for j in jobs for t in j.tasks),
             **{f"macs_{p}": sum(t.macs.get(p, 0) for j in jobs for t in j.tasks)
                for p in PRECISIONS},

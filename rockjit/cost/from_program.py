@@ -1,5 +1,5 @@
-"""Adapter: rockjit's compiled ``NpuProgram`` (rockjit/lowering/program.py) -> the cost model's
-plain ``description.Program``. The only module of rockjit.cost that knows the compiler's types;
+"""Adapter: rockjit's compiled ``LoadedGraph`` (rockjit/lowering/loaded_graph.py) -> the cost model's
+plain ``description.CostProgram``. The only module of rockjit.cost that knows the compiler's types;
 retarget it here when the program becomes a plain-data image.
 
 What it reads, per schedule step: every NPU step is one submit; each of its jobs splits into the
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .description import HostStep, Job, NpuStep, Program, Task
+from .description import CostHostStep, CostJob, CostNpuStep, CostProgram, CostTask
 
 
-def describe(prog: Any) -> Program:
-    """``prog``: a built ``rockjit.lowering.program.NpuProgram`` (its ImageBuilder's schedule
+def describe(prog: Any) -> CostProgram:
+    """``prog``: a built ``rockjit.lowering.loaded_graph.LoadedGraph`` (its ImageBuilder's schedule
     and the image's static counts)."""
     from ..lowering.image_builder import ImageBuilder
     from ..lowering.schedule import runtime_jobs
@@ -35,15 +35,15 @@ def describe(prog: Any) -> Program:
     for si, st in enumerate(prog.steps):
         if st.kind == "host":
             ci, hs = st.host
-            steps.append(HostStep("gather", int(ImageBuilder._host_bytes(hs)),
+            steps.append(CostHostStep("gather", int(ImageBuilder._host_bytes(hs)),
                                   f"{calls[ci].node}: {hs.kind}"))
             continue
-        jobs: list[Job] = []
+        jobs: list[CostJob] = []
         nodes = []
         for jr in st.jobs:
             pc = calls[jr.call]
             nodes.append(pc.node)
-            per_task_macs = pc.call.program.macs / max(1, call_tasks[jr.call])
+            per_task_macs = pc.call.lowering.macs / max(1, call_tasks[jr.call])
             prec = "int8" if jr.job.integer else "fp16"
             for kicks, chained in runtime_jobs(jr.job):
                 tasks = []
@@ -51,14 +51,14 @@ def describe(prog: Any) -> Program:
                     n = max(1, k.task_number)
                     rd = sum(a.nbytes for a in k.reads) / n
                     wr = sum(a.nbytes for a in k.writes) / n
-                    tasks.extend(Task({prec: int(per_task_macs)}, int(rd), int(wr))
+                    tasks.extend(CostTask({prec: int(per_task_macs)}, int(rd), int(wr))
                                  for _ in range(k.task_number))
-                jobs.append(Job(jr.core % ncores, tasks, kicks=1 if chained else len(tasks)))
+                jobs.append(CostJob(jr.core % ncores, tasks, kicks=1 if chained else len(tasks)))
         label = ", ".join(dict.fromkeys(nodes))
-        steps.append(NpuStep(jobs, label=f"step {si}: {label}"))
+        steps.append(CostNpuStep(jobs, label=f"step {si}: {label}"))
     s = prog.image.stats
     if s["host_copy_steps"]:
         per = s["host_bytes_copied"] // s["host_copy_steps"]
-        steps.extend(HostStep("copy", per, "cross-context copy")
+        steps.extend(CostHostStep("copy", per, "cross-context copy")
                      for _ in range(s["host_copy_steps"]))
-    return Program(steps, name=prog.lowered.graph.name)
+    return CostProgram(steps, name=prog.lowered.graph.name)

@@ -1,4 +1,4 @@
-"""The cost model: modelled time of a ``description.Program`` at a given NPU clock.
+"""The cost model: modelled time of a ``description.CostProgram`` at a given NPU clock.
 
     NPU step   = submit x cores used + max over cores of  sum over the core's jobs of
                  [ job + kicks * kick + sum over tasks of (DMA bytes / dma_bw
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .constants import Constants
-from .description import HostStep, NpuStep, Program
+from .description import CostHostStep, CostNpuStep, CostProgram
 
 LABEL = "modelled"
 BUCKETS = ("dispatch", "dma", "mac", "host")
@@ -65,7 +65,7 @@ def mac_rate(c: Constants, precision: str, clock_mhz: float) -> float:
     return per_cycle * clock_mhz * 1e6
 
 
-def estimate(program: Program, clock_mhz: float, constants: Constants) -> Estimate:
+def estimate(program: CostProgram, clock_mhz: float, constants: Constants) -> Estimate:
     """The modelled time of ``program`` with the given constants (``rockjit.cost.estimate``
     defaults them to the calibrated set)."""
     c = constants
@@ -74,13 +74,13 @@ def estimate(program: Program, clock_mhz: float, constants: Constants) -> Estima
     est = Estimate(clock_mhz)
     us = 1e-3  # µs -> ms
     for st in program.steps:
-        if isinstance(st, HostStep):
+        if isinstance(st, CostHostStep):
             bw = c.host_gather_gbps if st.kind == "gather" else c.host_copy_gbps
             ms = st.nbytes / (bw * 1e9 * st.threads) * 1e3
             est.steps.append(StepEstimate("host", st.label or st.kind, ms,
                                           {"dispatch": 0.0, "dma": 0.0, "mac": 0.0, "host": ms}))
             continue
-        assert isinstance(st, NpuStep)
+        assert isinstance(st, CostNpuStep)
         per_core: dict[int, dict[str, float]] = {}
         for job in st.jobs:
             b = per_core.setdefault(job.core, {"dispatch": 0.0, "dma": 0.0, "mac": 0.0})

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .description import HostStep, Job, NpuStep, Program, Task
+from .description import CostHostStep, CostJob, CostNpuStep, CostProgram, CostTask
 from .networks import NETWORKS
 
 
@@ -20,24 +20,25 @@ from .networks import NETWORKS
 class Figure:
     name: str
     ms: float                       # the published time
-    build: Callable[[], Program]
+    build: Callable[[], CostProgram]
     clock_mhz: float
     kernel: str                     # "stock" | "keep_attached"
     source: str
     fits: str | None = None         # the constant this figure sets; None: held out
 
 
-def _tiny_job(tasks: int) -> Program:
+def _tiny_job(tasks: int) -> CostProgram:
     # a probe job: near-zero work per task; each task its own kick (mainline re-arms per task)
-    return Program([NpuStep([Job(0, [Task()] * tasks, kicks=tasks)])], name=f"{tasks}-task job")
+    return CostProgram([CostNpuStep([CostJob(0, [CostTask()] * tasks, kicks=tasks)])],
+                       name=f"{tasks}-task job")
 
 
-def one_kick_network(name: str) -> Program:
+def one_kick_network(name: str) -> CostProgram:
     """A whole int8 CNN as one submit, one job, one kick, one task per layer (seeds README,
     "Whole networks")."""
-    tasks = [Task({"int8": l.macs}, l.weight_bytes + l.in_bytes, l.out_bytes)
+    tasks = [CostTask({"int8": l.macs}, l.weight_bytes + l.in_bytes, l.out_bytes)
              for l in NETWORKS[name]()]
-    return Program([NpuStep([Job(0, tasks, kicks=1)], label=name)], name=name)
+    return CostProgram([CostNpuStep([CostJob(0, tasks, kicks=1)], label=name)], name=name)
 
 
 # The matmul the notes and the seeds' README time: M x K x N = 512 x 3840 x 4096.
@@ -53,7 +54,7 @@ _IN_BYTES = {"fp16": 2.0, "int8": 1.0, "int4": 0.5}
 _OUT_BYTES = {"fp16": 2, "int8": 4, "int4": 2}   # fp16 out / int32 / int16 partials (datatypes.md)
 
 
-def tiled_matmul(precision: str, cores: int, resident: bool, host_threads: int = 1) -> Program:
+def tiled_matmul(precision: str, cores: int, resident: bool, host_threads: int = 1) -> CostProgram:
     """The tiled matmul as the notes describe it (perf/not-mac-bound.md, bytes-moved table):
     one submit per K tile (fp16 K-accumulates on the NPU, so K tiles fence in order), its
     nMt x nNt tiles dealt over ``cores`` jobs, one kick per tile (batched submit off by default).
@@ -68,12 +69,12 @@ def tiled_matmul(precision: str, cores: int, resident: bool, host_threads: int =
     kt = _KT[precision]
     nmt, nnt, nkt = -(-M // mt), -(-N // nt), -(-K // kt)
     e, eo = _IN_BYTES[precision], _OUT_BYTES[precision]
-    steps: list = [HostStep("gather", int(M * K * e), "pack A", host_threads)]
+    steps: list = [CostHostStep("gather", int(M * K * e), "pack A", host_threads)]
     if not resident:
-        steps.append(HostStep("gather", int(N * K * e), "pack B", host_threads))
+        steps.append(CostHostStep("gather", int(N * K * e), "pack B", host_threads))
     for k in range(nkt):
         kk = min(kt, K - k * kt)
-        per_core: dict[int, list[Task]] = {}
+        per_core: dict[int, list[CostTask]] = {}
         i = 0
         for m in range(nmt):
             for n in range(nnt):
@@ -81,17 +82,17 @@ def tiled_matmul(precision: str, cores: int, resident: bool, host_threads: int =
                 if precision == "fp16" and k > 0:
                     rd += mt * nt * eo
                 per_core.setdefault(i % cores, []).append(
-                    Task({precision: mt * nt * kk}, rd, mt * nt * eo))
+                    CostTask({precision: mt * nt * kk}, rd, mt * nt * eo))
                 i += 1
-        steps.append(NpuStep([Job(c, ts, kicks=len(ts)) for c, ts in per_core.items()],
+        steps.append(CostNpuStep([CostJob(c, ts, kicks=len(ts)) for c, ts in per_core.items()],
                              label=f"K tile {k}"))
     readback = M * N * eo * (1 if precision == "fp16" else nkt)
-    steps.append(HostStep("gather", readback, "readback", host_threads))
-    return Program(steps, name=f"{precision} matmul {M}x{K}x{N}, {cores} core(s)")
+    steps.append(CostHostStep("gather", readback, "readback", host_threads))
+    return CostProgram(steps, name=f"{precision} matmul {M}x{K}x{N}, {cores} core(s)")
 
 
-def _npu_only(p: Program) -> Program:
-    return Program([s for s in p.steps if isinstance(s, NpuStep)], name=p.name + " (NPU wait)")
+def _npu_only(p: CostProgram) -> CostProgram:
+    return CostProgram([s for s in p.steps if isinstance(s, CostNpuStep)], name=p.name + " (NPU wait)")
 
 
 def _gops_ms(gops: float) -> float:

@@ -42,7 +42,7 @@ class NpuRunner:
         self.lowered = None
         self.builder = None
         self.device = None
-        self.program = None
+        self.loaded_graph = None
 
     @property
     def image(self):
@@ -61,19 +61,19 @@ class NpuRunner:
     def load(self):
         """Load the image on this backend's device (made on first use); returns the program."""
         from ..runtime import DeviceError
-        from .program import NpuProgram
+        from .loaded_graph import LoadedGraph
 
         if self.builder is None:
             self.compile()
-        if self.program is None:
+        if self.loaded_graph is None:
             try:
                 if self.device is None:
                     self.device = self._open_device(self.image.contexts)
-                self.program = NpuProgram(self.lowered, self.device, builder=self.builder)
+                self.loaded_graph = LoadedGraph(self.lowered, self.device, builder=self.builder)
             except DeviceError:
                 self._drop_device()  # a half-built program's BOs go with the device
                 raise
-        return self.program
+        return self.loaded_graph
 
     def _open_device(self, contexts: int):
         from ..runtime import DeviceError
@@ -103,8 +103,8 @@ class NpuRunner:
             raise
 
     def _drop_device(self) -> None:
-        program, device = self.program, self.device
-        self.program = self.device = None
+        program, device = self.loaded_graph, self.device
+        self.loaded_graph = self.device = None
         if program is not None:
             program.close()
         if device is not None:
@@ -114,9 +114,9 @@ class NpuRunner:
         if self.builder is None:
             raise RuntimeError("the program is not compiled yet; call it, or compile it with "
                                "lower(...).compile()")
-        if self.program is None:
+        if self.loaded_graph is None:
             return dict(self.image.stats)
-        return self.program.stats()
+        return self.loaded_graph.stats()
 
     def report(self) -> str:
         return self.image.report() if self.image is not None else ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..ir.graph import Node, Value
 from ..ir.types import DType
 from .layouts import CubeLayout
-from .opprogram import BufferSpec
+from .op_lowering import BufferSpec
 from .rules import forms as F
 from .rules.shape import SLICE_PLACEMENTS
 from .rules.base import CubeForm, Form, RuleResult, Tensor

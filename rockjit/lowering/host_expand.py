@@ -8,17 +8,17 @@ from ..ir.activations import activation
 from ..ir.graph import Builder, Node
 from ..ir.ops import Op
 from ..ir.types import DType, TensorType
-from .host_rules import BINARY_CODES, UNARY_CODES, HostView, _NodeProgram
-from .opprogram import OpProgram
+from .host_rules import BINARY_CODES, UNARY_CODES, HostView, _NodeLowering
+from .op_lowering import OpLowering
 
 
-def lower_activation_on_host(node: Node) -> OpProgram:
+def lower_activation_on_host(node: Node) -> OpLowering:
     """A fused activation on the host (the LUT had no form for it): its record's expansion
     into primitive ops (ir/activations.py ``expand``), one host step per op over scratch
     buffers; scalar constants are one-element const buffers read with stride 0. An fp16 /
     bf16 activation is expanded in f32 and rounded once at the end, as the fused op means
     (a chain of fp16 steps would lose 1 + erf(x) to cancellation)."""
-    p = _NodeProgram(node)
+    p = _NodeLowering(node)
     t = node.out.type
     shape = t.shape
     wide = DType.F32 if t.dtype in (DType.F16, DType.BF16) else t.dtype
@@ -58,7 +58,7 @@ def lower_activation_on_host(node: Node) -> OpProgram:
         names[n.out.id] = name
     if wide is not t.dtype:
         p.step("copy", shape, p.dense("out"), [p.dense(names[y.id])])
-    return p.program()
+    return p.finish()
 
 
 # the partitioner's host registry is host_rules.HOST_RULES plus these (partition.host_rules)

@@ -1,7 +1,7 @@
 """Host lowering rules: IR nodes that run on the CPU become steps of the C host-op library.
 
 ``HOST_RULES[op](node)`` turns one IR node whose operands and result are dense row-major host
-buffers into an ``OpProgram``:
+buffers into an ``OpLowering``:
 
 * buffers ``in0`` .. ``in{k-1}`` (role ``input``, ``bind`` = operand number), ``out`` (role
   ``output``, ``bind`` = 0), each with the node's dtype/shape, and one ``desc{j}`` per step
@@ -27,7 +27,7 @@ import numpy as np
 from ..ir.graph import Node
 from ..ir.ops import Op
 from ..ir.types import DType, TensorType
-from .opprogram import BufferSpec, HostStep, OpProgram, Slice
+from .op_lowering import BufferSpec, HostStep, OpLowering, Slice
 from ..runtime import host_abi as ABI
 from .regcmd import LoweringError
 
@@ -157,7 +157,7 @@ def host_op_step(kind: str, shape: Sequence[int], out: HostView, ins: Sequence[H
 
 # ---------------------------------------------------------------- building one node's program
 
-class _NodeProgram:
+class _NodeLowering:
     """Collects the buffers and host steps of one node."""
 
     def __init__(self, node: Node) -> None:
@@ -220,44 +220,44 @@ class _NodeProgram:
         t = self.types[name]
         return Slice(name, 0, t.size * t.dtype.to_numpy().itemsize)
 
-    def program(self) -> OpProgram:
-        return OpProgram(tuple(self.buffers), tuple(self.steps))
+    def finish(self) -> OpLowering:
+        return OpLowering(tuple(self.buffers), tuple(self.steps))
 
 
-HostRule = Callable[[Node], OpProgram]
+HostRule = Callable[[Node], OpLowering]
 
 
 def _elementwise(kind: str, code: int) -> HostRule:
-    def rule(node: Node) -> OpProgram:
-        p = _NodeProgram(node)
+    def rule(node: Node) -> OpLowering:
+        p = _NodeLowering(node)
         shape = node.out.type.shape
         ins = [p.dense(f"in{i}") for i in range(len(node.inputs))]
         iparams = (int(node.attrs["y"]),) if node.op is Op.INTEGER_POW else ()
         p.step(kind, shape, p.dense("out"), ins, code=code, iparams=iparams)
-        return p.program()
+        return p.finish()
     return rule
 
 
-def _copy_rule(node: Node) -> OpProgram:
+def _copy_rule(node: Node) -> OpLowering:
     """reshape (same bytes in a new shape) and convert (same shape, new dtype)."""
-    p = _NodeProgram(node)
+    p = _NodeLowering(node)
     n = node.out.type.size
     p.step("copy", (n,), HostView("out", node.out.type.dtype, 0, (1,)),
            [HostView("in0", node.inputs[0].type.dtype, 0, (1,))])
-    return p.program()
+    return p.finish()
 
 
-def _transpose(node: Node) -> OpProgram:
-    p = _NodeProgram(node)
+def _transpose(node: Node) -> OpLowering:
+    p = _NodeLowering(node)
     xs = row_major_strides(node.inputs[0].type.shape)
     perm = node.attrs["permutation"]
     src = HostView("in0", node.inputs[0].type.dtype, 0, [xs[a] for a in perm])
     p.step("copy", node.out.type.shape, p.dense("out"), [src])
-    return p.program()
+    return p.finish()
 
 
-def _broadcast_in_dim(node: Node) -> OpProgram:
-    p = _NodeProgram(node)
+def _broadcast_in_dim(node: Node) -> OpLowering:
+    p = _NodeLowering(node)
     x, out = node.inputs[0].type, node.out.type
     xs = row_major_strides(x.shape)
     strides = [0] * out.rank
@@ -265,23 +265,23 @@ def _broadcast_in_dim(node: Node) -> OpProgram:
         if x.shape[i] == out.shape[d]:  # a size-1 operand dim repeats: stride 0
             strides[d] = xs[i]
     p.step("copy", out.shape, p.dense("out"), [HostView("in0", x.dtype, 0, strides)])
-    return p.program()
+    return p.finish()
 
 
-def _slice(node: Node) -> OpProgram:
-    p = _NodeProgram(node)
+def _slice(node: Node) -> OpLowering:
+    p = _NodeLowering(node)
     x = node.inputs[0].type
     xs = row_major_strides(x.shape)
     start, steps = node.attrs["start"], node.attrs["strides"]
     offset = sum(s * st for s, st in zip(start, xs))
     src = HostView("in0", x.dtype, offset, [st * k for st, k in zip(xs, steps)])
     p.step("copy", node.out.type.shape, p.dense("out"), [src])
-    return p.program()
+    return p.finish()
 
 
-def _concatenate(node: Node) -> OpProgram:
+def _concatenate(node: Node) -> OpLowering:
     """One copy per operand into its band of the output."""
-    p = _NodeProgram(node)
+    p = _NodeLowering(node)
     out = node.out.type
     os_ = row_major_strides(out.shape)
     dim = node.attrs["dimension"]
@@ -291,14 +291,14 @@ def _concatenate(node: Node) -> OpProgram:
         p.step("copy", t.shape, HostView("out", out.dtype, at * os_[dim], os_),
                [p.dense(f"in{i}")])
         at += t.shape[dim]
-    return p.program()
+    return p.finish()
 
 
-def _pad(node: Node) -> OpProgram:
+def _pad(node: Node) -> OpLowering:
     """Fill the output with the padding value (a broadcast copy), then copy the operand's
     surviving elements to their strided places (interior padding spreads them, negative edge
     padding crops them)."""
-    p = _NodeProgram(node)
+    p = _NodeLowering(node)
     x, out = node.inputs[0].type, node.out.type
     xs, os_ = row_major_strides(x.shape), row_major_strides(out.shape)
     p.step("copy", out.shape, p.dense("out"), [HostView("in1", x.dtype, 0, [0] * out.rank)])
@@ -315,13 +315,13 @@ def _pad(node: Node) -> OpProgram:
         o_strides.append(os_[d] * step)
     p.step("copy", counts, HostView("out", out.dtype, o_off, o_strides),
            [HostView("in0", x.dtype, x_off, xs)])
-    return p.program()
+    return p.finish()
 
 
-def _select_n(node: Node) -> OpProgram:
+def _select_n(node: Node) -> OpLowering:
     """Cases two at a time: each step writes the elements whose selector names one of its
     cases; every step checks the selector against the total case count."""
-    p = _NodeProgram(node)
+    p = _NodeLowering(node)
     which = node.inputs[0].type
     out = node.out.type
     w_strides = [0] * out.rank if which.rank == 0 else row_major_strides(which.shape)
@@ -330,11 +330,11 @@ def _select_n(node: Node) -> OpProgram:
         cases = [p.dense(f"in{1 + k}") for k in range(first, min(first + 2, ncases))]
         p.step("select", out.shape, p.dense("out"),
                [HostView("in0", which.dtype, 0, w_strides), *cases], iparams=(first, ncases))
-    return p.program()
+    return p.finish()
 
 
-def _reduce(node: Node) -> OpProgram:
-    p = _NodeProgram(node)
+def _reduce(node: Node) -> OpLowering:
+    p = _NodeLowering(node)
     x, out = node.inputs[0].type, node.out.type
     axes = set(node.attrs["axes"])
     kept = iter(row_major_strides(out.shape))
@@ -342,10 +342,10 @@ def _reduce(node: Node) -> OpProgram:
     mask = sum(1 << a for a in axes)
     p.step("reduce", x.shape, HostView("out", out.dtype, 0, o_strides), [p.dense("in0")],
            code=REDUCE_CODES[node.op], axis_mask=mask)
-    return p.program()
+    return p.finish()
 
 
-def _reduce_window(node: Node) -> OpProgram:
+def _reduce_window(node: Node) -> OpLowering:
     """A window reduction as one ``reduce`` over the overlapping view [*out, *window] of the
     operand (element (o, k) reads x[o * stride + k]); the window axes are reduced. Padded
     windows would read outside the buffer, so they have no host form here."""
@@ -360,7 +360,7 @@ def _reduce_window(node: Node) -> OpProgram:
     if 2 * x.rank > MAX_RANK:
         raise NoNpuForm(f"a rank-{x.rank} window (the host reduce iterates over at most "
                         f"{MAX_RANK} axes = {MAX_RANK // 2} window axes)")
-    p = _NodeProgram(node)
+    p = _NodeLowering(node)
     xs = row_major_strides(x.shape)
     win = [int(w) for w in node.attrs["window_dimensions"]]
     st = [int(s) for s in node.attrs["window_strides"]]
@@ -369,13 +369,13 @@ def _reduce_window(node: Node) -> OpProgram:
     mask = sum(1 << (x.rank + d) for d in range(x.rank))
     p.step("reduce", tuple(out.shape) + tuple(win), HostView("out", out.dtype, 0, o_strides),
            [HostView("in0", x.dtype, 0, in_strides)], code=REDUCE_CODES[node.op], axis_mask=mask)
-    return p.program()
+    return p.finish()
 
 
-def _take(node: Node) -> OpProgram:
+def _take(node: Node) -> OpLowering:
     """Iterate over the output [x.shape[:axis], idx.shape, x.shape[axis+1:]]: the table's
     strides are 0 over the index dims and its gathered-axis stride is a parameter."""
-    p = _NodeProgram(node)
+    p = _NodeLowering(node)
     x, idx, out = node.inputs[0].type, node.inputs[1].type, node.out.type
     axis = node.attrs["axis"]
     xs, is_ = row_major_strides(x.shape), row_major_strides(idx.shape)
@@ -384,14 +384,14 @@ def _take(node: Node) -> OpProgram:
     p.step("take", out.shape, p.dense("out"),
            [HostView("in0", x.dtype, 0, x_strides), HostView("in1", idx.dtype, 0, i_strides)],
            iparams=(xs[axis], x.shape[axis]))
-    return p.program()
+    return p.finish()
 
 
-def _iota(node: Node) -> OpProgram:
-    p = _NodeProgram(node)
+def _iota(node: Node) -> OpLowering:
+    p = _NodeLowering(node)
     p.step("iota", node.out.type.shape, p.dense("out"), [],
            iparams=(node.attrs["dimension"],))
-    return p.program()
+    return p.finish()
 
 
 HOST_RULES: dict[Op, HostRule] = {
@@ -417,7 +417,7 @@ HOST_RULES: dict[Op, HostRule] = {
 # dot_general/conv (NPU work; a host matmul would hide a missing emitter).
 
 
-def lower_on_host(node: Node) -> OpProgram:
+def lower_on_host(node: Node) -> OpLowering:
     """The host program of one node, or a LoweringError naming the op and its location."""
     rule = HOST_RULES.get(node.op)
     if rule is None:
@@ -429,9 +429,9 @@ def lower_on_host(node: Node) -> OpProgram:
 
 # ---------------------------------------------------------------- direct execution
 
-def run_on_host(program: OpProgram, inputs: Sequence[np.ndarray],
+def run_on_host(program: OpLowering, inputs: Sequence[np.ndarray],
                 stats: dict[str, int] | None = None) -> list[np.ndarray]:
-    """Run a host-only OpProgram through the C library on fresh numpy buffers.
+    """Run a host-only OpLowering through the C library on fresh numpy buffers.
 
     ``inputs[i]`` binds input buffer ``bind=i``; returns the outputs by ``bind``. ``stats``,
     when given, receives ``steps`` and ``bytes`` (the bytes the C kernels report moving)."""

@@ -6,7 +6,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..runtime.image import HostStepSpec
-from .opprogram import HostStep
+from .op_lowering import HostStep
 
 _LAYOUT_PARAMS = {"height", "width", "channels", "c2", "esize", "line_stride", "surf_stride",
                   "kernels", "kh", "kw", "n_group", "k_group", "group", "rows", "cols", "eps",

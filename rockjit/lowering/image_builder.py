@@ -1,5 +1,5 @@
 """The lowering's last stage: a lowered graph -> a ProgramImage (plain data, runtime/image.py),
-which the runtime loads (runtime/program.py: ImageProgram) and a bundle stores.
+which the runtime loads (runtime/program.py: LoadedImage) and a bundle stores.
 
 ``ImageBuilder`` runs named steps, each filling the attributes the next ones read:
   * ``_schedule``: the calls in step order (schedule.py);
@@ -50,8 +50,8 @@ from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
 from .arith import round_up
 from .memory import ArenaPlan, BufReq, check_plan, plan_arena
-from .opprogram import HostStep
-from .schedule import JobRef, Step, call_spans, runtime_jobs, schedule
+from .op_lowering import HostStep
+from .schedule import JobRef, ScheduledStep, call_spans, runtime_jobs, schedule
 
 _ARENA_SLACK = 4096  # emitters may read a padded span past the last tensor
 
@@ -95,7 +95,7 @@ class ImageBuilder:
 
     # ------------------------------------------------------------------ memory plan
     def _schedule(self) -> None:
-        self.steps: list[Step] = schedule(self.calls, self.cores)
+        self.steps: list[ScheduledStep] = schedule(self.calls, self.cores)
 
     def _liveness(self) -> None:
         spans = call_spans(self.steps, len(self.calls))
@@ -157,7 +157,7 @@ class ImageBuilder:
         """Per context, the regions of the calls whose jobs run there."""
         self.roff: dict[tuple[int, int], int] = {}
         self.rsize: dict[int, int] = {c: 0 for c in range(self.ncores)}
-        self.rspec = {ci: next((sp for sp in pc.call.program.buffers if sp.role == "regcmd"), None)
+        self.rspec = {ci: next((sp for sp in pc.call.lowering.buffers if sp.role == "regcmd"), None)
                       for ci, pc in enumerate(self.calls)}
         for st in self.steps:
             for jr in st.jobs:
@@ -420,7 +420,7 @@ class ImageBuilder:
     # ------------------------------------------------------------------ stats and signatures
     def _stats(self) -> dict[str, int]:
         n, calls, decisions = self._count, self.calls, self.lowered.decisions
-        useful = sum(pc.call.program.macs for pc in calls if pc.call.where == "npu"
+        useful = sum(pc.call.lowering.macs for pc in calls if pc.call.where == "npu"
                      and pc.call.emitter.startswith(("matmul", "conv")))
         stats = {
             "npu_steps": n["npu_steps"], "jobs": n["jobs"], "tasks": n["tasks"],
@@ -429,7 +429,7 @@ class ImageBuilder:
             "host_bytes_copied": n["copied"], "retiles": self.lowered.retiles,
             "device_bytes_read": n["dev_read"], "device_bytes_written": n["dev_written"],
             "macs": useful,
-            "device_macs": sum(pc.call.program.macs for pc in calls if pc.call.where == "npu"),
+            "device_macs": sum(pc.call.lowering.macs for pc in calls if pc.call.where == "npu"),
             "arena_bytes": self.plan.size, "arena_bytes_without_reuse": self.plan.naive_size,
             "weights_bytes": self.weights_bytes, "regcmd_bytes": self.regcmd_bytes,
             "npu_ops": sum(1 for d in decisions if d.where == "npu"),
@@ -456,7 +456,7 @@ class ImageBuilder:
 
     # ------------------------------------------------------------------ helpers
     def _spec(self, ci: int, name: str) -> Any:
-        for s in self.calls[ci].call.program.buffers:
+        for s in self.calls[ci].call.lowering.buffers:
             if s.name == name:
                 return s
         return None
@@ -472,9 +472,3 @@ class ImageBuilder:
         if "kernels" in p:
             return int(p["kernels"] * p["channels"] * p["kh"] * p["kw"] * p["esize"])
         return sum(s.nbytes for s in hs.operands.values())
-
-
-def build_image(lowered: LoweredGraph, contexts: int | None = None) -> ProgramImage:
-    """The program image of a lowered graph for ``contexts`` device contexts (default: the
-    chip profile's core count)."""
-    return ImageBuilder(lowered, contexts).image

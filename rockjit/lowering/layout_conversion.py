@@ -11,7 +11,7 @@ from ..ir.ops import Op
 from ..ir.types import DType
 from .layouts import CubeLayout
 from .lowered import Boundary, ConversionError, PlacedCall
-from .opprogram import BufferSpec, HostStep, OpProgram, Slice
+from .op_lowering import BufferSpec, HostStep, OpLowering, Slice
 from .rules import forms as F
 from .rules.base import CubeForm, Form, OpCall, RowForm, Tensor, Use, WeightForm
 
@@ -97,7 +97,7 @@ class LayoutConversion:
 
     def _conversion_call(self, steps: list[HostStep], bufs: list[BufferSpec], operands, results,
                          label: str, forms_in, forms_out, boundary: bool = False) -> None:
-        prog = OpProgram(tuple(bufs), tuple(steps))
+        prog = OpLowering(tuple(bufs), tuple(steps))
         self.group += 1
         call = OpCall(prog, tuple(operands), tuple(results), label=label, where="host",
                       emitter="pipeline re-tile", forms_in=tuple(forms_in),
@@ -167,7 +167,7 @@ class LayoutConversion:
         dbuf = self.new_buf(desc.nbytes, "weights", f"T%{v.id}:desc", desc.data)
         self.group += 1
         self.retiles += 1
-        call = OpCall(OpProgram(specs, tuple(steps)), (Use(v),), (Use(v),), f"unpack^T %{v.id}",
+        call = OpCall(OpLowering(specs, tuple(steps)), (Use(v),), (Use(v),), f"unpack^T %{v.id}",
                       "host", "pipeline re-tile")
         self.calls.append(PlacedCall(call, {"src": (cube.buf, cube.offset), "dst": (tmp.id, 0),
                                             "tdesc": (dbuf.id, 0), "rows": (out.id, 0)},
@@ -232,7 +232,7 @@ class LayoutConversion:
         if want.layout.groups > ceil_div(c, want.layout.c2) or want.layout.height > h:
             out.pinned = True
             out.zero = True
-        prog = OpProgram(tuple(specs), tuple(steps))
+        prog = OpLowering(tuple(specs), tuple(steps))
         self.group += 1
         if v not in self.graph.inputs:   # packing a graph input is the boundary, not a re-tile
             self.retiles += 1
@@ -333,7 +333,7 @@ class LayoutConversion:
             out.pinned = out.zero = True
         self.group += 1
         self.retiles += 1
-        call = OpCall(OpProgram(tuple(specs), tuple(steps)), (use,), (use,), f"pack_weight %{v.id}",
+        call = OpCall(OpLowering(tuple(specs), tuple(steps)), (use,), (use,), f"pack_weight %{v.id}",
                       "host", "pipeline re-tile")
         self.calls.append(PlacedCall(call, {"src": (rows.buf, rows.offset + off),
                                             "dst": (out.id, 0)}, self.group, call.label))

@@ -1,5 +1,5 @@
 """What the lowering driver produces: buffers, placed calls and graph boundaries (the input
-of the memory plan and the program builder, program.py)."""
+of the memory plan and the image builder, image_builder.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -50,7 +50,7 @@ from typing import Callable
 
 import numpy as np
 
-from .emitters.eltwise import LutProgram, OutCvt, SdpStage, fp16_bits, fp32_bits
+from .emitters.eltwise import LutTables, OutCvt, SdpStage, fp16_bits, fp32_bits
 from .regcmd import LoweringError
 
 ENTRIES = 513              # per table on RK3588 [dpu-lut-activation "RK3588 uses 513 each"]
@@ -70,7 +70,7 @@ class LutTable:
     input domain [lo, hi] and the absolute error bound of one lookup (output units)."""
 
     name: str
-    lut: LutProgram
+    lut: LutTables
     bn: SdpStage
     out_cvt: OutCvt
     lo: float
@@ -176,7 +176,7 @@ def build_unit_table(name: str, f: Fn, radius: float, df: Fn | None = None) -> L
     i = np.arange(ENTRIES)
     le = _quantise(f(-(SEGMENTS - i) * step), 0)
     lo = _quantise(f(i * step), 0)
-    lut = LutProgram(le=tuple(int(v) for v in le), lo=tuple(int(v) for v in lo),
+    lut = LutTables(le=tuple(int(v) for v in le), lo=tuple(int(v) for v in lo),
                      le_start=-INDEX_SPAN, le_end=0, lo_start=0, lo_end=INDEX_SPAN,
                      le_select=INDEX_SELECT, lo_select=INDEX_SELECT)
     # BN: index = x * scale + (-0.0) -- conformance 05's BN_ALU word 0x80000000
@@ -227,7 +227,7 @@ def build_shifted_table(name: str, f: Fn, lo: float, hi: float, df: Fn | None = 
     cvt = OutCvt(offset=0, scale=1 << max(0, s_exp - 15), minus_exp=max(0, 15 - s_exp), affine=True)
     if cvt.minus_exp > 255:
         raise LoweringError(f"{name}: values over [{lo}, {hi}] are too small for the output decode")
-    lut = LutProgram(le=tuple(q[:ENTRIES]), lo=tuple(q[SEGMENTS:]), le_start=-INDEX_SPAN, le_end=0,
+    lut = LutTables(le=tuple(q[:ENTRIES]), lo=tuple(q[SEGMENTS:]), le_start=-INDEX_SPAN, le_end=0,
                      lo_start=0, lo_end=INDEX_SPAN, le_select=INDEX_SELECT, lo_select=INDEX_SELECT)
     bn = SdpStage(alu=(2, fp32_bits(float(bias))), mul=fp16_bits(scale))
     lo_eff = (-INDEX_SPAN - float(bias)) / scale

@@ -49,10 +49,6 @@ class ArenaPlan:
     size: int = 0
     naive_size: int = 0      # what the same buffers take without reuse (each its own range)
 
-    @property
-    def reuse_saving(self) -> int:
-        return self.naive_size - self.size
-
 
 def plan_arena(reqs: list[BufReq], base_align: int = 4096) -> ArenaPlan:
     """Place every buffer; returns offsets by buffer id and the arena size."""

@@ -1,4 +1,4 @@
-"""Run one ``OpProgram`` through the real runtime (ProgramBuilder -> Program.run on a device).
+"""Run one ``OpLowering`` through the real runtime (ProgramBuilder -> Program.run on a device).
 
 The emitter tests use this instead of a model of the runtime: every buffer of the op becomes
 its own BO, relocations are patched by the runtime at load, NPU steps run as runtime jobs and
@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .arith import round_up
-from .opprogram import HostStep, NpuStep, OpProgram
+from .op_lowering import HostStep, NpuStep, OpLowering
 from .schedule import runtime_jobs
 
 PAGE = 4096
@@ -41,12 +41,12 @@ class OpRun:
         return self.stats.get("kicks", 0)
 
 
-def run_op_program(prog: OpProgram, inputs: Mapping[str, Any], device: Any = None,
+def run_op_lowering(prog: OpLowering, inputs: Mapping[str, Any], device: Any = None,
                    sentinel: int = SENTINEL) -> OpRun:
     """``inputs``: bytes for every input buffer, by name. ``device``: a runtime device (default:
     a strict single-core SimDevice made for this run)."""
     from ..runtime import ProgramBuilder, SimDevice
-    from ..runtime.program import Task as RtTask
+    from ..runtime.program import PlacedTask as RtTask
     from .host_step_spec import runtime_host_step
 
     own = device is None

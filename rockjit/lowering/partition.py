@@ -18,7 +18,7 @@ from typing import Callable, Mapping
 from ..errors import UnsupportedError
 from ..ir.graph import Node
 from ..ir.ops import Op
-from .opprogram import OpProgram
+from .op_lowering import OpLowering
 from .rules import LOWER_RULES
 from .rules.base import NoNpuForm, OpCall, RuleContext, RuleResult, Use
 
@@ -52,7 +52,7 @@ def _where(node: Node) -> str:
 
 
 def host_result(node: Node, ctx: RuleContext, why: str) -> RuleResult:
-    """The node on the host: the host rule's OpProgram binds input i to ``node.inputs[i]`` and
+    """The node on the host: the host rule's OpLowering binds input i to ``node.inputs[i]`` and
     output 0 to the node's result, both row-major in their IR dtype."""
     rule = host_rules().get(node.op)
     if rule is None:
@@ -68,9 +68,9 @@ def host_result(node: Node, ctx: RuleContext, why: str) -> RuleResult:
     except NoNpuForm as e:
         raise UnsupportedError(f"{node.op.text} at {_where(node)}: no NPU form ({why}) and the "
                                f"host rule refused too ({e})") from None
-    if not isinstance(prog, OpProgram):
+    if not isinstance(prog, OpLowering):
         raise TypeError(f"host rule for {node.op.text} returned {type(prog).__name__}, not an "
-                        f"OpProgram")
+                        f"OpLowering")
     return RuleResult([OpCall(prog, tuple(Use(v) for v in node.inputs), (Use(node.out),),
                               label=node.op.text, where="host",
                               emitter=f"host_rules[{node.op.text}]")], note=why)

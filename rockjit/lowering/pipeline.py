@@ -1,4 +1,4 @@
-"""The lowering driver: IR graph -> placed calls -> memory plan -> schedule -> NpuProgram.
+"""The lowering driver: IR graph -> placed calls -> memory plan -> schedule -> LoadedGraph.
 
     graph (canonicalized + constfolded by the frontend)
       -> range plan (range_plan.py): a bound for every float value; sums of squares that
@@ -12,10 +12,10 @@
          concat's result cube (_plan_slots / _slot_tensor), so the concat is a view
       -> memory plan (memory.py): one arena, liveness reuse, views share bytes, zero tails
       -> schedule (schedule.py): step order, parallel jobs over the cores
-      -> program (program.py): BOs, relocations, jobs, host steps -> runtime Program
+      -> image (image_builder.py): BOs, relocations, jobs, host steps -> runtime Program
 
 Broadcasts of run-time values are lowered lazily: a per-row operand is consumed by its user's
-emitter (eltwise.lower_binary_row) and never materialized; only a user that needs the
+emitter (eltwise.build_binary_row) and never materialized; only a user that needs the
 broadcast tensor itself triggers its (host) lowering.
 """
 from __future__ import annotations
@@ -200,7 +200,7 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
 def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
                 profile: ChipProfile | str = "rk3588") -> LoweredGraph:
     """Partition, lower and place every node of ``graph``; the memory plan and the program are
-    made by ``build_program`` (program.py).
+    made by ``ImageBuilder`` (image_builder.py).
 
     The result depends on the graph, the resident ``params`` and the profile only: no run-time
     value is looked at (LUT domains come from the functions, calibrate.py), so compiling from

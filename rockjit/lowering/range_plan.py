@@ -53,7 +53,7 @@ What the plan guarantees: no fp16 overflow in a norm's statistics for any fp16 i
 value whose bound is finite and below 65504 (``fp16``), none in a prescaled product; values it
 cannot bound (``assumed``: the residual stream and what is computed from it before a norm)
 stay within fp16 only if the data does -- and if they do not, the program raises
-``NumericsError`` (program.py) instead of returning the result.
+``NumericsError`` (loaded_graph.py) instead of returning the result.
 
 Every record says what the plan decided for one value: ``fp16`` (bound within fp16), ``fp32``
 (the NPU writes it in fp32: the feature reduce), ``host`` (computed on the host in f32),

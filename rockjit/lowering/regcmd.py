@@ -1,4 +1,4 @@
-"""Task assembly: regcmd words, relocations, the PC trailer and self-chained kicks.
+"""Assembling tasks: regcmd words, relocations, the PC trailer and self-chained kicks.
 
 A task is a complete register program (notes: encodings/regcmd-task-model.md -- a delta task
 does not fire, so every task rewrites its whole configuration) that ends in the 4-word PC
@@ -11,7 +11,7 @@ trailer the conformance programs end with:
 
 Every register word is built by ``registers.emit``/``emit_raw``; the two special trailer ops
 (OP_40, OP_ENABLE) by ``registers.word`` with the op constants registers.py defines for them.
-Address words are relocations: the word holds 0 until ``patch`` (or ``TaskProgram.array``)
+Address words are relocations: the word holds 0 until ``patch`` (or ``EmittedTask.array``)
 writes in the buffer's device address + offset.
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ class Access:
 
 
 @dataclass(frozen=True)
-class TaskProgram:
+class EmittedTask:
     """One finished task: words (with the trailer), address relocations, enable mask."""
 
     name: str
@@ -100,10 +100,6 @@ class TaskProgram:
 
     def __len__(self) -> int:
         return len(self.words)
-
-    @property
-    def body_words(self) -> int:
-        return len(self.words) - TRAILER_WORDS
 
     def array(self, addresses: Mapping[str, int] | None = None) -> np.ndarray:
         """The words as little-endian u64, relocations patched when ``addresses`` is given."""
@@ -149,7 +145,7 @@ _FORBIDDEN = {
           "that bit makes the task never complete (seeds 003 section 4, rocket_job.c)"
     for name in ("CNA_S_POINTER", "CORE_S_POINTER")
 }
-# register name -> block, for the registers Task._allow has let through
+# register name -> block, for the registers TaskBuilder._allow has let through
 _ALLOWED: dict[str, str] = {}
 
 
@@ -161,7 +157,7 @@ def _access(where: Reloc, chunk: int, pieces: int, pitch: int) -> Access:
                   pieces * int(chunk), pieces, int(pitch) if pieces > 1 else 0)
 
 
-class Task:
+class TaskBuilder:
     """Builder: add register writes in program order, then ``finish``."""
 
     def __init__(self, name: str, profile: ChipProfile) -> None:
@@ -225,7 +221,7 @@ class Task:
         _ALLOWED[reg] = block
         return block
 
-    def finish(self) -> TaskProgram:
+    def finish(self) -> EmittedTask:
         mask = enable_mask(self.profile, self._blocks)
         trailer = [
             0,                                            # filler; PC_BASE_ADDRESS when chained
@@ -233,7 +229,7 @@ class Task:
             R.word(R.OP_40, 0, 0),
             R.word(R.OP_ENABLE, mask, R.register("PC_OPERATION_ENABLE").offset),
         ]
-        return TaskProgram(self.name, tuple(self._words + trailer),
+        return EmittedTask(self.name, tuple(self._words + trailer),
                            MappingProxyType(dict(self._relocs)), mask,
                            chainable=not self._chain_refusal, chain_refusal=self._chain_refusal,
                            reads=tuple(self._reads), writes=tuple(self._writes))
@@ -253,7 +249,7 @@ class TaskTemplate:
     reads: tuple[Access, ...]                                    # Access.buffer is the role
     writes: tuple[Access, ...]
 
-    def bind(self, name: str, where: Mapping[str, Reloc]) -> TaskProgram:
+    def bind(self, name: str, where: Mapping[str, Reloc]) -> EmittedTask:
         """The task with every role replaced by its Reloc in ``where`` (offsets added)."""
         def at(a: Access) -> Access:
             r = where[a.buffer]
@@ -263,13 +259,13 @@ class TaskTemplate:
         for i, role, delta in self.relocs:
             r = where[role]
             relocs[i] = Reloc(r.buffer, r.offset + delta)
-        return TaskProgram(name, self.words, MappingProxyType(relocs), self.enable,
+        return EmittedTask(name, self.words, MappingProxyType(relocs), self.enable,
                            chainable=not self.chain_refusal, chain_refusal=self.chain_refusal,
                            reads=tuple(at(a) for a in self.reads),
                            writes=tuple(at(a) for a in self.writes))
 
 
-def template_of(task: TaskProgram) -> TaskTemplate:
+def template_of(task: EmittedTask) -> TaskTemplate:
     """The template of a task built with role names as its buffer names."""
     return TaskTemplate(task.words, tuple((i, r.buffer, r.offset) for i, r in task.relocs.items()),
                         task.enable, task.chain_refusal, task.reads, task.writes)
@@ -308,7 +304,7 @@ class Kick:
     task_offsets: tuple[int, ...]   # word index where each task starts
     task_counts: tuple[int, ...]
     enables: tuple[int, ...]
-    reads: tuple[Access, ...] = ()      # every task's DMA reads / writes (TaskProgram)
+    reads: tuple[Access, ...] = ()      # every task's DMA reads / writes (EmittedTask)
     writes: tuple[Access, ...] = ()
 
     @property
@@ -332,7 +328,7 @@ class Kick:
         return [(start + 8 * off, n) for off, n in zip(self.task_offsets, self.task_counts)]
 
 
-def link(tasks: Sequence[TaskProgram], profile: ChipProfile, regcmd_buffer: str,
+def link(tasks: Sequence[EmittedTask], profile: ChipProfile, regcmd_buffer: str,
          base_offset: int = 0) -> Kick:
     """Lay ``tasks`` out back to back in ``regcmd_buffer`` from ``base_offset`` and chain them.
 

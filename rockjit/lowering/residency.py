@@ -11,7 +11,7 @@ from ..ir.graph import Value
 from ..ir.types import DType
 from .layouts import WeightLayout
 from .lowered import Buf, ConversionError, PlacedCall
-from .opprogram import BufferSpec
+from .op_lowering import BufferSpec
 from .rules import forms as F
 from .rules.base import CubeForm, Form, NoNpuForm, OpCall, RowForm, Tensor, Use, WeightForm
 
@@ -36,7 +36,7 @@ class Residency:
     def _place_call(self, call: OpCall, group: int, label: str,
                     out_tensors: dict[int, Tensor]) -> None:
         binding: dict[str, tuple[int, int]] = {}
-        prog = call.program
+        prog = call.lowering
         # inputs first (conversions they need are placed before this call)
         for spec in prog.buffers:
             if spec.role != "input":

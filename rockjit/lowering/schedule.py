@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Sequence
 
-from .opprogram import HostStep, NpuJob, NpuStep
+from .op_lowering import HostStep, NpuJob, NpuStep
 from .regcmd import Kick
 
 
@@ -28,7 +28,7 @@ class JobRef:
 
 
 @dataclass
-class Step:
+class ScheduledStep:
     kind: str                                   # "npu" | "host"
     jobs: list[JobRef] = field(default_factory=list)
     host: tuple[int, HostStep] | None = None    # (call index, step)
@@ -55,35 +55,35 @@ def _signature(prog) -> tuple[str, ...]:
     return tuple("npu" if isinstance(s, NpuStep) else "host" for s in prog.steps)
 
 
-def schedule(calls: Sequence, cores: int) -> list[Step]:
+def schedule(calls: Sequence, cores: int) -> list[ScheduledStep]:
     """``calls``: PlacedCall list (pipeline.py) in dependency order."""
-    steps: list[Step] = []
+    steps: list[ScheduledStep] = []
     i = 0
     while i < len(calls):
         j = i
         while j + 1 < len(calls) and calls[j + 1].group == calls[i].group:
             j += 1
         members = list(range(i, j + 1))
-        sigs = {_signature(calls[k].call.program) for k in members}
+        sigs = {_signature(calls[k].call.lowering) for k in members}
         if len(members) > 1 and len(sigs) == 1:
             sig = sigs.pop()
             for pos, kind in enumerate(sig):
                 if kind == "host":
                     for k in members:
-                        steps.append(Step("host", host=(k, calls[k].call.program.steps[pos])))
+                        steps.append(ScheduledStep("host", host=(k, calls[k].call.lowering.steps[pos])))
                 else:
-                    st = Step("npu")
+                    st = ScheduledStep("npu")
                     for k in members:
-                        for jb in calls[k].call.program.steps[pos].jobs:
+                        for jb in calls[k].call.lowering.steps[pos].jobs:
                             st.jobs.append(JobRef(k, jb, len(st.jobs) % max(cores, 1)))
                     steps.append(st)
         else:
             for k in members:
-                for s in calls[k].call.program.steps:
+                for s in calls[k].call.lowering.steps:
                     if isinstance(s, HostStep):
-                        steps.append(Step("host", host=(k, s)))
+                        steps.append(ScheduledStep("host", host=(k, s)))
                     else:
-                        st = Step("npu")
+                        st = ScheduledStep("npu")
                         for jb in s.jobs:
                             st.jobs.append(JobRef(k, jb, len(st.jobs) % max(cores, 1)))
                         steps.append(st)
@@ -91,7 +91,7 @@ def schedule(calls: Sequence, cores: int) -> list[Step]:
     return steps
 
 
-def call_spans(steps: Sequence[Step], ncalls: int) -> list[tuple[int, int]]:
+def call_spans(steps: Sequence[ScheduledStep], ncalls: int) -> list[tuple[int, int]]:
     """(first, last) step index of every call (calls without steps get an empty span at the
     position of their neighbours)."""
     first = [1 << 60] * ncalls

@@ -25,7 +25,7 @@ PROGRAM_STATS_FIELDS = ("runs", "steps", "npu_steps", "jobs", "tasks", "kicks", 
 
 
 @dataclass(frozen=True)
-class Task:
+class PlacedTask:
     """``words`` regcmd words at byte ``offset`` of regcmd BO ``bo``."""
 
     bo: int
@@ -133,7 +133,7 @@ class ProgramBuilder(_Access):
         r.word_offset, r.target_offset, r.keep_mask = 8 * word_index, target_offset, keep_mask
         call(lib.rj_program_add_reloc, self._h.get(), r)
 
-    def add_job(self, tasks: Sequence[Task | tuple[int, int, int]], reads: Iterable[int] = (),
+    def add_job(self, tasks: Sequence[PlacedTask | tuple[int, int, int]], reads: Iterable[int] = (),
                 writes: Iterable[int] = (), core: int = 0, chained: bool = False) -> int:
         """A job of tasks on context ``core``. ``reads``/``writes`` are BO indices; a BO the job
         both reads and writes is listed as written only, because the kernel signals such a
@@ -146,7 +146,7 @@ class ProgramBuilder(_Access):
         call(lib.rj_program_add_job, h, core, lib.RJ_JOB_SELF_CHAINED if chained else 0, out)
         job = int(out[0])
         for t in tasks:
-            t = t if isinstance(t, Task) else Task(*t)
+            t = t if isinstance(t, PlacedTask) else PlacedTask(*t)
             call(lib.rj_program_job_add_task, h, job, t.bo, t.offset, t.words)
         for b in reads:
             call(lib.rj_program_job_add_bo, h, job, b, lib.RJ_JOB_IN)
@@ -226,7 +226,7 @@ def _host_step_from_spec(spec):
         raise ProgramError(f"host step {spec.kind!r}: {e}") from None
 
 
-class ImageProgram:
+class LoadedImage:
     """A ProgramImage loaded on a device: ``run(inputs) -> outputs`` with numpy arrays in the
     image's input signature, ``stats()``, ``report()``. Built only from the image's data."""
 
@@ -265,7 +265,7 @@ class ImageProgram:
             b.write_words(w.bo, image.arrays[w.array], w.word_index)
         for rbo, wi, tbo, toff, keep in image.arrays[image.relocs].tolist():
             b.add_reloc(rbo, wi, tbo, toff, keep)
-        ids = [b.add_job([Task(*t) for t in j.tasks], reads=j.reads, writes=j.writes,
+        ids = [b.add_job([PlacedTask(*t) for t in j.tasks], reads=j.reads, writes=j.writes,
                          core=j.core, chained=j.chained) for j in image.jobs]
         for s in image.steps:
             if s.kind == "npu":
@@ -311,6 +311,6 @@ class ImageProgram:
         self.program.close()
 
 
-def load_image(image, device: Device, timeout_s: float = 10.0) -> ImageProgram:
+def load_image(image, device: Device, timeout_s: float = 10.0) -> LoadedImage:
     """Build a runnable program from a ProgramImage (runtime/image.py) on ``device``."""
-    return ImageProgram(image, device, timeout_s)
+    return LoadedImage(image, device, timeout_s)

@@ -1,5 +1,5 @@
-"""The adapter from a compiled NpuProgram: the description it builds must count what the
-program's own stats count (built independently in rockjit/lowering/program.py), and
+"""The adapter from a compiled LoadedGraph: the description it builds must count what the
+program's own stats count (built independently in rockjit/lowering/loaded_graph.py), and
 Program.stats() carries the modelled totals."""
 from __future__ import annotations
 

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import pytest
 
-from rockjit.cost import Constants, HostStep, Job, NpuStep, Program, Task, estimate
+from rockjit.cost import Constants, CostHostStep, CostJob, CostNpuStep, CostProgram, CostTask, estimate
 
 C = Constants(submit_us=20.0, job_us=10.0, kick_us=5.0, dma_gbps=2.0, host_gather_gbps=1.0,
               host_copy_gbps=10.0, macs_per_cycle={"fp16": 512, "int8": 1024})
 
 
 def test_one_job_by_hand():
-    t = Task({"fp16": 512 * 600_000}, dma_read=1_000_000, dma_written=1_000_000)
-    p = Program([NpuStep([Job(0, [t, t], kicks=2)])])
+    t = CostTask({"fp16": 512 * 600_000}, dma_read=1_000_000, dma_written=1_000_000)
+    p = CostProgram([CostNpuStep([CostJob(0, [t, t], kicks=2)])])
     e = estimate(p, 600, C)
     # submit 20 + job 10 + 2 kicks x 5 = 40 us; DMA 4 MB / 2 GB/s = 2 ms;
     # MACs: 2 x 512*600e3 at 512 x 600e6 per s = 2 ms
@@ -21,19 +21,20 @@ def test_one_job_by_hand():
 
 
 def test_cores_run_side_by_side_and_the_slowest_counts():
-    big = Task({}, dma_read=2_000_000)
-    small = Task({}, dma_read=1_000_000)
-    p = Program([NpuStep([Job(0, [big], 1), Job(1, [small], 1), Job(1, [small], 1)])])
+    big = CostTask({}, dma_read=2_000_000)
+    small = CostTask({}, dma_read=1_000_000)
+    p = CostProgram([CostNpuStep([CostJob(0, [big], 1), CostJob(1, [small], 1), CostJob(1, [small], 1)])])
     # two submits (one per core); core 0: 10+5 us + 1 ms; core 1: 2 x (10+5) us + 1 ms -> core 1
     assert estimate(p, 600, C).ms == pytest.approx(2 * 0.020 + 0.030 + 1.0)
-    one_core = Program([NpuStep([Job(0, [big], 1), Job(0, [small], 1), Job(0, [small], 1)])])
+    one_core = CostProgram([CostNpuStep([CostJob(0, [big], 1), CostJob(0, [small], 1),
+                                          CostJob(0, [small], 1)])])
     assert estimate(one_core, 600, C).ms == pytest.approx(0.020 + 0.045 + 2.0)
 
 
 def test_chaining_saves_kicks_and_clock_scales_macs():
-    ts = [Task({"int8": 1024 * 1_000_000})] * 8
-    unchained = Program([NpuStep([Job(0, ts, kicks=8)])])
-    chained = Program([NpuStep([Job(0, ts, kicks=1)])])
+    ts = [CostTask({"int8": 1024 * 1_000_000})] * 8
+    unchained = CostProgram([CostNpuStep([CostJob(0, ts, kicks=8)])])
+    chained = CostProgram([CostNpuStep([CostJob(0, ts, kicks=1)])])
     assert estimate(unchained, 1000, C).ms - estimate(chained, 1000, C).ms == pytest.approx(0.035)
     mac_ms = lambda mhz: estimate(chained, mhz, C).bucket_ms()["mac"]
     assert mac_ms(1000) == pytest.approx(8.0)
@@ -41,22 +42,22 @@ def test_chaining_saves_kicks_and_clock_scales_macs():
 
 
 def test_host_steps_by_kind_and_threads():
-    p = Program([HostStep("gather", 3_000_000), HostStep("copy", 10_000_000),
-                 HostStep("gather", 3_000_000, threads=3)])
+    p = CostProgram([CostHostStep("gather", 3_000_000), CostHostStep("copy", 10_000_000),
+                 CostHostStep("gather", 3_000_000, threads=3)])
     assert estimate(p, 600, C).ms == pytest.approx(3.0 + 1.0 + 1.0)
 
 
 def test_errors_say_what_is_wrong():
     with pytest.raises(ValueError, match="no MAC rate for precision 'int4'"):
-        estimate(Program([NpuStep([Job(0, [Task({"int4": 1})], 1)])]), 600, C)
+        estimate(CostProgram([CostNpuStep([CostJob(0, [CostTask({"int4": 1})], 1)])]), 600, C)
     with pytest.raises(ValueError, match="cannot take 3 kick"):
-        Job(0, [Task()], kicks=3)
+        CostJob(0, [CostTask()], kicks=3)
     with pytest.raises(ValueError, match="host step kind 'memcpy'"):
-        HostStep("memcpy", 1)
+        CostHostStep("memcpy", 1)
     with pytest.raises(ValueError, match="clock must be positive"):
-        estimate(Program([]), 0, C)
+        estimate(CostProgram([]), 0, C)
 
 
 def test_keep_attached_drops_the_per_job_cost():
-    p = Program([NpuStep([Job(0, [Task()], 1), Job(0, [Task()], 1)])])
+    p = CostProgram([CostNpuStep([CostJob(0, [CostTask()], 1), CostJob(0, [CostTask()], 1)])])
     assert estimate(p, 600, C).ms - estimate(p, 600, C.keep_attached()).ms == pytest.approx(0.020)

@@ -1,13 +1,13 @@
-"""Rendering of an OpProgram's regcmd for the golden tests (test_golden_regcmd.py,
+"""Rendering of an OpLowering's regcmd for the golden tests (test_golden_regcmd.py,
 test_golden_layer.py): one word per line with its register name, relocations at fixed fake
 addresses so the text does not depend on memory placement."""
 from __future__ import annotations
 
 from rockjit.lowering import registers as R
-from rockjit.lowering.opprogram import HostStep, OpProgram
+from rockjit.lowering.op_lowering import HostStep, OpLowering
 
 
-def render(prog: OpProgram) -> str:
+def render(prog: OpLowering) -> str:
     """Every kick's words (relocations at fake addresses), one per line with its register."""
     fake = {b.name: 0x10000000 + 0x01000000 * i for i, b in enumerate(sorted(prog.buffers, key=lambda b: b.name))}
     lines = ["# buffers: " + ", ".join(f"{b.name}={b.role}:{b.nbytes}@{fake[b.name]:#x}"

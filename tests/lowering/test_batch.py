@@ -4,7 +4,7 @@ encoder paths.
 
 Three bugs, none visible at batch 1:
 
-* multicore scratch (program.py): the patchify conv's im2col cube is op scratch filled by a
+* multicore scratch (image_builder.py): the patchify conv's im2col cube is op scratch filled by a
   host step (context 0); the matmul job of image 1 runs on core 1 and read that core's mirror,
   which nothing had copied: every image but the first came out 0.
 * element-wise padded spans (pipeline.py, eltwise.py): the flat view reads past the bytes its
@@ -37,7 +37,7 @@ def run_poisoned(fn, params, *xs):
     f = rockjit.compile(fn, resident_argnums=0, backend="sim")
     f(params, *xs)
     c = f.compiled(params, *xs)
-    prog = c._runner.program
+    prog = c._runner.loaded_graph
     poison = np.full(prog.arena_bytes, 0xFF, np.uint8)
     for arena, _, _ in prog.context_bos.values():
         prog.program.write(arena, poison)
@@ -45,7 +45,7 @@ def run_poisoned(fn, params, *xs):
             if b.kind == "arena" and b.zero:
                 prog.program.write(arena, np.zeros(b.size, np.uint8), prog.plan.offsets[b.id])
     got = f(params, *xs)
-    assert c._runner.program is prog          # the same program ran on the poisoned arena
+    assert c._runner.loaded_graph is prog          # the same program ran on the poisoned arena
     ref = fn(params, *xs)
     bounds = T.graph_bound(c.graph, c.params, list(xs))
     if not isinstance(ref, (tuple, list)):

@@ -13,15 +13,15 @@ import pytest
 
 from rockjit.ir.types import DType
 from rockjit.oracle import tolerance as T
-from rockjit.lowering.emitters.conv import ConvSpec, lower_conv2d
+from rockjit.lowering.emitters.conv import ConvSpec, build_conv2d
 from rockjit.lowering.emitters.patchify import choose_patchify
-from rockjit.lowering.opprogram import HostStep
+from rockjit.lowering.op_lowering import HostStep
 from rockjit.lowering.profile import get_profile
 from rockjit.lowering.regcmd import LoweringError
 from rockjit.lowering.tiling import plan_conv
 from rockjit.lowering.emitters.conv import conv_shape
 
-from opprogram_sim import MISSING, run_conv
+from op_lowering_sim import MISSING, run_conv
 
 P = get_profile("rk3588")
 F16, F32, I8, I32 = DType.F16, DType.F32, DType.I8, DType.I32
@@ -136,7 +136,7 @@ def test_conv_on_simulator(op: CV) -> None:
     s = op.spec
     # a conv1d is the conv2d with time on the rows and width 1 (rules/conv.py builds it so)
     route = "direct" if op.conv1d else op.route
-    prog = lower_conv2d(s, op.i, op.o, P, w, patchify=route, **(op.caps or {}))
+    prog = build_conv2d(s, op.i, op.o, P, w, patchify=route, **(op.caps or {}))
     got, run = run_conv(prog, x)
     ref, bnd = reference(x, w, s, op.i == I8, fp16_out=op.o == F16)
     if op.i == I8:
@@ -151,7 +151,7 @@ def test_patchify_cost_rule() -> None:
     assert choose_patchify(siglip, F16, P) == "im2col"          # 32*256 = 8192 > 768 MACs/output
     assert choose_patchify(S(64, 8, 8, 32, 2, 2, (2, 2)), F16, P) == "direct"   # 256 == 256
     assert choose_patchify(S(3, 32, 32, 8, 3, 3, (1, 1)), F16, P) == "direct"   # overlapping
-    prog = lower_conv2d(siglip, F16, F16, P, np.zeros((768, 3, 16, 16), np.float16))
+    prog = build_conv2d(siglip, F16, F16, P, np.zeros((768, 3, 16, 16), np.float16))
     # the im2col is one strided copy of the generic host-op library (KW=16 is two C2 atoms)
     assert isinstance(prog.steps[0], HostStep) and prog.steps[0].kind == "copy"
     assert prog.buffer("x").layout is None                       # row-major pixels in
@@ -159,7 +159,7 @@ def test_patchify_cost_rule() -> None:
 
 def test_conv1d_puts_time_on_the_rows() -> None:
     spec = S(80, 3000, 1, 384, 3, 1, pad=((1, 1), (0, 0)))
-    prog = lower_conv2d(spec, F16, F16, P, np.zeros((384, 80, 3, 1), np.float16), patchify="direct")
+    prog = build_conv2d(spec, F16, F16, P, np.zeros((384, 80, 3, 1), np.float16), patchify="direct")
     lx = prog.buffer("x").layout
     assert (lx.height, lx.width) == (3000, 1)
     plan = plan_conv(conv_shape(spec, F16, F16, P), P)
@@ -170,16 +170,16 @@ def test_conv1d_puts_time_on_the_rows() -> None:
 
 def test_refusals_say_what_to_do() -> None:
     with pytest.raises(LoweringError, match="depthwise-conv.md"):
-        lower_conv2d(S(32, 8, 8, 32, 3, 3, groups=32), I8, I32, P, np.zeros((32, 1, 3, 3), np.int8))
+        build_conv2d(S(32, 8, 8, 32, 3, 3, groups=32), I8, I32, P, np.zeros((32, 1, 3, 3), np.int8))
     with pytest.raises(LoweringError, match="time on the rows"):
-        lower_conv2d(S(16, 4, 3000, 16, 1, 3), F16, F16, P, np.zeros((16, 16, 1, 3), np.float16))
+        build_conv2d(S(16, 4, 3000, 16, 1, 3), F16, F16, P, np.zeros((16, 16, 1, 3), np.float16))
     with pytest.raises(LoweringError, match="grouped conv"):
-        lower_conv2d(S(32, 8, 8, 64, 3, 3, groups=2), F16, F16, P, np.zeros((64, 16, 3, 3), np.float16))
+        build_conv2d(S(32, 8, 8, 64, 3, 3, groups=2), F16, F16, P, np.zeros((64, 16, 3, 3), np.float16))
     with pytest.raises(LoweringError, match=r"OIHW"):
-        lower_conv2d(S(32, 8, 8, 16, 3, 3), F16, F16, P, np.zeros((16, 32, 3, 2), np.float16))
+        build_conv2d(S(32, 8, 8, 16, 3, 3), F16, F16, P, np.zeros((16, 32, 3, 2), np.float16))
     with pytest.raises(LoweringError, match="CONV_Y_STRIDE"):
-        lower_conv2d(S(3, 32, 32, 8, 16, 16, (16, 16)), F16, F16, P,
+        build_conv2d(S(3, 32, 32, 8, 16, 16, (16, 16)), F16, F16, P,
                      np.zeros((8, 3, 16, 16), np.float16), patchify="direct")
     with pytest.raises(LoweringError, match="PAD_LEFT"):
-        lower_conv2d(S(16, 8, 40, 16, 33, 33, pad=((16, 16), (16, 16))), F16, F16, P,
+        build_conv2d(S(16, 8, 40, 16, 33, 33, pad=((16, 16), (16, 16))), F16, F16, P,
                      np.zeros((16, 16, 33, 33), np.float16))

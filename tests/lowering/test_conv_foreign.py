@@ -12,13 +12,13 @@ import pytest
 
 from rockjit.ir.types import DType
 from rockjit.lowering import registers as R
-from rockjit.lowering.emitters.conv import ConvSpec, lower_conv2d
-from rockjit.lowering.emitters.matmul import lower_matmul
+from rockjit.lowering.emitters.conv import ConvSpec, build_conv2d
+from rockjit.lowering.emitters.matmul import build_matmul
 from rockjit.lowering.profile import get_profile
 from rockjit.lowering.regcmd import TRAILER_WORDS
 
 from lowering_testutil import expected_output, meta, reference, task_words
-from opprogram_sim import MISSING, run_program
+from op_lowering_sim import MISSING, run_program
 
 P = get_profile("rk3588")
 
@@ -119,7 +119,7 @@ def _case02():
     a = ref.unpack_inputs(ref.load("input_tiles", np.float16))
     b = ref.unpack_weights(ref.load("weight_tiles", np.float16))
     # the foreign generator's forced tiling (ROCKET_MM_KT=64 ROCKET_MM_NT=16, case.md)
-    prog = lower_matmul(16, 192, 32, DType.F16, DType.F16, P, b=b, max_k=64, max_n=16)
+    prog = build_matmul(16, 192, 32, DType.F16, DType.F16, P, b=b, max_k=64, max_n=16)
     mapping = {"a": "input_tiles", "b": "weight_tiles", "c": "acc_ping", "kacc": "acc_pong",
                "regcmd": "regcmd"}
     # ours: job = N tile, task = K step; theirs: job = K step, task = N tile
@@ -134,7 +134,7 @@ def _case04():
     x = ref.unpack_cube(ref.load("input", np.float16), 64, 10, 12)
     w = ref.unpack_weight(ref.load("weight", np.float16))
     spec = ConvSpec(1, 64, 10, 12, 32, 3, 3, (2, 2), ((1, 0), (1, 0)))
-    prog = lower_conv2d(spec, DType.F16, DType.F16, P, w)
+    prog = build_conv2d(spec, DType.F16, DType.F16, P, w)
     lay = prog.buffer("x").layout
     inputs = {"x": lay.pack(np.ascontiguousarray(x.transpose(1, 2, 0)))}
     return prog, {"x": "input", "w": "weight", "y": "output", "regcmd": "regcmd"}, {(0, 0): (0, 0)}, inputs, "y"
@@ -145,7 +145,7 @@ def _case09():
     x = ref.unpack_cube(ref.load("input", np.float16), 64, 8, 12)
     w = ref.unpack_weight(ref.load("weight", np.float16))
     spec = ConvSpec(1, 64, 8, 12, 64, 3, 3, (2, 2), ((1, 0), (1, 0)), groups=64)
-    prog = lower_conv2d(spec, DType.F16, DType.F16, P, w.reshape(64, 1, 3, 3))
+    prog = build_conv2d(spec, DType.F16, DType.F16, P, w.reshape(64, 1, 3, 3))
     lay = prog.buffer("x").layout
     inputs = {"x": lay.pack(np.ascontiguousarray(x.transpose(1, 2, 0)))}
     return prog, {"x": "input", "w": "weight", "y": "output", "regcmd": "regcmd"}, {(0, 0): (0, 0)}, inputs, "y"

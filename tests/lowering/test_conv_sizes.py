@@ -20,7 +20,7 @@ import pytest
 import rockjit
 from graphs_testutil import assert_npu, check_bound, run_sim
 from rockjit.lowering.pipeline import lower_graph
-from rockjit.lowering.program import NpuProgram
+from rockjit.lowering.loaded_graph import LoadedGraph
 from rockjit.runtime import SimDevice
 
 DN = ("NCHW", "OIHW", "NCHW")
@@ -44,7 +44,7 @@ def _one_context(fn, params, x) -> np.ndarray:
     c = rockjit.compile(fn, resident_argnums=0).compiled(params, x)
     dev = SimDevice(cores=1)
     try:
-        prog = NpuProgram(lower_graph(c.graph, c.params), dev)
+        prog = LoadedGraph(lower_graph(c.graph, c.params), dev)
         y, = prog.run([x])
         assert prog.stats()["host_copy_steps"] == 0
         return y

@@ -8,8 +8,8 @@ import pytest
 
 from rockjit.ir.types import DType
 from rockjit.oracle import tolerance as T
-from rockjit.lowering.emitters.eltwise import (lower_binary, lower_binary_channel,
-                                               lower_binary_row, lower_binary_scalar,
+from rockjit.lowering.emitters.eltwise import (build_binary, build_binary_channel,
+                                               build_binary_row, build_binary_scalar,
                                                pack_row_vector)
 from rockjit.lowering.layouts import CubeLayout, feature_layout
 from rockjit.lowering.regcmd import LoweringError
@@ -62,7 +62,7 @@ DIFF_06: dict[tuple[str, str], str] = {}
 
 
 def test_conformance_06_words_and_weights() -> None:
-    prog = lower_binary("mul", cube(16, 1, 32), P)
+    prog = build_binary("mul", cube(16, 1, 32), P)
     kick = prog.steps[0].jobs[0].kicks[0]
     assert kick.task_number == 1
     a = case_addresses("06")
@@ -100,7 +100,7 @@ def test_binary_full(op, shape) -> None:
     rng = np.random.default_rng(zlib.crc32(repr((op, shape)).encode()))
     lay = cube(*shape)
     a, b = data(shape, rng), data(shape, rng)
-    prog = lower_binary(op, lay, P)
+    prog = build_binary(op, lay, P)
     span = prog.buffer("a").nbytes
     mem = run_program(prog, {"a": pack_padded(lay, a, span, rng), "b": pack_padded(lay, b, span, rng)})
     got = lay.unpack(mem["out"])
@@ -125,7 +125,7 @@ def test_binary_scalar(op, c, rev, shape) -> None:
     rng = np.random.default_rng(zlib.crc32(repr((op, c, shape)).encode()))
     lay = cube(*shape)
     x = data(shape, rng)
-    prog = lower_binary_scalar(op, lay, c, reverse=rev, profile=P)
+    prog = build_binary_scalar(op, lay, c, reverse=rev, profile=P)
     mem = run_program(prog, {"x": pack_padded(lay, x, lay.nbytes, rng)})
     got = lay.unpack(mem["out"])
     cv = np.full(shape, np.float16(c))
@@ -143,7 +143,7 @@ def test_binary_per_channel(op, shape, rev) -> None:
     rng = np.random.default_rng(zlib.crc32(repr((op, shape, rev)).encode()))
     lay = cube(*shape)
     x, v = data(shape, rng), data((shape[2],), rng)
-    prog = lower_binary_channel(op, lay, v, reverse=rev, profile=P)
+    prog = build_binary_channel(op, lay, v, reverse=rev, profile=P)
     mem = run_program(prog, {"x": pack_padded(lay, x, prog.buffer("x").nbytes, rng)})
     got = lay.unpack(mem["out"])
     vb = np.broadcast_to(v, shape)
@@ -162,7 +162,7 @@ def test_binary_per_row(op, shape, rev) -> None:
     lay = cube(*shape)
     rows = shape[0] * shape[1]
     x, s = data(shape, rng), data((rows,), rng)
-    prog = lower_binary_row(op, lay, reverse=rev, profile=P)
+    prog = build_binary_row(op, lay, reverse=rev, profile=P)
     s_raw = pack_row_vector(s, P)
     # only channel 0 of the row-vector cube is real input: garbage elsewhere must not matter
     junk = rng.uniform(-50, 50, s_raw.size // 2).astype(np.float16).view(np.uint8)
@@ -179,13 +179,13 @@ def test_binary_per_row(op, shape, rev) -> None:
 
 def test_per_row_under_four_rows_is_refused_with_advice() -> None:
     with pytest.raises(LoweringError, match="scalar form"):
-        lower_binary_row("mul", cube(2, 1, 8), profile=P)
+        build_binary_row("mul", cube(2, 1, 8), profile=P)
 
 
 def test_bad_inputs_are_refused() -> None:
     with pytest.raises(LoweringError, match="not one of"):
-        lower_binary("div", cube(4, 1, 8), P)
+        build_binary("div", cube(4, 1, 8), P)
     with pytest.raises(LoweringError, match="fp16"):
-        lower_binary("add", feature_layout(P, DType.I8, 4, 1, 16), P)
+        build_binary("add", feature_layout(P, DType.I8, 4, 1, 16), P)
     with pytest.raises(LoweringError, match="shape"):
-        lower_binary_channel("add", cube(4, 1, 8), np.zeros(9, np.float16), profile=P)
+        build_binary_channel("add", cube(4, 1, 8), np.zeros(9, np.float16), profile=P)

@@ -1,4 +1,4 @@
-"""Runs an emitted OpProgram on the C simulator (strict mode), plus the helpers the element-wise,
+"""Runs an emitted OpLowering on the C simulator (strict mode), plus the helpers the element-wise,
 LUT, pooling and reduction tests share: the register-by-register comparison with a foreign
 (conformance) program. The tests at the bottom check the harness itself against conformance
 data, so a harness bug cannot hide behind the emitter tests."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rockjit.lowering import registers as R
-from rockjit.lowering.opprogram import HostStep, NpuStep, OpProgram
+from rockjit.lowering.op_lowering import HostStep, NpuStep, OpLowering
 from rockjit.lowering.profile import get_profile
 
 from lowering_testutil import (PAGE, SIM_MISSING, Memory, SimRunError, blob, case_dir,  # noqa: F401
@@ -27,20 +27,20 @@ SENTINEL = 0xAA
 HostImpl = Mapping[str, object]
 
 
-def run_program(prog: OpProgram, inputs: Mapping[str, np.ndarray | bytes],
+def run_program(prog: OpLowering, inputs: Mapping[str, np.ndarray | bytes],
                 host_impls: Mapping[str, object] | None = None) -> "OpRun":
     """Run ``prog`` through the real runtime (rockjit.lowering.oprun: one BO per buffer,
     relocations patched at load, NPU jobs on a strict SimDevice, host steps in the C
     host-step library). Outputs and scratch start as a 0xAA sentinel so an unwritten byte is
     visible. ``host_impls`` is accepted for old callers and must be empty or name only kinds
     the runtime implements: host steps never run in a Python model here."""
-    from rockjit.lowering.oprun import run_op_program
+    from rockjit.lowering.oprun import run_op_lowering
     from rockjit.runtime.host_steps import HOST_STEPS
 
     unknown = set(host_impls or {}) - set(HOST_STEPS)
     if unknown:
         raise KeyError(f"host step kinds {sorted(unknown)} are not runtime host steps")
-    return run_op_program(prog, {k: (np.frombuffer(v, np.uint8) if isinstance(v, bytes) else v)
+    return run_op_lowering(prog, {k: (np.frombuffer(v, np.uint8) if isinstance(v, bytes) else v)
                                  for k, v in inputs.items()}, sentinel=SENTINEL)
 
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 
 import fuzz_graphs as FG
 from rockjit.oracle import tolerance as T
-from opprogram_sim import MISSING
+from op_lowering_sim import MISSING
 
 sim = pytest.mark.skipif(bool(MISSING), reason=MISSING or "simulator available")
 
@@ -44,7 +44,7 @@ REGRESSIONS: list[tuple[dict, str]] = [
           widths=[1], seed=0, profile="rk3588"),
      "NaN rows in LayerNorm of an [8,41,3] batch: the operand's batch is folded into one "
      "328-row cube, but the per-row division (rules/eltwise.py _row_calls, _recip_rows) made "
-     "one lower_binary_row call per item, each over the whole 328-row layout, with a row "
+     "one build_binary_row call per item, each over the whole 328-row layout, with a row "
      "vector of which the host reciprocal wrote only the item's 41 rows; the unwritten "
      "positions made NaN padding results that x * g's flat view mixed into real rows"),
     (dict(op="chain", batch=(2,), rows=255, d=113, steps=["unary", "layernorm"],

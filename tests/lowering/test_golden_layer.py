@@ -59,7 +59,7 @@ def program_text() -> str:
     for i, pc in enumerate(lowered.calls):
         call = pc.call
         parts.append(f"## call {i} {call.where} {call.emitter} {call.label}\n")
-        parts.append(render(call.program))
+        parts.append(render(call.lowering))
     return "".join(parts)
 
 

@@ -20,12 +20,12 @@ from golden_testutil import first_difference, render
 from rockjit import debugflags
 from rockjit.ir.types import DType
 from rockjit.lowering.emitters import eltwise as E
-from rockjit.lowering.emitters.conv import ConvRequant, ConvSpec, lower_conv2d, lower_qconv2d
-from rockjit.lowering.emitters.lut import lower_activation
-from rockjit.lowering.emitters.matmul import lower_matmul
-from rockjit.lowering.emitters.pool import lower_global_pool, lower_pool
+from rockjit.lowering.emitters.conv import ConvRequant, ConvSpec, build_conv2d, build_qconv2d
+from rockjit.lowering.emitters.lut import build_activation
+from rockjit.lowering.emitters.matmul import build_matmul
+from rockjit.lowering.emitters.pool import build_global_pool, build_pool
 from rockjit.lowering.layouts import feature_layout
-from rockjit.lowering.opprogram import OpProgram
+from rockjit.lowering.op_lowering import OpLowering
 from rockjit.lowering.profile import get_profile
 
 P = get_profile("rk3588")
@@ -40,46 +40,46 @@ POOL_CUBE = feature_layout(P, F16, 8, 10, 24)
 VEC = np.arange(20, dtype=np.float16)
 REQ = ConvRequant(pad_value=-3, ow_op=5, scale=1234, shift=17, offset=-7)
 
-BUILDERS: dict[str, Callable[[], OpProgram]] = {
-    "matmul_f16_kacc_16x192x32_kt64_nt16": lambda: lower_matmul(
+BUILDERS: dict[str, Callable[[], OpLowering]] = {
+    "matmul_f16_kacc_16x192x32_kt64_nt16": lambda: build_matmul(
         16, 192, 32, F16, F16, P, b=np.zeros((32, 192), np.float16), max_k=64, max_n=16),
-    "matmul_i8_8x128x64_kt64": lambda: lower_matmul(
+    "matmul_i8_8x128x64_kt64": lambda: build_matmul(
         8, 128, 64, I8, I32, P, b=np.zeros((64, 128), np.int8), max_k=64),
-    "matmul_f16_f32_12x64x48": lambda: lower_matmul(
+    "matmul_f16_f32_12x64x48": lambda: build_matmul(
         12, 64, 48, F16, DType.F32, P, b=np.zeros((48, 64), np.float16)),
-    "conv3x3_s2_p1_f16_64x10x12_to_32": lambda: lower_conv2d(
+    "conv3x3_s2_p1_f16_64x10x12_to_32": lambda: build_conv2d(
         ConvSpec(1, 64, 10, 12, 32, 3, 3, (2, 2), ((1, 0), (1, 0))), F16, F16, P,
         np.zeros((32, 64, 3, 3), np.float16)),
-    "dwconv3x3_s2_p1_f16_64x8x12": lambda: lower_conv2d(
+    "dwconv3x3_s2_p1_f16_64x8x12": lambda: build_conv2d(
         ConvSpec(1, 64, 8, 12, 64, 3, 3, (2, 2), ((1, 0), (1, 0)), groups=64), F16, F16, P,
         np.zeros((64, 1, 3, 3), np.float16)),
-    "qconv3x3_i8_requant_16x6x6_to_16": lambda: lower_qconv2d(
+    "qconv3x3_i8_requant_16x6x6_to_16": lambda: build_qconv2d(
         ConvSpec(1, 16, 6, 6, 16, 3, 3, (1, 1), ((1, 1), (1, 1))), P,
         np.zeros((16, 16, 3, 3), np.int8), np.arange(16), REQ),
-    "qdwconv3x3_i8_requant_32x6x6": lambda: lower_qconv2d(
+    "qdwconv3x3_i8_requant_32x6x6": lambda: build_qconv2d(
         ConvSpec(1, 32, 6, 6, 32, 3, 3, (1, 1), ((1, 1), (1, 1)), groups=32), P,
         np.zeros((32, 1, 3, 3), np.int8), np.arange(32), REQ),
-    "ew_add_6x5x20": lambda: E.lower_binary("add", CUBE, P),
-    "ew_sub_6x5x20": lambda: E.lower_binary("sub", CUBE, P),
-    "ew_mul_6x5x20": lambda: E.lower_binary("mul", CUBE, P),
-    "ew_max_6x5x20": lambda: E.lower_binary("max", CUBE, P),
-    "flying_scalar_add_6x5x20": lambda: E.lower_binary_scalar("add", CUBE, 1.5, profile=P),
-    "flying_scalar_mul_6x5x20": lambda: E.lower_binary_scalar("mul", CUBE, -0.25, profile=P),
-    "flying_scalar_rsub_6x5x20": lambda: E.lower_binary_scalar("sub", CUBE, 2.0, True, P),
-    "ew_channel_min_6x5x20": lambda: E.lower_binary_channel("min", CUBE, VEC, profile=P),
-    "ew_channel_rsub_6x5x20": lambda: E.lower_binary_channel("sub", CUBE, VEC, True, P),
-    "ew_row_mul_6x5x20": lambda: E.lower_binary_row("mul", CUBE, profile=P),
-    "lut_sigmoid_6x5x20": lambda: lower_activation("sigmoid", CUBE, (-4.0, 4.0), P),
-    "lut_gelu_tanh_6x5x20": lambda: lower_activation("gelu_tanh", CUBE, (-6.0, 6.0), P),
-    "pool_max2x2_8x10x24": lambda: lower_pool("max", POOL_CUBE, (2, 2), profile=P),
-    "pool_avg3x3_s2_p1_8x10x24": lambda: lower_pool("avg", POOL_CUBE, (3, 3), (2, 2),
+    "ew_add_6x5x20": lambda: E.build_binary("add", CUBE, P),
+    "ew_sub_6x5x20": lambda: E.build_binary("sub", CUBE, P),
+    "ew_mul_6x5x20": lambda: E.build_binary("mul", CUBE, P),
+    "ew_max_6x5x20": lambda: E.build_binary("max", CUBE, P),
+    "flying_scalar_add_6x5x20": lambda: E.build_binary_scalar("add", CUBE, 1.5, profile=P),
+    "flying_scalar_mul_6x5x20": lambda: E.build_binary_scalar("mul", CUBE, -0.25, profile=P),
+    "flying_scalar_rsub_6x5x20": lambda: E.build_binary_scalar("sub", CUBE, 2.0, True, P),
+    "ew_channel_min_6x5x20": lambda: E.build_binary_channel("min", CUBE, VEC, profile=P),
+    "ew_channel_rsub_6x5x20": lambda: E.build_binary_channel("sub", CUBE, VEC, True, P),
+    "ew_row_mul_6x5x20": lambda: E.build_binary_row("mul", CUBE, profile=P),
+    "lut_sigmoid_6x5x20": lambda: build_activation("sigmoid", CUBE, (-4.0, 4.0), P),
+    "lut_gelu_tanh_6x5x20": lambda: build_activation("gelu_tanh", CUBE, (-6.0, 6.0), P),
+    "pool_max2x2_8x10x24": lambda: build_pool("max", POOL_CUBE, (2, 2), profile=P),
+    "pool_avg3x3_s2_p1_8x10x24": lambda: build_pool("avg", POOL_CUBE, (3, 3), (2, 2),
                                                      (1, 1, 1, 1), P),
-    "pool_global_mean_8x10x24": lambda: lower_global_pool("avg", POOL_CUBE, P),
+    "pool_global_mean_8x10x24": lambda: build_global_pool("avg", POOL_CUBE, P),
 }
 
 
 @cache
-def _op(name: str) -> OpProgram:
+def _op(name: str) -> OpLowering:
     return BUILDERS[name]()
 
 

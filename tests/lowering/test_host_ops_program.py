@@ -13,7 +13,7 @@ import rockjit
 from rockjit.ir.ops import Op
 from rockjit.ir.types import DType, TensorType
 from rockjit.lowering.host_rules import HostView, encode_descriptor, lower_on_host
-from rockjit.lowering.opprogram import OpProgram
+from rockjit.lowering.op_lowering import OpLowering
 from rockjit.runtime import NullDevice, Operand, ProgramBuilder, host_steps
 from rockjit.runtime.errors import AddressError, ProgramError
 
@@ -27,10 +27,10 @@ def _align(x: int, a: int = 64) -> int:
 
 
 class Placed:
-    """One OpProgram in a NullDevice program: io buffers in an arena BO, descriptors in the
+    """One OpLowering in a NullDevice program: io buffers in an arena BO, descriptors in the
     weights BO (uploaded before the steps are added, as the pipeline does)."""
 
-    def __init__(self, prog: OpProgram, inputs, add_steps: bool = True) -> None:
+    def __init__(self, prog: OpLowering, inputs, add_steps: bool = True) -> None:
         self.dev = NullDevice()
         self.b = ProgramBuilder(self.dev)
         self.at: dict[str, tuple[int, int]] = {}

@@ -13,7 +13,7 @@ from rockjit.ir.types import DType
 from rockjit.lowering import lut_tables as LT
 from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.lut import (ACTIVATIONS, activation_error, activation_table,
-                                           lower_activation)
+                                           build_activation)
 from rockjit.lowering.layouts import feature_layout
 from rockjit.lowering.regcmd import LoweringError
 
@@ -78,7 +78,7 @@ for _reg in ("DPU_BN_RELUX_CMP_VALUE", "DPU_BS_ALU_CFG", "DPU_BS_MUL_CFG", "DPU_
 
 def test_conformance_05_words_and_tables() -> None:
     lay = feature_layout(P, DType.F16, 1, 16, 8)       # 128 values = 16 atoms
-    prog = lower_activation("sigmoid", lay, (-CONF05_R, CONF05_R), P)
+    prog = build_activation("sigmoid", lay, (-CONF05_R, CONF05_R), P)
     kick = prog.steps[0].jobs[0].kicks[0]
     a = case_addresses("05")
     words = kick.array({"x": a["input"], "out": a["output"], "regcmd": a["regcmd"]})
@@ -91,7 +91,7 @@ def test_conformance_05_words_and_tables() -> None:
 def test_conformance_05_data_on_our_program() -> None:
     from lowering_testutil import blob, expected_output
     lay = feature_layout(P, DType.F16, 1, 16, 8)
-    prog = lower_activation("sigmoid", lay, (-CONF05_R, CONF05_R), P)
+    prog = build_activation("sigmoid", lay, (-CONF05_R, CONF05_R), P)
     mem = run_program(prog, {"x": np.frombuffer(blob("05", "input")[:256], np.uint8)})
     got = np.frombuffer(mem["out"][:256].tobytes(), np.float16).astype(np.float64)
     exp = np.frombuffer(expected_output("05"), np.float16).astype(np.float64)
@@ -184,7 +184,7 @@ def test_activation(kind, rng_, shape) -> None:
     rng = np.random.default_rng(zlib.crc32(repr((kind, rng_, shape)).encode()))
     lay = feature_layout(P, DType.F16, *shape)
     x = make_inputs(kind, lo, hi, shape, rng)
-    prog = lower_activation(kind, lay, (lo, hi), P)
+    prog = build_activation(kind, lay, (lo, hi), P)
     span = prog.buffer("x").nbytes
     raw = np.zeros(span, np.uint8)
     raw[:lay.nbytes] = lay.pack(x)
@@ -199,7 +199,7 @@ def test_activation(kind, rng_, shape) -> None:
 def test_out_of_range_clamps_to_the_table_ends() -> None:
     lay = feature_layout(P, DType.F16, 1, 1, 8)
     x = np.array([[[-100, -20, -8.5, 8.5, 20, 100, 60000, -60000]]], np.float16)
-    prog = lower_activation("sigmoid", lay, (-8, 8), P)
+    prog = build_activation("sigmoid", lay, (-8, 8), P)
     got = lay.unpack(run_program(prog, {"x": lay.pack(x)})["out"]).astype(np.float64)[0, 0]
     t = activation_table("sigmoid", (-8, 8))
     lo_v, hi_v = 1.0 / (1.0 + math.exp(-t.lo)), 1.0 / (1.0 + math.exp(-t.hi))
@@ -212,10 +212,10 @@ def test_out_of_range_clamps_to_the_table_ends() -> None:
 def test_bad_ranges_are_refused() -> None:
     lay = feature_layout(P, DType.F16, 4, 1, 8)
     with pytest.raises(LoweringError, match="x > 0"):
-        lower_activation("rsqrt", lay, (0.0, 4.0), P)
+        build_activation("rsqrt", lay, (0.0, 4.0), P)
     with pytest.raises(LoweringError, match="hi > lo"):
-        lower_activation("sigmoid", lay, (3.0, 3.0), P)
+        build_activation("sigmoid", lay, (3.0, 3.0), P)
     with pytest.raises(LoweringError, match="no LUT activation"):
-        lower_activation("no_such_kind", lay, None, P)
+        build_activation("no_such_kind", lay, None, P)
     with pytest.raises(LoweringError, match="fp16 output"):
-        lower_activation("exp", lay, (0.0, 20.0), P)
+        build_activation("exp", lay, (0.0, 20.0), P)

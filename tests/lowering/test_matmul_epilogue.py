@@ -9,12 +9,12 @@ import pytest
 from rockjit.ir.types import DType
 from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.lut import activation_error, activation_reference, activation_table
-from rockjit.lowering.emitters.matmul import MatmulEpilogue, lower_matmul
+from rockjit.lowering.emitters.matmul import MatmulEpilogue, build_matmul
 from rockjit.lowering.emitters.task import DpuStages
 from rockjit.lowering.profile import get_profile
 from rockjit.lowering.regcmd import LoweringError
 
-from opprogram_sim import MISSING, run_matmul
+from op_lowering_sim import MISSING, run_matmul
 
 P = get_profile("rk3588")
 F16 = DType.F16
@@ -38,9 +38,9 @@ def _ab(m: int, k: int, n: int, seed: int, scale: float = 1.0):
 def test_bias_epilogue_on_simulator(m, k, n, caps) -> None:
     a, b = _ab(m, k, n, m * 31 + n)
     bias = (np.random.default_rng(n).standard_normal(n) * 4).astype(np.float16)
-    prog = lower_matmul(m, k, n, F16, F16, P, b=b, epilogue=MatmulEpilogue(bias=bias), **caps)
+    prog = build_matmul(m, k, n, F16, F16, P, b=b, epilogue=MatmulEpilogue(bias=bias), **caps)
     # no separate pass: every task is a matmul tile
-    plain = lower_matmul(m, k, n, F16, F16, P, b=b, **caps)
+    plain = build_matmul(m, k, n, F16, F16, P, b=b, **caps)
     assert sum(len(kk.task_offsets) for j in prog.jobs() for kk in j.kicks) == \
         sum(len(kk.task_offsets) for j in plain.jobs() for kk in j.kicks)
     got, _ = run_matmul(prog, a)
@@ -60,7 +60,7 @@ def test_lut_epilogue_on_simulator(m, k, n, caps) -> None:
     a, b = _ab(m, k, n, m + n, scale=0.25)               # |A.B^T| well inside the domain
     t = activation_table(kind, (lo, hi))
     act = DpuStages(bn=t.bn, lut=t.lut, out_cvt=t.out_cvt)
-    prog = lower_matmul(m, k, n, F16, F16, P, b=b, epilogue=MatmulEpilogue(act=act), **caps)
+    prog = build_matmul(m, k, n, F16, F16, P, b=b, epilogue=MatmulEpilogue(act=act), **caps)
     got, _ = run_matmul(prog, a)
     x = a.astype(np.float64) @ b.astype(np.float64).T
     assert lo < x.min() and x.max() < hi
@@ -75,9 +75,9 @@ def test_epilogue_refusals_say_why() -> None:
     t = activation_table("sigmoid", (-8.0, 8.0))
     both = MatmulEpilogue(bias=np.zeros(16), act=DpuStages(bn=t.bn, lut=t.lut, out_cvt=t.out_cvt))
     with pytest.raises(LoweringError, match="undocumented"):
-        lower_matmul(8, 64, 16, F16, F16, P, b=b, epilogue=both)
+        build_matmul(8, 64, 16, F16, F16, P, b=b, epilogue=both)
     with pytest.raises(LoweringError, match="K steps"):
-        lower_matmul(8, 128, 16, F16, F16, P, b=np.zeros((16, 128), np.float16), max_k=64,
+        build_matmul(8, 128, 16, F16, F16, P, b=np.zeros((16, 128), np.float16), max_k=64,
                      epilogue=MatmulEpilogue(act=both.act))
     with pytest.raises(LoweringError, match=r"bias must be \[16\]"):
-        lower_matmul(8, 64, 16, F16, F16, P, b=b, epilogue=MatmulEpilogue(bias=np.zeros(15)))
+        build_matmul(8, 64, 16, F16, F16, P, b=b, epilogue=MatmulEpilogue(bias=np.zeros(15)))

@@ -7,7 +7,7 @@ import pytest
 from rockjit.ir.types import DType
 from rockjit.lowering.emitters.matmul import MatmulTile, emit_matmul, plan_matmul_tile
 from rockjit.lowering.profile import get_profile
-from rockjit.lowering.regcmd import Reloc, TaskProgram, link
+from rockjit.lowering.regcmd import Reloc, EmittedTask, link
 
 from lowering_testutil import SIM_MISSING, Memory, case_dir
 
@@ -21,7 +21,7 @@ def _run_single(tile: MatmulTile, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     mem.add("a", tile.a_bytes, tile.pack_a(a))
     mem.add("b", tile.b_bytes, tile.pack_b(b))
     mem.add("c", tile.c_bytes, fill=0xAA)          # sentinel: every byte must be written
-    prog: TaskProgram = emit_matmul(tile, P, Reloc("a"), Reloc("b"), Reloc("c"))
+    prog: EmittedTask = emit_matmul(tile, P, Reloc("a"), Reloc("b"), Reloc("c"))
     mem.add("regcmd", 8 * len(prog))
     words = prog.array(mem.addresses())
     mem["regcmd"][:words.nbytes] = words.view(np.uint8)

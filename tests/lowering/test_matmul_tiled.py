@@ -1,4 +1,4 @@
-"""Tiled matmul lowering (lower_matmul) on the simulator, table-driven, against numpy.
+"""Tiled matmul lowering (build_matmul) on the simulator, table-driven, against numpy.
 
 fp16 results are checked with rockjit.oracle.tolerance (the one tolerance rule), int8 results
 bit-exactly. Data are random normal fp16 values (small integers would hide rounding and layout
@@ -17,12 +17,12 @@ import pytest
 from rockjit.ir.types import DType
 from rockjit.lowering import registers as R
 from rockjit.oracle import tolerance as T
-from rockjit.lowering.emitters.matmul import lower_matmul, plan_matmul
-from rockjit.lowering.opprogram import HostStep, NpuStep
+from rockjit.lowering.emitters.matmul import build_matmul, plan_matmul
+from rockjit.lowering.op_lowering import HostStep, NpuStep
 from rockjit.lowering.profile import get_profile
 from rockjit.lowering.regcmd import LoweringError
 
-from opprogram_sim import MISSING, run_matmul
+from op_lowering_sim import MISSING, run_matmul
 
 P = get_profile("rk3588")
 F16, F32, I8, I32 = DType.F16, DType.F32, DType.I8, DType.I32
@@ -96,7 +96,7 @@ def test_matmul_on_simulator(op: MM) -> None:
     rng = np.random.default_rng(zlib.crc32(op.why.encode()))
     a, b = _data(op, rng)
     mm, mk, mn = op.caps
-    prog = lower_matmul(op.m, op.k, op.n, op.i, op.o, P, batch=op.batch or 1,
+    prog = build_matmul(op.m, op.k, op.n, op.i, op.o, P, batch=op.batch or 1,
                         b=None if op.b_input else b, max_m=mm, max_k=mk, max_n=mn)
     got, run = run_matmul(prog, a, b if op.b_input else None)
     bt = np.swapaxes(b, -1, -2)
@@ -124,13 +124,13 @@ def _cbuf_fields(prog):
 
 
 def test_kick_structure_fp16_chains_k_steps_int8_does_not() -> None:
-    f = lower_matmul(100, 300, 90, F16, F16, P, b=np.zeros((90, 300), np.float16),
+    f = build_matmul(100, 300, 90, F16, F16, P, b=np.zeros((90, 300), np.float16),
                      max_m=32, max_k=96, max_n=32)
     jobs = f.jobs()
     assert len(jobs) == 4 * 3                      # M tiles x N tiles, independent jobs
     assert all(len(j.kicks) == 1 and j.kicks[0].task_number == 4 for j in jobs)   # K chained
     assert len(f.steps) == 1 and isinstance(f.steps[0], NpuStep)
-    i = lower_matmul(100, 300, 90, I8, I32, P, b=np.zeros((90, 300), np.int8),
+    i = build_matmul(100, 300, 90, I8, I32, P, b=np.zeros((90, 300), np.int8),
                      max_m=32, max_k=96, max_n=32)
     assert all(j.integer and len(j.kicks) == 4 and all(k.task_number == 1 for k in j.kicks)
                for j in i.jobs())
@@ -141,14 +141,14 @@ def test_kick_structure_fp16_chains_k_steps_int8_does_not() -> None:
 
 def test_every_task_fits_the_cbuf() -> None:
     for i, o in ((F16, F16), (I8, I32)):
-        prog = lower_matmul(1500, 1536, 384, i, o, P, b=np.zeros((384, 1536), i.to_numpy()))
+        prog = build_matmul(1500, 1536, 384, i, o, P, b=np.zeros((384, 1536), i.to_numpy()))
         for f in _cbuf_fields(prog):
             assert f["DATA_BANK"] + f["WEIGHT_BANK"] == P.cbuf_banks
             assert f["FC_DATA_BANK"] == 0
 
 
 def test_output_cube_is_the_canonical_whole_cube() -> None:
-    prog = lower_matmul(37, 129, 47, F16, F16, P, b=np.zeros((47, 129), np.float16),
+    prog = build_matmul(37, 129, 47, F16, F16, P, b=np.zeros((47, 129), np.float16),
                         max_m=16, max_k=64, max_n=16)
     c = prog.buffer("c")
     assert (c.layout.height, c.layout.width, c.layout.channels, c.layout.c2) == (40, 1, 48, 8)
@@ -160,8 +160,8 @@ def test_output_cube_is_the_canonical_whole_cube() -> None:
 def test_out_channel_align_matches_next_matmul_k() -> None:
     # cross-op-chaining.md: an fp16 output cube is the next matmul's input cube when N pads
     # like K does
-    prog = lower_matmul(8, 64, 48, F16, F16, P, b=np.zeros((48, 64), np.float16), out_channel_align=32)
-    nxt = lower_matmul(8, 48, 16, F16, F16, P, b=np.zeros((16, 48), np.float16))
+    prog = build_matmul(8, 64, 48, F16, F16, P, b=np.zeros((48, 64), np.float16), out_channel_align=32)
+    nxt = build_matmul(8, 48, 16, F16, F16, P, b=np.zeros((16, 48), np.float16))
     assert prog.buffer("c").layout == nxt.buffer("a").layout
 
 
@@ -187,19 +187,19 @@ def test_planner_reads_the_profile() -> None:
 
 def test_refusals_say_what_to_do() -> None:
     with pytest.raises(LoweringError, match="not supported"):
-        lower_matmul(4, 32, 16, DType.BF16, F16, P, b=np.zeros((16, 32)))
+        build_matmul(4, 32, 16, DType.BF16, F16, P, b=np.zeros((16, 32)))
     with pytest.raises(LoweringError, match=r"B must be \[16, 32\]"):
-        lower_matmul(4, 32, 16, F16, F16, P, b=np.zeros((32, 16), np.float16))
+        build_matmul(4, 32, 16, F16, F16, P, b=np.zeros((32, 16), np.float16))
     with pytest.raises(LoweringError, match="no tiling"):
         # B as an activation must be read in one K step; K this large cannot be
-        lower_matmul(4, 40000, 16, F16, F16, P)
+        build_matmul(4, 40000, 16, F16, F16, P)
     with pytest.raises(LoweringError, match="cast before lowering"):
-        lower_matmul(4, 32, 16, F16, F16, P, b=np.zeros((16, 32), np.float32))
+        build_matmul(4, 32, 16, F16, F16, P, b=np.zeros((16, 32), np.float32))
 
 
 def test_job_buffer_lists_keep_intra_kick_buffers_out_of_reads() -> None:
     # regcmd-task-model.md: a BO both read and written inside one kick must be listed as written
     # only, or the kernel completes the job without running it
-    prog = lower_matmul(16, 192, 32, F16, F16, P, b=np.zeros((32, 192), np.float16), max_k=64, max_n=16)
+    prog = build_matmul(16, 192, 32, F16, F16, P, b=np.zeros((32, 192), np.float16), max_k=64, max_n=16)
     for job in prog.jobs():
         assert set(job.writes) == {"c", "kacc"} and set(job.reads) == {"a", "b"}

@@ -20,7 +20,7 @@ import pytest
 import rockjit
 from rockjit.oracle import tolerance as T
 from rockjit.lowering.pipeline import lower_graph
-from rockjit.lowering.program import NpuProgram
+from rockjit.lowering.loaded_graph import LoadedGraph
 from rockjit.runtime import RocketDevice, SimDevice, fake_rocket
 
 ATOM = 16          # bytes per cube atom (notes: encodings/tile-layouts.md)
@@ -33,7 +33,7 @@ def _round(x: int, m: int) -> int:
 def _program(fn, params, x, device):
     c = rockjit.compile(fn, resident_argnums=0).compiled(params, x)
     lowered = lower_graph(c.graph, c.params)
-    return NpuProgram(lowered, device), c
+    return LoadedGraph(lowered, device), c
 
 
 def _wide(w, x):

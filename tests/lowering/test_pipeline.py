@@ -1,4 +1,4 @@
-"""End-to-end: rockjit.compile(..., backend="sim") -> pipeline -> NpuProgram on the strict
+"""End-to-end: rockjit.compile(..., backend="sim") -> pipeline -> LoadedGraph on the strict
 simulator, compared with an independent float64 numpy reference.
 
 Bound for a graph of one matmul (tolerance.py): the reference is computed in float64 from the

@@ -8,7 +8,7 @@ import pytest
 
 from rockjit.ir.types import DType
 from rockjit.oracle import tolerance as T
-from rockjit.lowering.emitters.pool import (global_pool_plan, lower_global_pool, lower_pool,
+from rockjit.lowering.emitters.pool import (global_pool_plan, build_global_pool, build_pool,
                                             pool_output_layout)
 from rockjit.lowering.layouts import feature_layout
 from rockjit.lowering.regcmd import LoweringError
@@ -25,7 +25,7 @@ DIFF_08: dict[tuple[str, str], str] = {}
     ("07", "max", (10, 12, 24), (3, 3), (2, 2), DIFF_07),
     ("08", "avg", (6, 6, 8), (3, 3), (1, 1), DIFF_08)])
 def test_conformance_words(prefix, method, shape, kernel, stride, allowed) -> None:
-    prog = lower_pool(method, feature_layout(P, DType.F16, *shape), kernel, stride, profile=P)
+    prog = build_pool(method, feature_layout(P, DType.F16, *shape), kernel, stride, profile=P)
     kick = prog.steps[0].jobs[0].kicks[0]
     a = case_addresses(prefix)
     words = kick.array({"x": a["input"], "out": a["output"], "regcmd": a["regcmd"]})
@@ -76,7 +76,7 @@ def test_pool(method, shape, k, s, pad) -> None:
     rng = np.random.default_rng(zlib.crc32(repr((method, shape, k, pad)).encode()))
     lay = feature_layout(P, DType.F16, *shape)
     x = rng.uniform(-6, 6, shape).astype(np.float16)
-    prog = lower_pool(method, lay, k, s, pad, P)
+    prog = build_pool(method, lay, k, s, pad, P)
     out = pool_output_layout(lay, k, s, pad, P)
     got = out.unpack(run_program(prog, {"x": lay.pack(x)})["out"])
     if method == "min":
@@ -103,7 +103,7 @@ def test_global_pool(method, shape) -> None:
     rng = np.random.default_rng(zlib.crc32(repr((method, shape)).encode()))
     lay = feature_layout(P, DType.F16, *shape)
     x = rng.uniform(-4, 4, shape).astype(np.float16)
-    prog = lower_global_pool(method, lay, P)
+    prog = build_global_pool(method, lay, P)
     got = feature_layout(P, DType.F16, 1, 1, shape[2]).unpack(
         run_program(prog, {"x": lay.pack(x)})["out"])[0, 0].astype(np.float64)
     x64 = x.astype(np.float64)
@@ -130,8 +130,8 @@ def test_plans_and_refusals() -> None:
         global_pool_plan(1500, 1)
     lay = feature_layout(P, DType.F16, 8, 8, 8)
     with pytest.raises(LoweringError, match="outside"):
-        lower_pool("max", lay, (17, 1), profile=P)
+        build_pool("max", lay, (17, 1), profile=P)
     with pytest.raises(LoweringError, match="identity"):
-        lower_pool("avg", lay, (1, 1), profile=P)
+        build_pool("avg", lay, (1, 1), profile=P)
     with pytest.raises(LoweringError, match="not one of"):
-        lower_pool("sum", lay, (2, 2), profile=P)
+        build_pool("sum", lay, (2, 2), profile=P)

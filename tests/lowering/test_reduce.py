@@ -8,12 +8,12 @@ import pytest
 
 from rockjit.ir.types import DType
 from rockjit.oracle import tolerance as T
-from rockjit.lowering.emitters.eltwise import lower_binary_row
-from rockjit.lowering.emitters.lut import activation_error, lower_activation
+from rockjit.lowering.emitters.eltwise import build_binary_row
+from rockjit.lowering.emitters.lut import activation_error, build_activation
 from rockjit.lowering.emitters.eltwise import EW_VIEW_CHANNELS
-from rockjit.lowering.emitters.matmul import lower_matmul
+from rockjit.lowering.emitters.matmul import build_matmul
 from rockjit.lowering.layouts import feature_layout, pack_matrix, unpack_matrix
-from rockjit.lowering.opprogram import BufferSpec, HostStep, OpProgram, Slice
+from rockjit.lowering.op_lowering import BufferSpec, HostStep, OpLowering, Slice
 
 from test_eltwise_harness import P, Memory, needs_sim, run_program
 
@@ -31,7 +31,7 @@ def test_feature_reduce(kind, m, k) -> None:
     x = rng.uniform(-4, 4, (m, k)).astype(np.float16)
     # the compiler's reduce_sum / mean form (rules/reduce.py): a matmul with a ones row
     w = 1.0 if kind == "sum" else 1.0 / k
-    prog = lower_matmul(m, k, 1, F16, DType.F32, P, b=np.full((1, k), w, np.float16))
+    prog = build_matmul(m, k, 1, F16, DType.F32, P, b=np.full((1, k), w, np.float16))
     a, c = prog.buffer("a"), prog.buffer("c")
     xp = np.zeros((a.layout.height, a.layout.channels), np.float16)
     xp[:m, :k] = x
@@ -82,13 +82,13 @@ def run_host_step(mem: Memory, step: HostStep) -> None:
     assert rc == 0, ffi.string(err.msg).decode()
 
 
-def row_max_program(layout, out_format: str = "row_vector", profile=P) -> OpProgram:
+def row_max_program(layout, out_format: str = "row_vector", profile=P) -> OpLowering:
     """out[p] = max over channels of x[p, :] for every position p (row) of an fp16 cube, as
     the runtime's unpack_cube + row_max host steps (the compiler itself uses the generic
     ``reduce`` host op; these exercise the runtime's kinds).
 
     ``out_format``: "row_vector" writes fp16 maxima into the per-row operand form of
-    eltwise.lower_binary_row (``row_vector_layout``: the max of row p at byte 16 p), so
+    eltwise.build_binary_row (``row_vector_layout``: the max of row p at byte 16 p), so
     softmax's ``x - rowmax`` runs on the NPU next; "f32" writes a plain float32 [P] vector.
     Buffers: ``x`` (input 0), ``rows`` (scratch, row-major fp16 [P, C]), ``out`` (output 0).
     Steps: HostStep("unpack_cube"), HostStep("row_max")."""
@@ -115,7 +115,7 @@ def row_max_program(layout, out_format: str = "row_vector", profile=P) -> OpProg
     bufs = (BufferSpec("x", "input", layout.nbytes, layout=layout, bind=0),
             BufferSpec("rows", "scratch", dense, dtype="float16", shape=(positions, c)),
             out_spec)
-    return OpProgram(bufs, (unpack, rmax))
+    return OpLowering(bufs, (unpack, rmax))
 
 
 HOST = {"row_max": run_host_step, "unpack_cube": run_host_step}
@@ -149,11 +149,11 @@ def test_softmax_numerator_chain(rows, cols) -> None:
     lay = feature_layout(P, F16, rows, 1, cols)
     x = rng.uniform(-10, 10, (rows, 1, cols)).astype(np.float16)
     mx = run_program(row_max_program(lay, "row_vector"), {"x": lay.pack(x)}, HOST)
-    sub = lower_binary_row("sub", lay, profile=P)
+    sub = build_binary_row("sub", lay, profile=P)
     raw = np.zeros(sub.buffer("x").nbytes, np.uint8)
     raw[:lay.nbytes] = lay.pack(x)
     shifted = run_program(sub, {"x": raw, "s": mx["out"]})["out"]
-    ex = lower_activation("exp", lay, (-16.0, 0.0), P)
+    ex = build_activation("exp", lay, (-16.0, 0.0), P)
     got = lay.unpack(run_program(ex, {"x": shifted[:ex.buffer("x").nbytes]})["out"])
     d = x.astype(np.float64) - x.astype(np.float64).max(2, keepdims=True)
     d16 = d.astype(np.float16).astype(np.float64)     # the sub rounds once to fp16

@@ -1,4 +1,4 @@
-"""Task assembly: trailer and enable mask against every conformance program; relocation
+"""TaskBuilder assembly: trailer and enable mask against every conformance program; relocation
 patching; self-chained kicks laid out as the notes describe."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rockjit.ir.types import DType
 from rockjit.lowering import registers as R
 from rockjit.lowering.emitters.matmul import emit_matmul, plan_matmul_tile
 from rockjit.lowering.profile import get_profile
-from rockjit.lowering.regcmd import (TRAILER_WORDS, LoweringError, Reloc, Task, enable_mask, link,
+from rockjit.lowering.regcmd import (TRAILER_WORDS, LoweringError, Reloc, TaskBuilder, enable_mask, link,
                                      pc_data_amount)
 
 from lowering_testutil import CONF, meta, task_words
@@ -52,7 +52,7 @@ def test_enable_mask_and_trailer_match_foreign(prefix, job, task, enable) -> Non
         reg = R.lookup(op & 0xFF00, offset)
         if reg is not None and reg.block != "PC":
             first.setdefault(reg.block, reg.full_name)
-    t = Task("probe", P)
+    t = TaskBuilder("probe", P)
     for name in first.values():
         t.write_raw(name, 0)
     prog = t.finish()
@@ -63,11 +63,11 @@ def test_enable_refuses_half_a_conv() -> None:
     with pytest.raises(LoweringError, match="CORE"):
         enable_mask(P, {"CNA", "DPU"})
     with pytest.raises(LoweringError, match="at least one block"):
-        Task("empty", P).finish()
+        TaskBuilder("empty", P).finish()
 
 
 def test_task_refuses_kernel_owned_registers() -> None:
-    t = Task("bad", P)
+    t = TaskBuilder("bad", P)
     with pytest.raises(LoweringError, match="per-core bit"):
         t.write("CNA_S_POINTER", POINTER_PP_EN=1)
     with pytest.raises(LoweringError, match="PC register"):
@@ -90,7 +90,7 @@ def test_pc_data_amount() -> None:
 
 
 def test_link_lays_out_and_redirects() -> None:
-    t = Task("odd", P)
+    t = TaskBuilder("odd", P)
     for name in ("DPU_S_POINTER", "DPU_RDMA_RDMA_S_POINTER", "DPU_DATA_FORMAT",
                  "DPU_BS_CFG", "DPU_BN_CFG"):
         t.write_raw(name, 0)

@@ -24,12 +24,12 @@ import rockjit.lowering.profile as profile_module
 from rockjit.ir.types import DType
 from rockjit.lowering import registers as R
 from rockjit.oracle import tolerance as T
-from rockjit.lowering.emitters.conv import ConvSpec, conv_shape, lower_conv2d
-from rockjit.lowering.emitters.matmul import lower_matmul, plan_matmul
+from rockjit.lowering.emitters.conv import ConvSpec, conv_shape, build_conv2d
+from rockjit.lowering.emitters.matmul import build_matmul, plan_matmul
 from rockjit.lowering.profile import get_profile, profile_names, register_profile
 from rockjit.lowering.tiling import plan_conv
 
-from opprogram_sim import MISSING, run_conv, run_matmul
+from op_lowering_sim import MISSING, run_conv, run_matmul
 
 F16, F32, I8, I32 = DType.F16, DType.F32, DType.I8, DType.I32
 sim = pytest.mark.skipif(bool(MISSING), reason=MISSING or "simulator available")
@@ -84,7 +84,7 @@ def test_registered_profile_is_found_by_name(small) -> None:
 # ---- the planner's tiles fit the smaller CBUF ------------------------------------------------
 
 def _task_banks(prog):
-    """For every conv/matmul task of an OpProgram: (DATA_BANK, WEIGHT_BANK, feature banks
+    """For every conv/matmul task of an OpLowering: (DATA_BANK, WEIGHT_BANK, feature banks
     needed, weight banks needed), the needs recomputed from the task's own geometry fields."""
     out = []
     for job in prog.jobs():
@@ -128,7 +128,7 @@ def test_matmul_tiles_fit_six_banks(small, m, k, n, i, o) -> None:
     whole = _ceil(mp * _ceil(kp * ESIZE[i], ENTRY_BYTES) * ENTRY_BYTES, BANK_BYTES) + SLACK[i] + \
         _ceil(npad * kp * ESIZE[i], BANK_BYTES)
     assert whole > SMALL_BANKS
-    prog = lower_matmul(m, k, n, i, o, small, b=np.zeros((n, k), i.to_numpy()))
+    prog = build_matmul(m, k, n, i, o, small, b=np.zeros((n, k), i.to_numpy()))
     tasks = _task_banks(prog)
     assert tasks, "no conv/matmul task emitted"
     for data, weight, need_f, need_w in tasks:
@@ -150,7 +150,7 @@ def test_conv_tiles_fit_six_banks(small, spec) -> None:
     weights = spec.out_c * spec.in_c * spec.kh * spec.kw * 2
     assert _ceil(feature, BANK_BYTES) + _ceil(weights, BANK_BYTES) > SMALL_BANKS
     w = np.zeros((spec.out_c, spec.in_c, spec.kh, spec.kw), np.float16)
-    prog = lower_conv2d(spec, F16, F16, small, w, patchify="direct")
+    prog = build_conv2d(spec, F16, F16, small, w, patchify="direct")
     tasks = _task_banks(prog)
     assert len(tasks) > 1
     for data, weight, need_f, need_w in tasks:
@@ -173,7 +173,7 @@ def test_small_profile_matmul_on_simulator(small, m, k, n, i, o) -> None:
     else:
         a = rng.standard_normal((m, k)).astype(np.float16)
         b = rng.standard_normal((n, k)).astype(np.float16)
-    prog = lower_matmul(m, k, n, i, o, small, b=b)
+    prog = build_matmul(m, k, n, i, o, small, b=b)
     got, _ = run_matmul(prog, a)
     if i == I8:
         ref = a.astype(np.int64) @ b.T.astype(np.int64)
@@ -206,7 +206,7 @@ def test_small_profile_conv_on_simulator(small, spec) -> None:
     rng = np.random.default_rng(11)
     x = rng.standard_normal((1, spec.in_c, spec.height, spec.width)).astype(np.float16)
     w = rng.standard_normal((spec.out_c, spec.in_c, spec.kh, spec.kw)).astype(np.float16)
-    prog = lower_conv2d(spec, F16, F16, small, w, patchify="direct")
+    prog = build_conv2d(spec, F16, F16, small, w, patchify="direct")
     got, _ = run_conv(prog, x)
     ref, bnd = _conv_ref(x, w, spec)
     assert got.dtype == np.float16
@@ -227,7 +227,7 @@ def test_graph_jobs_spread_over_profile_cores(small) -> None:
 
     import rockjit
     from rockjit.lowering.pipeline import lower_graph
-    from rockjit.lowering.program import NpuProgram
+    from rockjit.lowering.loaded_graph import LoadedGraph
     from rockjit.runtime import SimDevice
 
     def fn(w, x):
@@ -246,7 +246,7 @@ def test_graph_jobs_spread_over_profile_cores(small) -> None:
         try:
             lowered = lower_graph(c.graph, c.params, profile=name)
             assert lowered.profile is get_profile(name)
-            prog = NpuProgram(lowered, dev)
+            prog = LoadedGraph(lowered, dev)
             y, = prog.run([x])
             stats[name] = prog.stats()
         finally:

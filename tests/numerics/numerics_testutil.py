@@ -11,7 +11,7 @@ from rockjit.oracle import tolerance as T
 
 
 def program_fingerprint(program) -> str:
-    """``program``: anything holding the ``lowered`` graph (the NPU runner, an NpuProgram).
+    """``program``: anything holding the ``lowered`` graph (the NPU runner, a LoadedGraph).
     A digest of everything a lowered program is made of: where each op ran, every placed
     call's buffer binding, every kick's regcmd words and relocations, every host step and
     every compile-time byte. Two programs with equal digests run the same words on the same
@@ -22,11 +22,11 @@ def program_fingerprint(program) -> str:
         h.update(repr((d.node, d.where, d.how)).encode())
     for pc in lw.calls:
         h.update(repr((pc.call.label, pc.call.emitter, sorted(pc.binding.items()))).encode())
-        for spec in pc.call.program.buffers:
+        for spec in pc.call.lowering.buffers:
             h.update(repr((spec.name, spec.role, spec.nbytes)).encode())
             if spec.data is not None:
                 h.update(np.ascontiguousarray(spec.data).tobytes())
-        for st in pc.call.program.steps:
+        for st in pc.call.lowering.steps:
             for job in getattr(st, "jobs", ()):
                 for k in job.kicks:
                     h.update(np.asarray(k.words, np.uint64).tobytes())

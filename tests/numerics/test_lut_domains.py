@@ -95,7 +95,7 @@ def test_only_softmax_exp_and_saturating_kinds_have_a_domain() -> None:
 
 
 def _decisions(c, op: str) -> list[str]:
-    return [d.where for d in c._runner.program.lowered.decisions if f"= {op}" in d.node]
+    return [d.where for d in c._runner.loaded_graph.lowered.decisions if f"= {op}" in d.node]
 
 
 def test_exp_without_a_row_max_runs_on_the_host_and_is_right_at_any_range() -> None:

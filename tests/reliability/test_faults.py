@@ -48,7 +48,7 @@ def warm(fake):
 
 def _set_timeout(f, x) -> None:
     runner = f.compiled(x)._runner
-    runner.program.program.set_timeout(TIMEOUT_S)
+    runner.loaded_graph.program.set_timeout(TIMEOUT_S)
 
 
 def _no_bos_left() -> None:

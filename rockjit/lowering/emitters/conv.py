@@ -2,14 +2,14 @@
 jobs in tiled.py (shared with emitters/matmul.py, a matmul being a 1x1 conv: matmul-as-conv.md).
 
 Lowerings here:
-* ``lower_conv2d``: direct conv (kernel, stride, padding incl. asymmetric, dilation), fp16 ->
+* ``build_conv2d``: direct conv (kernel, stride, padding incl. asymmetric, dilation), fp16 ->
   fp16/fp32 and int8 -> int32; output rows, output channels and input channels tiled as the
   planner says; each output tile lands at its place in the one whole output cube.
 * depthwise (``groups == channels``): CONV_MODE 3 + DW_EN with the depthwise write-out fields
   (notes: depthwise-conv.md, conformance 09), tiled over channels and rows. fp16 only on the
   raw path: the int8 depthwise writer is the requantising mode (depthwise-conv.md "int8
-  depthwise"), which ``lower_qconv2d`` emits.
-* ``lower_qconv2d``: int8 -> int8 direct or depthwise with on-chip requantization
+  depthwise"), which ``build_qconv2d`` emits.
+* ``build_qconv2d``: int8 -> int8 direct or depthwise with on-chip requantization
   (``ConvRequant``: input zero point as the CNA pad, CPEND for the weight zero point, a BS-ALU
   int32 vector from BRDMA, OUT_CVT scale/shift/offset); rockjit.quant derives the numbers.
 * conv1d is a conv2d with time on the height axis and width 1 (notes:
@@ -24,13 +24,13 @@ import numpy as np
 
 from ...ir.types import DType
 from ..layouts import depthwise_weight_layout, weight_layout
-from ..opprogram import BufferSpec, HostStep, OpProgram
+from ..op_lowering import BufferSpec, HostStep, OpLowering
 from ..profile import ChipProfile
 from ..regcmd import LoweringError
 from ..tiling import KACC_DPU, KACC_HOST, ConvPlan, plan_conv
 # ConvSpec & co. and the task records are imported from here by rules/conv.py and quant.py
 from .conv_spec import ConvLayouts, ConvSpec, conv_layouts, conv_shape, validate  # noqa: F401
-from .patchify import choose_patchify, lower_patchify_im2col
+from .patchify import choose_patchify, build_patchify_im2col
 from .task import ConvRequant  # noqa: F401
 from .tiled import CubeRef, Scratch, TiledTasks, assemble, build_tiled, host_partial_sum
 
@@ -66,11 +66,11 @@ def pack_conv_weights(plan: ConvPlan, profile: ChipProfile, w: np.ndarray) -> tu
     return np.concatenate(blobs), lambda j, ki: offsets[(j, ki)]
 
 
-def lower_conv2d(spec: ConvSpec, in_dtype: DType, out_dtype: DType, profile: ChipProfile,
+def build_conv2d(spec: ConvSpec, in_dtype: DType, out_dtype: DType, profile: ChipProfile,
                  weights: np.ndarray, *, name: str = "conv", patchify: str = "auto",
                  max_rows: int | None = None, max_kernels: int | None = None,
-                 max_channels: int | None = None) -> OpProgram:
-    """A conv2d with constant weights -> OpProgram.
+                 max_channels: int | None = None) -> OpLowering:
+    """A conv2d with constant weights -> OpLowering.
 
     Buffers: "x" input (bind 0, per-image cube ``conv_layouts(...).input``, images
     ``in_stride`` apart; shape NCHW), "w" const (prepacked), "y" output (bind 0, cube per image,
@@ -81,7 +81,7 @@ def lower_conv2d(spec: ConvSpec, in_dtype: DType, out_dtype: DType, profile: Chi
     validate(spec, in_dtype, out_dtype)
     route = choose_patchify(spec, in_dtype, profile) if patchify == "auto" else patchify
     if route == "im2col":
-        return lower_patchify_im2col(spec, in_dtype, out_dtype, profile, weights, name=name)
+        return build_patchify_im2col(spec, in_dtype, out_dtype, profile, weights, name=name)
     if route != "direct":
         raise LoweringError(f"patchify must be 'auto', 'direct' or 'im2col', got {patchify!r}")
     shape = conv_shape(spec, in_dtype, out_dtype, profile)
@@ -96,7 +96,7 @@ def lower_conv2d(spec: ConvSpec, in_dtype: DType, out_dtype: DType, profile: Chi
 
 
 def _conv_program(spec: ConvSpec, plan: ConvPlan, profile: ChipProfile, lay: ConvLayouts,
-                  wbytes: np.ndarray, woff: Callable[[int, int], int], name: str) -> OpProgram:
+                  wbytes: np.ndarray, woff: Callable[[int, int], int], name: str) -> OpLowering:
     s = plan.shape
     tiled = TiledTasks()
     scratch = Scratch("kacc")
@@ -125,13 +125,13 @@ def _conv_program(spec: ConvSpec, plan: ConvPlan, profile: ChipProfile, lay: Con
     return assemble(profile, tiled, buffers, steps, spec.macs())
 
 
-def lower_qconv2d(spec: ConvSpec, profile: ChipProfile, weights: np.ndarray, vector: np.ndarray,
+def build_qconv2d(spec: ConvSpec, profile: ChipProfile, weights: np.ndarray, vector: np.ndarray,
                   requant: ConvRequant, *, name: str = "qconv", max_rows: int | None = None,
-                  max_kernels: int | None = None, max_channels: int | None = None) -> OpProgram:
+                  max_kernels: int | None = None, max_channels: int | None = None) -> OpLowering:
     """An int8 -> int8 conv2d / depthwise with on-chip requantization (``ConvRequant``).
 
     ``vector``: the int32 per-output-channel operand the BS ALU adds (rockjit.quant folds the
-    bias, the zero-point cross term and its range offset into it). Buffers as lower_conv2d
+    bias, the zero-point cross term and its range offset into it). Buffers as build_conv2d
     ("x" int8 cube in, "y" int8 cube out, "w" packed weights) plus the const "bias" vector.
     The requant is one pass over the whole accumulator, so the input channels must fit one K
     step (an integer K split sums int32 partials on the host, after which no on-chip requant

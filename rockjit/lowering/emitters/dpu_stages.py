@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..regcmd import Task
+from ..regcmd import TaskBuilder
 
 # DMA burst length code 15 on every DPU / DPU_RDMA / CNA read and write: the value of every
 # conformance program (01-09) and of Mesa's emitter.
@@ -55,7 +55,7 @@ class EwStage:
 
 
 @dataclass(frozen=True)
-class LutProgram:
+class LutTables:
     """LUT tables and geometry (built by lut_tables.py)."""
 
     le: tuple[int, ...]
@@ -79,7 +79,7 @@ class LutProgram:
                      self.le_slope, self.lo_slope))
 
 
-def upload_lut(t: Task, lut: LutProgram) -> None:
+def upload_lut(t: TaskBuilder, lut: LutTables) -> None:
     """Both tables through the access port: ACCESS_CFG (write, table id, address 0) then one
     ACCESS_DATA word per entry, the address auto-incrementing [lut][conf 05 words 2/516]."""
     for table_id, entries in ((0, lut.le), (1, lut.lo)):

@@ -46,12 +46,12 @@ import numpy as np
 
 from ...ir.types import DType
 from ..layouts import CubeLayout, feature_layout, weight_layout
-from ..opprogram import BufferSpec, NpuStep, OpProgram
+from ..op_lowering import BufferSpec, NpuStep, OpLowering
 from ..profile import ChipProfile, get_profile
-from ..regcmd import LoweringError, Reloc, TaskProgram
+from ..regcmd import LoweringError, Reloc, EmittedTask
 from ..tiling import CbufSplit, ceil_div, round_up
 # the DPU stage records live in dpu_stages.py; LUT builders import them from here too
-from .dpu_stages import LutProgram, OutCvt, SdpStage, ew_stage  # noqa: F401
+from .dpu_stages import LutTables, OutCvt, SdpStage, ew_stage  # noqa: F401
 from .flying import FLYING_MAX_POSITIONS, emit_flying
 from .jobs import JobTasks, assemble_jobs
 from .task import ConvTaskGeom, DpuStages, conv_task
@@ -94,15 +94,15 @@ def check_fp16_cube(layout: CubeLayout, profile: ChipProfile, what: str) -> None
                             f"layout ({dense.line_stride}/{dense.surf_stride} B): repack it")
 
 
-def npu_program(buffers: list[BufferSpec], groups: Sequence[Sequence[TaskProgram]],
+def npu_program(buffers: list[BufferSpec], groups: Sequence[Sequence[EmittedTask]],
                 profile: ChipProfile, reads: Sequence[str], writes: Sequence[str],
-                macs: int = 0) -> OpProgram:
+                macs: int = 0) -> OpLowering:
     """One NPU step of one job: the task groups (passes) run in order, each pass its own
     kick(s) of self-chained tasks (fp16 chains, notes: encodings/regcmd-task-model.md)."""
     jobs, end = assemble_jobs(profile, [JobTasks([list(g) for g in groups], tuple(reads),
                                                  tuple(writes))])
     bufs = list(buffers) + [BufferSpec("regcmd", "regcmd", round_up(end, profile.regcmd_align_bytes))]
-    return OpProgram(tuple(bufs), (NpuStep(tuple(jobs)),), macs=macs)
+    return OpLowering(tuple(bufs), (NpuStep(tuple(jobs)),), macs=macs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,7 +112,7 @@ def npu_program(buffers: list[BufferSpec], groups: Sequence[Sequence[TaskProgram
 def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
                   feature_surf_pitch: int, weights: Reloc, kernels: int, out: Reloc,
                   out_channels: int, out_surf_stride: int,
-                  ew: tuple[str, Reloc] | None = None, real_channels: int | None = None) -> TaskProgram:
+                  ew: tuple[str, Reloc] | None = None, real_channels: int | None = None) -> EmittedTask:
     """A 1x1 fp16 convolution over ``rows`` positions (W = 1) and 32 input channels, written
     through the DPU; optionally combined with an ERDMA operand cube by the EW unit.
 
@@ -219,7 +219,7 @@ def _check_op(op: str) -> None:
 
 
 def full_ew_tasks(op: str, a: str, b: str, out: str, weights: str, nbytes: int,
-                  profile: ChipProfile, prefix: str = "ew") -> tuple[list[TaskProgram], int]:
+                  profile: ChipProfile, prefix: str = "ew") -> tuple[list[EmittedTask], int]:
     """Tasks computing out = a OP b over the flat view of ``nbytes``; returns (tasks, padded
     span). ``weights`` names a const buffer holding the 32x32 identity (-identity for sub)."""
     _check_op(op)
@@ -245,7 +245,7 @@ def weights_buffer(op: str, profile: ChipProfile, name: str = "weights") -> Buff
 # lower_* entry points
 # ---------------------------------------------------------------------------------------------
 
-def lower_binary(op: str, layout: CubeLayout, profile: ChipProfile | str | None = None) -> OpProgram:
+def build_binary(op: str, layout: CubeLayout, profile: ChipProfile | str | None = None) -> OpLowering:
     """out = a OP b for two fp16 cubes of the same dense ``layout``.
 
     Buffers: ``a`` (input 0), ``b`` (input 1), ``out`` (output 0), ``weights`` (const, the
@@ -282,8 +282,8 @@ def scalar_stages(op: str, value: float, reverse: bool) -> tuple[SdpStage | None
     return SdpStage(alu=(algo, fp32_bits(c))), None
 
 
-def lower_binary_scalar(op: str, layout: CubeLayout, value: float, reverse: bool = False,
-                        profile: ChipProfile | str | None = None) -> OpProgram:
+def build_binary_scalar(op: str, layout: CubeLayout, value: float, reverse: bool = False,
+                        profile: ChipProfile | str | None = None) -> OpLowering:
     """out = x OP c (or c OP x with ``reverse``) for a constant ``c`` (rounded to fp16).
 
     One flying DPU pass per <= 4096 atoms; the BS (or, for c - x, BN) stage applies the
@@ -308,13 +308,13 @@ def broadcast_channel_cube(layout: CubeLayout, vector: np.ndarray) -> np.ndarray
     return layout.pack(np.ascontiguousarray(full))
 
 
-def lower_binary_channel(op: str, layout: CubeLayout, vector: np.ndarray, reverse: bool = False,
-                         profile: ChipProfile | str | None = None) -> OpProgram:
+def build_binary_channel(op: str, layout: CubeLayout, vector: np.ndarray, reverse: bool = False,
+                         profile: ChipProfile | str | None = None) -> OpLowering:
     """out[h, w, c] = x[h, w, c] OP v[c] (v OP x with ``reverse``) for a compile-time vector.
 
     The vector is broadcast into a constant cube (``bcast``, resident) and combined as a full
     cube. Buffers: ``x`` (input 0), ``out`` (output 0), ``bcast`` and ``weights`` (const),
-    ``regcmd``; x/out are padded as in lower_binary."""
+    ``regcmd``; x/out are padded as in build_binary."""
     profile = resolve_profile(profile)
     check_fp16_cube(layout, profile, f"element-wise {op} with a per-channel vector")
     _, span = ew_chunks(layout.nbytes, profile)
@@ -331,7 +331,7 @@ def lower_binary_channel(op: str, layout: CubeLayout, vector: np.ndarray, revers
 
 
 def row_vector_layout(positions: int, profile: ChipProfile | str | None = None) -> CubeLayout:
-    """The runtime per-row operand of lower_binary_row: an fp16 cube of ``positions`` rows x
+    """The runtime per-row operand of build_binary_row: an fp16 cube of ``positions`` rows x
     32 channels whose channel 0 holds s[row], i.e. s[row] at byte 16*row. Only channel 0 is
     real input (DATAIN_CHANNEL_REAL = 0): the other bytes of the span may hold anything
     (the row max of a softmax arrives in this form)."""
@@ -348,7 +348,7 @@ def pack_row_vector(s: np.ndarray, profile: ChipProfile | str | None = None) -> 
 
 
 def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, out: str,
-                 channels: int, name: str) -> list[TaskProgram]:
+                 channels: int, name: str) -> list[EmittedTask]:
     """Tasks writing out[p, c] = src[p, channel 0] for c < channels (rounded up to the weight
     kernel group; ``out`` must hold those surfaces) over all ``positions``.
 
@@ -362,7 +362,7 @@ def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, o
         raise LoweringError(
             f"a per-row operand over {positions} rows: the broadcast conv needs at least "
             f"{profile.min_feature_rows} feature rows (matmul-as-conv.md, 'Feature height < 4 is "
-            f"broken'); use the scalar form (lower_binary_scalar) for a single row")
+            f"broken'); use the scalar form (build_binary_scalar) for a single row")
     kernels = round_up(channels, p.n_align)
     r_max = profile.max_feature_rows // align * align
     # weights: ones in input channel 0 of each kernel, so out = s exactly (fp32 product by 1).
@@ -398,8 +398,8 @@ def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, o
     return tasks
 
 
-def lower_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
-                     profile: ChipProfile | str | None = None) -> OpProgram:
+def build_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
+                     profile: ChipProfile | str | None = None) -> OpLowering:
     """out[p, c] = x[p, c] OP s[p] (s OP x with ``reverse``) with s a run-time vector, one
     value per position p = h * W + w (a matrix cube's rows).
 

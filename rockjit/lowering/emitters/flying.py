@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ...ir.types import DType
 from ..profile import ChipProfile
-from ..regcmd import LoweringError, Reloc, Task, TaskProgram, TaskTemplate, template_of
-from .dpu_stages import LutProgram, OutCvt, SdpStage, upload_lut
+from ..regcmd import LoweringError, Reloc, TaskBuilder, EmittedTask, TaskTemplate, template_of
+from .dpu_stages import LutTables, OutCvt, SdpStage, upload_lut
 from .task import DpuStages, cached_template, write_dpu, write_dpu_rdma
 
 # Flying DPU tasks stay at 4096 columns, well under the 13-bit maximum that corrupts a tail of
@@ -20,7 +20,7 @@ FLYING_MAX_POSITIONS = 4096
 
 def _build(profile: ChipProfile, positions: int, st: DpuStages) -> TaskTemplate:
     c2 = profile.input(DType.F16).feature_c2
-    t = Task("flying", profile)
+    t = TaskBuilder("flying", profile)
     t.write("DPU_S_POINTER", POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)
     t.write("DPU_RDMA_RDMA_S_POINTER", POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)
     if st.lut is not None:
@@ -41,7 +41,7 @@ def _build(profile: ChipProfile, positions: int, st: DpuStages) -> TaskTemplate:
 
 def emit_flying(name: str, profile: ChipProfile, src: Reloc, dst: Reloc, positions: int, *,
                 bs: SdpStage | None = None, bn: SdpStage | None = None,
-                lut: LutProgram | None = None, out_cvt: OutCvt = OutCvt()) -> TaskProgram:
+                lut: LutTables | None = None, out_cvt: OutCvt = OutCvt()) -> EmittedTask:
     """A DPU-only task over ``positions`` consecutive 16-byte atoms (8 fp16 lanes each) at
     ``src``, written to ``dst``, through the register-operand BS / BN stages, the LUT and the
     output converter."""

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .. import registers as R
-from ..opprogram import NpuJob
+from ..op_lowering import NpuJob
 from ..profile import ChipProfile
-from ..regcmd import Kick, TaskProgram, link
+from ..regcmd import Kick, EmittedTask, link
 from ..tiling import round_up
 
 
@@ -21,7 +21,7 @@ from ..tiling import round_up
 class JobTasks:
     """One job before layout: its kicks (each a list of tasks) and the buffers it uses."""
 
-    kicks: list[list[TaskProgram]]
+    kicks: list[list[EmittedTask]]
     reads: Sequence[str] = ()        # in the order the job lists them
     writes: Sequence[str] = ()
     integer: bool = False

@@ -43,7 +43,7 @@ and the roundings of the intermediate fp16 gate.
 
 Buffers: ``x`` (input 0), ``out`` (output 0), ``regcmd``; two-pass kinds add ``gate``
 (scratch) and, for gelu/silu, ``weights`` (const identity); their x/out are padded to the EW
-span (eltwise.lower_binary).
+span (eltwise.build_binary).
 """
 from __future__ import annotations
 
@@ -52,9 +52,9 @@ from functools import lru_cache
 import numpy as np
 
 from ..layouts import CubeLayout
-from ..opprogram import BufferSpec, OpProgram
+from ..op_lowering import BufferSpec, OpLowering
 from ..profile import ChipProfile
-from ..regcmd import LoweringError, Reloc, TaskProgram
+from ..regcmd import LoweringError, Reloc, EmittedTask
 from ...ir.activations import ACTIVATIONS, ActivationKind
 from .. import lut_tables as LT
 from ..fp16_range import U16
@@ -153,14 +153,14 @@ def clamp_to_domain(kind: str, x: np.ndarray, x_range: tuple[float, float] | Non
 
 
 def _lut_tasks(t: LT.LutTable, src: str, dst: str, nbytes: int, profile: ChipProfile,
-               name: str) -> list[TaskProgram]:
+               name: str) -> list[EmittedTask]:
     return [emit_flying(f"{name}{i}", profile, Reloc(src, off), Reloc(dst, off), n, bn=t.bn,
                         lut=t.lut, out_cvt=t.out_cvt)
             for i, (off, n) in enumerate(flying_chunks(nbytes, profile))]
 
 
-def lower_activation(kind: str, layout: CubeLayout, x_range: tuple[float, float] | None = None,
-                     profile: ChipProfile | str | None = None) -> OpProgram:
+def build_activation(kind: str, layout: CubeLayout, x_range: tuple[float, float] | None = None,
+                     profile: ChipProfile | str | None = None) -> OpLowering:
     """out = kind(x) for an fp16 cube ``layout`` whose values lie in ``x_range`` (lo, hi);
     None takes the kind's default domain (``ACTIVATIONS[kind].default_range``). Inputs outside
     the domain are clamped to it (module docstring)."""

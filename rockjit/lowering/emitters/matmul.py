@@ -30,8 +30,8 @@ from ...ir.types import DType
 from ..layouts import (CubeLayout, WeightLayout, matrix_feature_layout, matrix_output_layout,
                        pack_matrix, unpack_matrix, weight_layout)
 from ..profile import ChipProfile
-from ..opprogram import BufferSpec, OpProgram
-from ..regcmd import LoweringError, Reloc, TaskProgram
+from ..op_lowering import BufferSpec, OpLowering
+from ..regcmd import LoweringError, Reloc, EmittedTask
 from ..tiling import (KACC_DPU, KACC_HOST, ConvPlan, ConvShape, field_limit, plan_conv,
                       round_up)
 from .task import ConvTaskGeom, DpuStages, emit_conv_task
@@ -155,7 +155,7 @@ def plan_matmul_tile(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
 
 
 def emit_matmul(tile: MatmulTile, profile: ChipProfile, a: Reloc, b: Reloc, c: Reloc,
-                name: str = "matmul", reuse: str = "none") -> TaskProgram:
+                name: str = "matmul", reuse: str = "none") -> EmittedTask:
     """The complete task for ``tile``: A read at ``a``, B at ``b``, C written at ``c``.
 
     ``reuse`` = "data" or "weight" keeps that operand from the previous task of the same job in
@@ -170,7 +170,7 @@ def emit_matmul(tile: MatmulTile, profile: ChipProfile, a: Reloc, b: Reloc, c: R
 
 
 # ---------------------------------------------------------------------------------------------
-# tiled matmul -> OpProgram
+# tiled matmul -> OpLowering
 # ---------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -263,12 +263,12 @@ def _b_offsets(plan: ConvPlan, profile: ChipProfile) -> dict[tuple[int, int], in
     return out
 
 
-def lower_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
+def build_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
                  profile: ChipProfile, *, batch: int = 1, b: np.ndarray | None = None,
                  out_channel_align: int | None = None, name: str = "matmul",
                  max_m: int | None = None, max_k: int | None = None,
-                 max_n: int | None = None, epilogue: MatmulEpilogue | None = None) -> OpProgram:
-    """C[M,N] = A[M,K].B[N,K]^T, or ``batch`` independent such products -> OpProgram.
+                 max_n: int | None = None, epilogue: MatmulEpilogue | None = None) -> OpLowering:
+    """C[M,N] = A[M,K].B[N,K]^T, or ``batch`` independent such products -> OpLowering.
     ``epilogue``: C = A.B^T + bias[N], or C = act(A.B^T), in the matmul's own tasks.
 
     Buffers (names local to the op):

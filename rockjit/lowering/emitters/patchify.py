@@ -7,12 +7,12 @@ import numpy as np
 
 from ...ir.types import DType
 from ..layouts import CubeLayout
-from ..opprogram import BufferSpec, HostStep, NpuJob, NpuStep, OpProgram, Slice
+from ..op_lowering import BufferSpec, HostStep, NpuJob, NpuStep, OpLowering, Slice
 from ..profile import ChipProfile
 from ..regcmd import Access, Kick, LoweringError, Reloc
 from ..tiling import field_limit, round_up
 from .conv_spec import ConvSpec
-from .matmul import lower_matmul
+from .matmul import build_matmul
 
 
 def is_patchify(spec: ConvSpec) -> bool:
@@ -45,9 +45,9 @@ def choose_patchify(spec: ConvSpec, in_dtype: DType, profile: ChipProfile) -> st
     return "direct"
 
 
-def lower_patchify_im2col(spec: ConvSpec, in_dtype: DType, out_dtype: DType,
+def build_patchify_im2col(spec: ConvSpec, in_dtype: DType, out_dtype: DType,
                           profile: ChipProfile, weights: np.ndarray, *,
-                          name: str = "patchify") -> OpProgram:
+                          name: str = "patchify") -> OpLowering:
     """im2col on the host (row-major NCHW input -> the matmul's A cube) + a matmul per image.
 
     The im2col is a pure strided copy of the generic host-op library (``im2col_steps_for``):
@@ -66,7 +66,7 @@ def lower_patchify_im2col(spec: ConvSpec, in_dtype: DType, out_dtype: DType,
                             f" (OIHW), got {w.shape}")
     m = spec.out_h * spec.out_w
     kk = spec.in_c * spec.kh * spec.kw
-    mm = lower_matmul(m, kk, spec.out_c, in_dtype, out_dtype, profile, batch=spec.batch,
+    mm = build_matmul(m, kk, spec.out_c, in_dtype, out_dtype, profile, batch=spec.batch,
                       b=w.reshape(spec.out_c, kk), name=name)
     a = mm.buffer("a")
     p = profile.input(in_dtype)
@@ -82,7 +82,7 @@ def lower_patchify_im2col(spec: ConvSpec, in_dtype: DType, out_dtype: DType,
     rename = {"c": "y"}
     bufs = [x, a_scratch, y_out] + extra + [b for b in mm.buffers if b.name not in ("a", "c")]
     steps = im2col_steps + [_rename_step(st, rename) for st in mm.steps]
-    return OpProgram(tuple(bufs), tuple(steps), macs=mm.macs)
+    return OpLowering(tuple(bufs), tuple(steps), macs=mm.macs)
 
 
 def im2col_steps_for(spec: ConvSpec, dtype: DType, lay: CubeLayout, image_stride: int, src: str,

@@ -29,9 +29,9 @@ from itertools import combinations_with_replacement
 
 from ...ir.types import DType
 from ..layouts import CubeLayout, feature_layout
-from ..opprogram import BufferSpec, OpProgram
+from ..op_lowering import BufferSpec, OpLowering
 from ..profile import ChipProfile
-from ..regcmd import LoweringError, Reloc, Task, TaskProgram
+from ..regcmd import LoweringError, Reloc, TaskBuilder, EmittedTask
 from .eltwise import check_fp16_cube, fp16_bits, npu_program, resolve_profile
 
 METHODS = {"avg": 0, "max": 1, "min": 2}   # POOLING_METHOD (ppu-pooling.md, ppu-reduce-mean.md)
@@ -98,7 +98,7 @@ def _check(g: PoolGeom, method: str, profile: ChipProfile) -> None:
 
 def emit_pool(g: PoolGeom, method: str, profile: ChipProfile, src: Reloc, dst: Reloc,
               channels: int | None = None, src_surf_stride: int | None = None,
-              dst_surf_stride: int | None = None, name: str = "pool") -> TaskProgram:
+              dst_surf_stride: int | None = None, name: str = "pool") -> EmittedTask:
     """One PPU task; ``channels`` (default g.channels) of the cube starting at src/dst."""
     _check(g, method, profile)
     c = channels or g.channels
@@ -107,7 +107,7 @@ def emit_pool(g: PoolGeom, method: str, profile: ChipProfile, src: Reloc, dst: R
     s_surf = src_surf_stride or g.height * line
     d_surf = dst_surf_stride or g.out_h * g.out_w * atom
     prec = profile.input(DType.F16).precision
-    t = Task(name, profile)
+    t = TaskBuilder(name, profile)
     t.write("PPU_S_POINTER", POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)
     t.write("PPU_RDMA_RDMA_S_POINTER", POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)
     t.write("PPU_DATA_CUBE_IN_WIDTH", CUBE_IN_WIDTH=g.width - 1)
@@ -148,7 +148,7 @@ def emit_pool(g: PoolGeom, method: str, profile: ChipProfile, src: Reloc, dst: R
 
 
 def _pool_tasks(g: PoolGeom, method: str, profile: ChipProfile, src: str, dst: str,
-                name: str) -> list[TaskProgram]:
+                name: str) -> list[EmittedTask]:
     """Channel-tiled tasks (each tile whole 8-channel surfaces within the cube-dim limit)."""
     c2 = profile.input(DType.F16).feature_c2
     atom = profile.atom_bytes
@@ -164,9 +164,9 @@ def _pool_tasks(g: PoolGeom, method: str, profile: ChipProfile, src: str, dst: s
     return out
 
 
-def lower_pool(method: str, layout: CubeLayout, kernel: tuple[int, int],
+def build_pool(method: str, layout: CubeLayout, kernel: tuple[int, int],
                stride: tuple[int, int] | None = None, padding: tuple[int, int, int, int] = (0, 0, 0, 0),
-               profile: ChipProfile | str | None = None) -> OpProgram:
+               profile: ChipProfile | str | None = None) -> OpLowering:
     """A max / avg / min pool of an fp16 cube [H, W, C] (``layout``, dense).
 
     ``kernel`` = (kh, kw), ``stride`` = (sh, sw) (default = kernel), ``padding`` = (top, left,
@@ -240,8 +240,8 @@ def global_pool_plan(height: int, width: int) -> list[tuple[int, int]]:
     return plan
 
 
-def lower_global_pool(method: str, layout: CubeLayout,
-                      profile: ChipProfile | str | None = None) -> OpProgram:
+def build_global_pool(method: str, layout: CubeLayout,
+                      profile: ChipProfile | str | None = None) -> OpLowering:
     """Mean / max / min over [H, W] per channel -> a [1, 1, C] cube (``out``).
 
     Buffers: ``x`` (input 0), ``out`` (output 0), ``t0``/``t1`` (scratch intermediates when

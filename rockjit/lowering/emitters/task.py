@@ -26,9 +26,9 @@ from typing import Callable, Mapping
 
 from ...ir.types import DType
 from ..profile import ChipProfile
-from ..regcmd import LoweringError, Reloc, Task, TaskProgram, TaskTemplate, template_of
+from ..regcmd import LoweringError, Reloc, TaskBuilder, EmittedTask, TaskTemplate, template_of
 from ..tiling import CbufSplit, cbuf_split
-from .dpu_stages import (BURST_LEN, OUTPUT_TO_MEMORY, EwStage, LutProgram, OutCvt, SdpStage,
+from .dpu_stages import (BURST_LEN, OUTPUT_TO_MEMORY, EwStage, LutTables, OutCvt, SdpStage,
                          upload_lut)
 
 # CNA/DPU conv mode codes [dw]
@@ -113,7 +113,7 @@ class DpuStages:
     bs: SdpStage | None = None
     bn: SdpStage | None = None
     ew: EwStage | None = None
-    lut: LutProgram | None = None
+    lut: LutTables | None = None
     out_cvt: OutCvt = field(default_factory=OutCvt)
     ow_op: int | None = None          # CPEND on (OD_BYPASS 0) with this DPU_BS_OW_OP
 
@@ -152,7 +152,7 @@ def _check(g: ConvTaskGeom, st: DpuStages, profile: ChipProfile, reuse: str) -> 
                             f"not whole atoms or the surface is shorter than 4 lines")
 
 
-def write_dpu(t: Task, profile: ChipProfile, st: DpuStages, *, in_dtype: DType,
+def write_dpu(t: TaskBuilder, profile: ChipProfile, st: DpuStages, *, in_dtype: DType,
               out_dtype: DType, flying: bool, mode: int, width: int, height: int,
               channels: int, dst_surf_stride: int, size_e: int, surf_add: int,
               od_bypass: bool) -> None:
@@ -234,7 +234,7 @@ def write_dpu(t: Task, profile: ChipProfile, st: DpuStages, *, in_dtype: DType,
                                                  f"LUT_{tab}_SLOPE_OFLOW_SHIFT": sl[3]})
 
 
-def _write_stage(t: Task, name: str, st: SdpStage | None) -> None:
+def _write_stage(t: TaskBuilder, name: str, st: SdpStage | None) -> None:
     if st is None:
         t.write(f"DPU_{name}_CFG", **{f"{name}_BYPASS": 1, f"{name}_ALU_BYPASS": 1,
                                       f"{name}_MUL_BYPASS": 1, f"{name}_RELU_BYPASS": 1})
@@ -254,7 +254,7 @@ def _write_stage(t: Task, name: str, st: SdpStage | None) -> None:
     t.write(f"DPU_{name}_MUL_CFG", **({f"{name}_MUL_OPERAND": st.mul} if st.mul is not None else {}))
 
 
-def write_dpu_rdma(t: Task, profile: ChipProfile, st: DpuStages, *, in_dtype: DType,
+def write_dpu_rdma(t: TaskBuilder, profile: ChipProfile, st: DpuStages, *, in_dtype: DType,
                    flying: bool, mode: int, width: int, height: int, channels: int) -> None:
     """DPU_RDMA, programmed every task [task]: MRDMA streams role "src" on a flying task and is
     disabled on a conv task unless the EW stage combines an operand (else the job hangs
@@ -310,7 +310,7 @@ def write_dpu_rdma(t: Task, profile: ChipProfile, st: DpuStages, *, in_dtype: DT
     t.write("DPU_RDMA_RDMA_EW_SURF_NOTCH", EW_SURF_NOTCH=notch)
 
 
-def _cna_core(t: Task, g: ConvTaskGeom, profile: ChipProfile, reuse: str, mode: int,
+def _cna_core(t: TaskBuilder, g: ConvTaskGeom, profile: ChipProfile, reuse: str, mode: int,
               wbytes: int, per_kernel: int, split: CbufSplit) -> None:
     p = profile.input(g.in_dtype)
     dw = g.depthwise
@@ -389,7 +389,7 @@ def _build(g: ConvTaskGeom, st: DpuStages, profile: ChipProfile, reuse: str) -> 
     size_e = DW_SIZE_E if dw else outf.size_e
     surf_mult = size_e + 1          # [size-e][dw]: fp16 2, fp32 4, integer 8, depthwise 4
     surf_add = g.surf_add if g.surf_add is not None else (g.dst_surf_stride // 16) * surf_mult
-    t = Task("conv", profile)
+    t = TaskBuilder("conv", profile)
     # Arm the DPU / DPU_RDMA ping-pong register groups every task [task]; the kernel arms CNA and
     # CORE with its per-core bit, so we must not (seeds 003 s4).
     t.write("DPU_S_POINTER", POINTER_PP_MODE=1, EXECUTER_PP_EN=1, POINTER_PP_EN=1)
@@ -447,7 +447,7 @@ def cached_template(profile: ChipProfile, key: tuple,
 
 def conv_task(g: ConvTaskGeom, profile: ChipProfile, where: Mapping[str, Reloc], *,
               stages: DpuStages = DpuStages(), name: str = "conv",
-              reuse: str = "none") -> TaskProgram:
+              reuse: str = "none") -> EmittedTask:
     """The complete, self-contained task ([task]: every task rewrites its whole configuration)
     for ``g`` with the DPU ``stages``. ``where`` maps the roles to addresses: "feature",
     "weight", "out", plus "ew" (the EW operand cube) and "bias" (a BRDMA vector) when the
@@ -467,7 +467,7 @@ def conv_task(g: ConvTaskGeom, profile: ChipProfile, where: Mapping[str, Reloc],
 
 def emit_conv_task(g: ConvTaskGeom, profile: ChipProfile, feature: Reloc, weight: Reloc,
                    out: Reloc, ew_operand: Reloc | None = None, name: str = "conv",
-                   reuse: str = "none", bias: Reloc | None = None) -> TaskProgram:
+                   reuse: str = "none", bias: Reloc | None = None) -> EmittedTask:
     """``conv_task`` for a plain, K-accumulating (``g.ew_esize`` with the previous partial at
     ``ew_operand``, added by the EW stage [kacc]) or requantizing (``g.requant`` with its
     int32 vector at ``bias``) conv tile."""

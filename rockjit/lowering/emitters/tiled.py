@@ -10,9 +10,9 @@ from typing import Callable, Sequence
 
 from ...ir.types import DType
 from ..bounds import check_tasks
-from ..opprogram import BufferSpec, HostStep, NpuStep, OpProgram
+from ..op_lowering import BufferSpec, HostStep, NpuStep, OpLowering
 from ..profile import ChipProfile
-from ..regcmd import LoweringError, Reloc, TaskProgram
+from ..regcmd import LoweringError, Reloc, EmittedTask
 from ..tiling import KACC_DPU, KACC_HOST, ConvPlan, ceil_div, round_up
 from .dpu_stages import ew_stage
 from .jobs import JobTasks, assemble_jobs
@@ -138,7 +138,7 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
                 else:
                     even = odd          # never used with two steps
                 slots = [even, odd]
-            tasks: list[TaskProgram] = []
+            tasks: list[EmittedTask] = []
             reads, writes = {feature.buffer, weight_buffer}, set()
             prev: Reloc | None = None
             for ki, cs in enumerate(steps):
@@ -189,13 +189,13 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
 
 
 def assemble(profile: ChipProfile, tiled: TiledTasks, buffers: list[BufferSpec],
-             host_steps: Sequence[HostStep], macs: int, regcmd: str = "regcmd") -> OpProgram:
-    """Lay every kick out in the op's regcmd buffer and wrap everything in an OpProgram."""
+             host_steps: Sequence[HostStep], macs: int, regcmd: str = "regcmd") -> OpLowering:
+    """Lay every kick out in the op's regcmd buffer and wrap everything in an OpLowering."""
     jobs, end = assemble_jobs(profile, tiled.jobs, regcmd)
     bufs = list(buffers) + [BufferSpec(regcmd, "regcmd", round_up(max(end, 8), 64))]
     steps: list = [NpuStep(tuple(jobs))]
     steps.extend(host_steps)
-    return OpProgram(tuple(bufs), tuple(steps), macs=macs)
+    return OpLowering(tuple(bufs), tuple(steps), macs=macs)
 
 
 def host_partial_sum(out_buffer: str, partials: str, nbytes: int,

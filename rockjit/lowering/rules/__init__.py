@@ -8,15 +8,15 @@ then takes the host rule (``rockjit.lowering.host_rules.HOST_RULES``) or raises
 from __future__ import annotations
 
 from ...ir.ops import Op
-from .base import (CubeForm, NoNpuForm, OpCall, RowForm, Rule, RuleContext,
+from .base import (CubeForm, NoNpuForm, OpCall, RowForm, LowerRule, RuleContext,
                    RuleResult, Tensor, Use, ViewResult)
 from . import contract, conv, eltwise, pool, reduce, shape
 
-LOWER_RULES: dict[Op, Rule] = {}
+LOWER_RULES: dict[Op, LowerRule] = {}
 for _m in (contract, conv, eltwise, pool, reduce, shape):
     for _op, _rule in _m.RULES.items():
         assert _op not in LOWER_RULES, f"two lowering rules for {_op}"
         LOWER_RULES[_op] = _rule
 
-__all__ = ["LOWER_RULES", "CubeForm", "NoNpuForm", "OpCall", "RowForm", "Rule",
+__all__ = ["LOWER_RULES", "CubeForm", "NoNpuForm", "OpCall", "RowForm", "LowerRule",
            "RuleContext", "RuleResult", "Tensor", "Use", "ViewResult"]

@@ -10,7 +10,7 @@ Storage forms of an IR value (a value may be held in several, each one a ``Tenso
   batch axis whose stride is a whole number of channel groups (attention's head split), a
   channel slice at a multiple of the atom moves the offset. No byte moves.
 
-A rule maps one IR node to ``OpCall``s: an ``OpProgram`` from an emitter (or a host rule) plus
+A rule maps one IR node to ``OpCall``s: an ``OpLowering`` from an emitter (or a host rule) plus
 which stored value each of its ``input``/``output`` buffer binds to (``Use``: a value, an index
 into its leading batch axes, an optional permutation of the remaining axes). The pipeline finds
 or makes a tensor of the form each BufferSpec asks for, inserting host re-tiles only where the
@@ -26,7 +26,7 @@ import numpy as np
 from ...ir.graph import Node, Value
 from ...ir.types import DType
 from ..layouts import CubeLayout
-from ..opprogram import OpProgram
+from ..op_lowering import OpLowering
 from ..profile import ChipProfile
 
 
@@ -164,7 +164,7 @@ class Use:
 
 @dataclass
 class OpCall:
-    program: OpProgram
+    lowering: OpLowering
     operands: tuple[Use, ...]      # BufferSpec.bind of an input -> operands[bind]
     results: tuple[Use, ...]       # BufferSpec.bind of an output -> results[bind]
     label: str = ""
@@ -226,7 +226,7 @@ class RuleContext:
         return f"{n.op.text} at {n.loc}" if n.loc else f"{n.op.text} (%{n.out.id})"
 
 
-Rule = Callable[[RuleContext], RuleResult]
+LowerRule = Callable[[RuleContext], RuleResult]
 """An NPU lowering rule. Raises ``NoNpuForm`` when the node has no on-device form."""
 
 

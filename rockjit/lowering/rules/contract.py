@@ -8,7 +8,7 @@ and packs it with a host ``pack_weight`` step (counted in the stats). Batch axes
 heads) become one OpCall per batch element; they are independent, so their jobs share one NPU
 step and spread over the cores.
 
-The emitter is ``emitters.matmul.lower_matmul`` (tiled over M, N and K).
+The emitter is ``emitters.matmul.build_matmul`` (tiled over M, N and K).
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def lower_dot_general(ctx: RuleContext) -> RuleResult:
         # concat's cube: padding it past the N atom would reach into the next piece
         align = None if ctx.sliced is not None and ctx.sliced(out) else \
             ctx.profile.input(DType.F16).k_align
-        prog = mm.lower_matmul(m, k, n, DType.F16, DType.F16, ctx.profile, batch=batch, b=w,
+        prog = mm.build_matmul(m, k, n, DType.F16, DType.F16, ctx.profile, batch=batch, b=w,
                                out_channel_align=align, name=f"mm{out.id}")
         emitter = "matmul.lower_matmul"
     except LoweringError as e:

@@ -8,7 +8,7 @@ cube, a counted host transpose + pack when it arrives row-major NCHW); the resul
 one cube per image whose logical axes are N,OC,OH,OW (roles b,c,h,w), so a following
 transpose to N,OH,OW,OC (channels last, the matmul's K) is a view.
 
-Routes (emitters/conv.lower_conv2d): direct or depthwise convolution on the CNA, or for a
+Routes (emitters/conv.build_conv2d): direct or depthwise convolution on the CNA, or for a
 non-overlapping patchify (stride == kernel) im2col on the host + a matmul when that does less
 MAC work (SigLIP's 16x16 patches; conv.choose_patchify). A conv1d [N,C,T] runs with time on
 the cube's rows and width 1 (notes: encodings/whisper-encoder.md).
@@ -65,7 +65,7 @@ def lower_conv(ctx: RuleContext) -> RuleResult:
         raise NoNpuForm("negative padding (a crop) in a conv")
     w16 = w4.astype(np.float16)
     try:
-        prog = cv.lower_conv2d(spec, DType.F16, DType.F16, ctx.profile, w16,
+        prog = cv.build_conv2d(spec, DType.F16, DType.F16, ctx.profile, w16,
                                name=f"conv{node.out.id}")
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None

@@ -4,10 +4,10 @@ Element-wise ops preserve the cube (notes: encodings/cross-op-chaining.md), so t
 existing cube form is kept and the result takes the same form: no host round trip between a
 matmul and its bias add / activation. The operand shapes decide the datapath:
 
-  x OP y, both run-time, same shape        -> eltwise.lower_binary        (flat view)
-  x OP c, c a compile-time scalar          -> eltwise.lower_binary_scalar (flat view)
-  x OP v[c], v a compile-time channel vector -> eltwise.lower_binary_channel (one cube)
-  x OP s[row], s a run-time per-row vector  -> eltwise.lower_binary_row   (one cube)
+  x OP y, both run-time, same shape        -> eltwise.build_binary        (flat view)
+  x OP c, c a compile-time scalar          -> eltwise.build_binary_scalar (flat view)
+  x OP v[c], v a compile-time channel vector -> eltwise.build_binary_channel (one cube)
+  x OP s[row], s a run-time per-row vector  -> eltwise.build_binary_row   (one cube)
   f(x) for a LUT function                   -> lut emitter, domain from the function
                                               (calibrate.lut_domain), else the host
 
@@ -22,7 +22,7 @@ from ...ir.ops import Op
 from ...ir.types import DType
 from ..layouts import CubeLayout, feature_layout
 from ..regcmd import LoweringError
-from ..opprogram import BufferSpec, OpProgram
+from ..op_lowering import BufferSpec, OpLowering
 from .base import (CubeForm, NoNpuForm, OpCall, RowForm, RuleContext, RuleResult, Use,
                    npu_dtype_of)
 from .forms import cube_form
@@ -158,7 +158,7 @@ def _row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFo
                shape: tuple[int, ...], srow_use_shape: tuple[int, ...] | None = None
                ) -> list[OpCall]:
     """x OP s[row] for a run-time per-row ``srow`` (stored in the row-vector form of
-    eltwise.lower_binary_row): one call for a single cube, one per cube (independent, so their
+    eltwise.build_binary_row): one call for a single cube, one per cube (independent, so their
     jobs run side by side) for a tensor held as several cubes (attention's heads)."""
     from ..emitters import eltwise as ew
 
@@ -171,7 +171,7 @@ def _row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFo
         lay = form.layout
         if lay.width != 1:
             raise NoNpuForm("per-row operand on a cube with W > 1")
-        prog = ew.lower_binary_row(op, lay, reverse, ctx.profile)
+        prog = ew.build_binary_row(op, lay, reverse, ctx.profile)
         nrows = int(np.prod(shape[:-1], dtype=np.int64))
         s_form = cube_form(ew.row_vector_layout(lay.height * lay.width, ctx.profile), (nrows, 1))
         return [OpCall(prog, (Use(run), Use(srow, shape=srow_use_shape or (nrows, 1))),
@@ -183,7 +183,7 @@ def _row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFo
         if sub.layout.width != 1 or "b" in sub.roles:
             raise NoNpuForm("per-row operand on cubes that are not matrices")
         lay = sub.layout
-        prog = ew.lower_binary_row(op, lay, reverse, ctx.profile)
+        prog = ew.build_binary_row(op, lay, reverse, ctx.profile)
         rows = sub.hwc()[0]
         s_form = cube_form(ew.row_vector_layout(lay.height * lay.width, ctx.profile), (rows, 1))
         calls.append(OpCall(prog, (Use(run, ix), Use(srow, ix, shape=(rows, 1))),
@@ -228,10 +228,10 @@ def _recip_rows(ctx: RuleContext, srow, form: CubeForm, shape: tuple[int, ...]):
         HostView("out", DType.F16, 0, (item // es, lay.line_stride // es)),
         [HostView("one", DType.F32, 0, (0, 0)), HostView("s", DType.F32, 0, (rows, 1))],
         sizes, "rdesc", code=BINARY_CODES[Op.DIV], what="per-row reciprocal")
-    prog = OpProgram((BufferSpec("s", "input", s_rows.nbytes, dtype="f32",
+    prog = OpLowering((BufferSpec("s", "input", s_rows.nbytes, dtype="f32",
                                  shape=s_rows.shape, bind=0),
                       BufferSpec("one", "const", 4, data=np.ones(1, np.float32).view(np.uint8)),
-                      # only the real rows' channel 0 is written; lower_binary_row broadcasts
+                      # only the real rows' channel 0 is written; build_binary_row broadcasts
                       # every position of the layout (rows padded to the row alignment), so
                       # the rest must be finite: zero (x * 0 stays finite)
                       BufferSpec("out", "output", nbytes_out, layout=lay, bind=0, zero=True),
@@ -266,7 +266,7 @@ def lower_div_op(ctx: RuleContext) -> RuleResult:
             flat = _flat_layout(form)
             if flat is None:
                 raise NoNpuForm("operand cubes are not one dense run")
-            prog = ew.lower_binary_scalar("mul", flat, 1.0 / c, False, ctx.profile)
+            prog = ew.build_binary_scalar("mul", flat, 1.0 / c, False, ctx.profile)
             return RuleResult([OpCall(prog, (Use(x),), (Use(node.out),), "div scalar",
                                       emitter="eltwise.lower_binary_scalar (x * 1/c)",
                                       forms_in=(form,), forms_out=(form,))])
@@ -300,7 +300,7 @@ def lower_square(ctx: RuleContext) -> RuleResult:
     if flat is None:
         raise NoNpuForm("operand cubes are not one dense run")
     try:
-        prog = ew.lower_binary("mul", flat, ctx.profile)
+        prog = ew.build_binary("mul", flat, ctx.profile)
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None
     return RuleResult([OpCall(prog, (Use(x), Use(x)), (Use(node.out),), "square",
@@ -322,7 +322,7 @@ def lower_neg(ctx: RuleContext) -> RuleResult:
     if flat is None:
         raise NoNpuForm("operand cubes are not one dense run")
     try:
-        prog = ew.lower_binary_scalar("mul", flat, -1.0, False, ctx.profile)
+        prog = ew.build_binary_scalar("mul", flat, -1.0, False, ctx.profile)
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None
     return RuleResult([OpCall(prog, (Use(x),), (Use(node.out),), "neg",
@@ -355,7 +355,7 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 flat = _flat_layout(form)
                 if flat is None:
                     raise NoNpuForm("operand cubes are not one dense run")
-                prog = ew.lower_binary_scalar(op, flat, s, reverse, ctx.profile)
+                prog = ew.build_binary_scalar(op, flat, s, reverse, ctx.profile)
                 return RuleResult([OpCall(prog, (Use(run),), (Use(node.out),), f"{op} scalar",
                                           emitter="eltwise.lower_binary_scalar",
                                           forms_in=(form,), forms_out=(form,))])
@@ -364,7 +364,7 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 lay = form.layout
                 v = np.zeros(lay.channels, np.float32)
                 v[:vec.size] = vec
-                prog = ew.lower_binary_channel(op, lay, v.astype(np.float16), reverse, ctx.profile)
+                prog = ew.build_binary_channel(op, lay, v.astype(np.float16), reverse, ctx.profile)
                 return RuleResult([OpCall(prog, (Use(run),), (Use(node.out),), f"{op} channel",
                                           emitter="eltwise.lower_binary_channel",
                                           forms_in=(form,), forms_out=(form,))])
@@ -372,7 +372,7 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 # a whole constant tensor (a positional embedding): packed into the operand's
                 # cube form once at compile time, combined as two full cubes
                 flat = _flat_layout(form)
-                prog = ew.lower_binary(op, flat, ctx.profile)
+                prog = ew.build_binary(op, flat, ctx.profile)
                 cv = x if reverse else y
                 return RuleResult([OpCall(prog, (Use(x), Use(y)), (Use(node.out),),
                                           f"{op} const tensor", emitter="eltwise.lower_binary "
@@ -383,7 +383,7 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
         srow = _row_source(ctx, other, shape)
         if srow is not None:
             if form.roles[-1:] != ("c",) or "c" in form.roles[:-1]:
-                # lower_binary_row adds one value per cube line (H): a transposed view keeps
+                # build_binary_row adds one value per cube line (H): a transposed view keeps
                 # the value's rows in the channels, where the per-row vector would be applied
                 # along the wrong axis (fuzzer: h - max(h, -1) of swapaxes(swapaxes(x) * 1))
                 raise NoNpuForm("a per-row operand on a transposed cube (rows in the channels)")
@@ -399,7 +399,7 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
         flat = _flat_layout(form)
         if flat is None:
             raise NoNpuForm("operand cubes are not one dense run")
-        prog = ew.lower_binary(op, flat, ctx.profile)
+        prog = ew.build_binary(op, flat, ctx.profile)
         return RuleResult([OpCall(prog, (Use(x), Use(y)), (Use(node.out),), op,
                                   emitter="eltwise.lower_binary",
                                   forms_in=(form, form), forms_out=(form,))])
@@ -411,7 +411,7 @@ LUT_FUNCS = {Op.EXP: "exp", Op.TANH: "tanh", Op.LOGISTIC: "sigmoid", Op.RSQRT: "
 
 
 def lower_lut_op(ctx: RuleContext) -> RuleResult:
-    """A transcendental on the DPU LUT (emitters/lut.lower_activation) over the domain the
+    """A transcendental on the DPU LUT (emitters/lut.build_activation) over the domain the
     function itself gives (calibrate.lut_domain). Outside the domain the emitter clamps the
     input to the table's ends (f(clamp(x)); lut.py module docstring), which that domain makes
     harmless."""
@@ -454,7 +454,7 @@ def lut_result(ctx: RuleContext, kind: str, x, out, note: str = "",
     if flat is None:
         raise NoNpuForm("operand cubes are not one dense run")
     try:
-        prog = lut.lower_activation(kind, flat, domain, ctx.profile)
+        prog = lut.build_activation(kind, flat, domain, ctx.profile)
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None
     return RuleResult([OpCall(prog, (Use(x),), (Use(out),), f"lut {kind}",

@@ -20,7 +20,7 @@ from __future__ import annotations
 from ...ir.ops import Op
 from ...ir.types import DType
 from ..layouts import feature_layout
-from ..opprogram import BufferSpec, OpProgram
+from ..op_lowering import BufferSpec, OpLowering
 from ..regcmd import LoweringError, Reloc
 from .base import CubeForm, NoNpuForm, OpCall, RuleContext, RuleResult, Use, npu_dtype_of
 
@@ -43,7 +43,7 @@ def spatial_window(node) -> tuple[tuple[int, int], tuple[int, int], tuple[int, i
     return (win[2], win[3]), (st[2], st[3]), (pad[2][0], pad[3][0], pad[2][1], pad[3][1])
 
 
-def sum_pool_program(lay, kernel, stride, padding, profile) -> OpProgram:
+def sum_pool_program(lay, kernel, stride, padding, profile) -> OpLowering:
     """A window sum of the cube ``lay`` in one NPU job of two passes: the PPU average into the
     scratch cube ``t``, then a flying DPU multiply by kh*kw into ``out``. One program, so the
     scheduler cannot run the multiply beside the pool it reads (a rule's calls of one shape
@@ -66,7 +66,7 @@ def sum_pool_program(lay, kernel, stride, padding, profile) -> OpProgram:
 
 
 def lower_reduce_window(ctx: RuleContext) -> RuleResult:
-    from ..emitters.pool import lower_pool
+    from ..emitters.pool import build_pool
 
     node = ctx.node
     x = node.inputs[0]
@@ -82,7 +82,7 @@ def lower_reduce_window(ctx: RuleContext) -> RuleResult:
             prog = sum_pool_program(lay, kernel, stride, padding, ctx.profile)
             how = "pool.lower_pool[avg] x window size (DPU)"
         else:
-            prog = lower_pool(method, lay, kernel, stride, padding, ctx.profile)
+            prog = build_pool(method, lay, kernel, stride, padding, ctx.profile)
             how = f"pool.lower_pool[{method}]"
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None

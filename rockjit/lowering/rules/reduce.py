@@ -19,7 +19,7 @@ import numpy as np
 
 from ...ir.ops import Op
 from ...ir.types import DType
-from ..opprogram import BufferSpec, OpProgram
+from ..op_lowering import BufferSpec, OpLowering
 from ..regcmd import LoweringError
 from .base import CubeForm, NoNpuForm, OpCall, RowForm, RuleContext, RuleResult, Use
 from .eltwise import operand_form
@@ -53,7 +53,7 @@ def batch_split(form: CubeForm, shape: tuple[int, ...]) -> tuple[int, int, int] 
 
 
 def lower_reduce_sum(ctx: RuleContext) -> RuleResult:
-    from ..emitters.matmul import lower_matmul
+    from ..emitters.matmul import build_matmul
 
     _last_axis(ctx)
     node = ctx.node
@@ -67,7 +67,7 @@ def lower_reduce_sum(ctx: RuleContext) -> RuleResult:
     batch, m, _ = split
     ones = np.ones((1, k), np.float16)
     try:
-        prog = lower_matmul(m, k, 1, DType.F16, DType.F32, ctx.profile, batch=batch, b=ones,
+        prog = build_matmul(m, k, 1, DType.F16, DType.F32, ctx.profile, batch=batch, b=ones,
                             name=f"rsum{node.out.id}")
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None
@@ -101,7 +101,7 @@ def lower_reduce_max(ctx: RuleContext) -> RuleResult:
                               [HostView("x", DType.F16, 0, row_major_strides(shape))], sizes,
                               "desc0", code=REDUCE_CODES[Op.REDUCE_MAX],
                               axis_mask=1 << (rank - 1), what="row max")
-    prog = OpProgram((BufferSpec("x", "input", rows_in.nbytes, dtype="f16", shape=shape, bind=0),
+    prog = OpLowering((BufferSpec("x", "input", rows_in.nbytes, dtype="f16", shape=shape, bind=0),
                       BufferSpec("out", "output", out.nbytes, dtype="f32", shape=out.shape,
                                  bind=0), desc), (step,))
     return RuleResult([OpCall(prog, (Use(x),), (Use(node.out),), "row max", where="host",

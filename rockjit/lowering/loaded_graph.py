@@ -1,5 +1,5 @@
 """A compiled graph on a device: the program image (image_builder.py) loaded by the runtime
-(runtime/program.py: ImageProgram).
+(runtime/program.py: LoadedImage).
 
 Run (per call): write the inputs (cast to the dtype the plan holds them in), ``Program.run()``
 (the whole step list in one C call), read the outputs (cast back to the graph's dtypes).
@@ -14,7 +14,7 @@ from .image_builder import ImageBuilder
 from .lowered import LoweredGraph
 
 
-class NpuProgram:
+class LoadedGraph:
     """A compiled graph on a device: the image (``image``) loaded there (``loaded``);
     ``run(inputs) -> outputs``, ``stats()``, ``report()``."""
 

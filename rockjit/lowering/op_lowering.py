@@ -1,6 +1,6 @@
 """What one IR op becomes: the contract between the per-op emitters and the pipeline.
 
-An emitter returns an ``OpProgram``: the named buffers it touches and an ordered list of steps.
+An emitter returns an ``OpLowering``: the named buffers it touches and an ordered list of steps.
 Buffer names are local to the op; the pipeline binds them (``BufferSpec.bind``) to the op's
 input/output values and places everything else (scratch, constants) in the program's arena or
 its resident-weight buffer.  Steps are either NPU steps (jobs of self-chained kicks, the jobs of
@@ -89,7 +89,7 @@ Step = Union[NpuStep, HostStep]
 
 
 @dataclass(frozen=True)
-class OpProgram:
+class OpLowering:
     buffers: tuple[BufferSpec, ...]
     steps: tuple[Step, ...]
     macs: int = 0
@@ -98,7 +98,7 @@ class OpProgram:
         for b in self.buffers:
             if b.name == name:
                 return b
-        raise KeyError(f"op program has no buffer {name!r}")
+        raise KeyError(f"op lowering has no buffer {name!r}")
 
     def jobs(self) -> Sequence[NpuJob]:
         return [j for s in self.steps if isinstance(s, NpuStep) for j in s.jobs]

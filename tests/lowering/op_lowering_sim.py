@@ -1,11 +1,11 @@
-"""Run an OpProgram through the real runtime on the strict simulator (rockjit.lowering.oprun),
+"""Run an OpLowering through the real runtime on the strict simulator (rockjit.lowering.oprun),
 and pack/unpack helpers for the matmul and conv tests."""
 from __future__ import annotations
 
 import numpy as np
 
 from rockjit.lowering.layouts import CubeLayout, WeightLayout, pack_matrix, unpack_matrix
-from rockjit.lowering.opprogram import OpProgram
+from rockjit.lowering.op_lowering import OpLowering
 
 try:
     from rockjit._rjc import ffi, lib
@@ -17,17 +17,17 @@ except ImportError:  # the C core is not built
 SENTINEL = 0xAA
 
 
-def run_program(prog: OpProgram, inputs: dict[str, np.ndarray]):
+def run_program(prog: OpLowering, inputs: dict[str, np.ndarray]):
     """``inputs``: bytes for every input buffer (by name). Runs through the real runtime
     (rockjit.lowering.oprun: one BO per buffer, relocations patched at load, NPU jobs on a
     strict SimDevice, host steps -- K-partial sums, im2col copies -- in the C host-op
     library). Outputs and scratch start as 0xAA so a byte the program should write but does
     not shows up."""
-    from rockjit.lowering.oprun import run_op_program
-    return run_op_program(prog, inputs, sentinel=SENTINEL)
+    from rockjit.lowering.oprun import run_op_lowering
+    return run_op_lowering(prog, inputs, sentinel=SENTINEL)
 
 
-def stride_of(prog: OpProgram, name: str, batch: int) -> int:
+def stride_of(prog: OpLowering, name: str, batch: int) -> int:
     return prog.buffer(name).nbytes // batch
 
 
@@ -38,7 +38,7 @@ def pack_rows(layout: CubeLayout, x: np.ndarray) -> np.ndarray:
     return pack_matrix(layout, xp)
 
 
-def run_matmul(prog: OpProgram, a: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, SimRun]:
+def run_matmul(prog: OpLowering, a: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray, SimRun]:
     """a [M,K] or [batch,M,K]; b only when B is an input ([N,K] / [batch,N,K])."""
     batched = a.ndim == 3
     a3 = a if batched else a[None]
@@ -70,7 +70,7 @@ def run_matmul(prog: OpProgram, a: np.ndarray, b: np.ndarray | None = None) -> t
     return (c if batched else c[0]), run
 
 
-def run_conv(prog: OpProgram, x: np.ndarray) -> tuple[np.ndarray, SimRun]:
+def run_conv(prog: OpLowering, x: np.ndarray) -> tuple[np.ndarray, SimRun]:
     """x NCHW -> y NCHW through the program (direct, depthwise or im2col route)."""
     xs = prog.buffer("x")
     nb = x.shape[0]
