@@ -146,12 +146,6 @@ def activation_error(kind: str, x: np.ndarray, x_range: tuple[float, float] | No
     return t.error_at(x)
 
 
-def clamp_to_domain(kind: str, x: np.ndarray, x_range: tuple[float, float] | None = None) -> np.ndarray:
-    """x clamped to the domain the table really covers (the documented out-of-range rule)."""
-    t = activation_table(kind, x_range)
-    return np.clip(np.asarray(x, np.float64), t.lo, t.hi)
-
-
 def _lut_tasks(t: LT.LutTable, src: str, dst: str, nbytes: int, profile: ChipProfile,
                name: str) -> list[EmittedTask]:
     return [emit_flying(f"{name}{i}", profile, Reloc(src, off), Reloc(dst, off), n, bn=t.bn,
