@@ -487,7 +487,7 @@ def run_spec(spec: dict) -> str:
             got = f(*args)
             c = f.compiled(*args)
         except UnsupportedError as e:
-            return f"refused: {str(e).splitlines()[0][:160]}"
+            return f"refused: {str(e).splitlines()[0][:400]}"
     ref = rockjit.compile(fn, resident_argnums=resident, backend="interpreter")(*args)
     jx = fn(*args)
     got_l = list(got) if isinstance(got, (tuple, list)) else [got]
