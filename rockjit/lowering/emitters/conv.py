@@ -681,7 +681,9 @@ def lower_conv2d(spec: ConvSpec, in_dtype: DType, out_dtype: DType, profile: Chi
     ``in_stride`` apart; shape NCHW), "w" const (prepacked), "y" output (bind 0, cube per image,
     ``out_stride`` apart; shape NCHW with the real channel count), "kacc"/"kpart" scratch when K
     is split, "regcmd". A non-overlapping patchify may instead lower to an im2col host step + a
-    matmul (``choose_patchify``; ``patchify`` = "auto" | "direct" | "im2col").
+    matmul (``choose_patchify``; ``patchify`` = "auto" | "direct" | "im2col"), and under "auto"
+    so does any ungrouped conv the direct form cannot run (a stride past CONV_X/Y_STRIDE, or no
+    direct tiling).
     """
     _validate(spec, in_dtype, out_dtype)
     route = choose_patchify(spec, in_dtype, profile) if patchify == "auto" else patchify
