@@ -49,6 +49,7 @@ def main() -> None:
     tried = collections.Counter()          # (profile, op) -> examples run to the end
     refused = collections.Counter()        # (profile, op) -> UnsupportedError
     refusals: collections.Counter = collections.Counter()
+    refused_example: dict[str, dict] = {}   # reason -> the first spec refused for it
     failures: list[tuple[dict, str]] = []
     seen_fail: set[str] = set()
     seen: set[str] = set()                 # distinct specs run, so shrink replays count once
@@ -75,7 +76,9 @@ def main() -> None:
             refused[key] += 1
             # the reason, not the shape that precedes it, so equal limits group together
             why = out.split("no NPU form (", 1)[-1] if "no NPU form (" in out else out
-            refusals[re.sub(r"\d+", "#", why)[:150]] += 1
+            reason = re.sub(r"\d+", "#", why)[:150]
+            refusals[reason] += 1
+            refused_example.setdefault(reason, spec)
 
     phases = [Phase.generate] if a.no_shrink else [Phase.generate, Phase.shrink]
     chunk = 0
@@ -119,7 +122,7 @@ def main() -> None:
     if refusals:
         print("\nrefusals (most common):")
         for msg, n in refusals.most_common(12):
-            print(f"  {n:6d}  {msg}")
+            print(f"  {n:6d}  {msg}\n          e.g. {refused_example[msg]!r}")
     if failures:
         print("\nfailures (shrunk spec, error):")
         for spec, err in failures:
