@@ -111,6 +111,17 @@ OPS = [
     CV("patchify 2x2/2 on 64 channels (direct by the cost rule)", S(64, 8, 8, 32, 2, 2, (2, 2))),
     CV("patchify 4x4/4 forced direct", S(3, 32, 32, 32, 4, 4, (4, 4)), route="direct"),
     CV("patchify, 2 images", S(3, 32, 48, 40, 16, 16, (16, 16), batch=2)),
+    CV("stride 10x1 past the 3-bit field, padded (im2col)",
+       S(16, 40, 11, 24, 1, 3, (10, 1), ((2, 2), (3, 3)), batch=2)),
+    CV("stride 1x11, dilation 3x1, KW=11 (im2col, patches + pack)",
+       S(20, 15, 33, 17, 2, 11, (1, 11), ((3, 3), (1, 1)), (3, 1))),
+    CV("stride 9x9, KW=16 (im2col, one rank-7 copy, overlapping windows)",
+       S(8, 30, 40, 16, 12, 16, (9, 9), ((1, 1), (0, 2)))),
+    CV("conv1d geometry (W=1) stride 13 dilation 2 (im2col)",
+       S(5, 200, 1, 40, 4, 1, (13, 1), ((3, 3), (0, 0)), (2, 1))),
+    CV("input 3000 wide, past one task's columns (im2col fallback)", S(16, 4, 3000, 16, 1, 3)),
+    CV("dilated 15x3 kernel, no CBUF tile (im2col fallback)",
+       S(4, 41, 511, 2, 15, 3, (2, 2), ((1, 1), (1, 1)), (3, 1))),
     CV("int8 3x3 p1, host K sum", S(40, 30, 17, 48, 3, 3, pad=((1, 1), (1, 1))), I8, I32,
        caps=dict(max_rows=7, max_channels=32)),
     CV("int8 1x1", S(64, 6, 6, 64, 1, 1), I8, I32),
@@ -172,7 +183,8 @@ def test_refusals_say_what_to_do() -> None:
     with pytest.raises(LoweringError, match="depthwise-conv.md"):
         build_conv2d(S(32, 8, 8, 32, 3, 3, groups=32), I8, I32, P, np.zeros((32, 1, 3, 3), np.int8))
     with pytest.raises(LoweringError, match="time on the rows"):
-        build_conv2d(S(16, 4, 3000, 16, 1, 3), F16, F16, P, np.zeros((16, 16, 1, 3), np.float16))
+        build_conv2d(S(16, 4, 3000, 16, 1, 3), F16, F16, P, np.zeros((16, 16, 1, 3), np.float16),
+                     patchify="direct")
     with pytest.raises(LoweringError, match="grouped conv"):
         build_conv2d(S(32, 8, 8, 64, 3, 3, groups=2), F16, F16, P, np.zeros((64, 16, 3, 3), np.float16))
     with pytest.raises(LoweringError, match=r"OIHW"):
@@ -180,6 +192,9 @@ def test_refusals_say_what_to_do() -> None:
     with pytest.raises(LoweringError, match="CONV_Y_STRIDE"):
         build_conv2d(S(3, 32, 32, 8, 16, 16, (16, 16)), F16, F16, P,
                      np.zeros((8, 3, 16, 16), np.float16), patchify="direct")
+    with pytest.raises(LoweringError, match="only an ungrouped conv has the im2col"):
+        build_conv2d(S(16, 20, 20, 16, 3, 3, (8, 1), groups=16), F16, F16, P,
+                     np.zeros((16, 1, 3, 3), np.float16))
     with pytest.raises(LoweringError, match="PAD_LEFT"):
         build_conv2d(S(16, 8, 40, 16, 33, 33, pad=((16, 16), (16, 16))), F16, F16, P,
-                     np.zeros((16, 16, 33, 33), np.float16))
+                     np.zeros((16, 16, 33, 33), np.float16), patchify="direct")

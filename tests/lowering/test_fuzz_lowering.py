@@ -50,6 +50,15 @@ REGRESSIONS: list[tuple[dict, str]] = [
     (dict(op="chain", batch=(2,), rows=255, d=113, steps=["unary", "layernorm"],
           units=["tanh", "tanh"], widths=[1, 1], seed=0, profile="rk3588"),
      "the same per-item split of a folded [2,255,113] cube in LayerNorm(tanh(x)): NaN"),
+    (dict(op="conv", nd=1, n=3, c=5, o=430, k=[14], stride=[16], dil=[3], pad=[1], size=[64],
+          depthwise=False, bias=False, seed=0, profile="rk3588"),
+     "refused (stride 16 past CNA_CONV_CON3.CONV_Y_STRIDE's 1..7) until the general im2col + "
+     "matmul route (emitters/conv.py choose_patchify); a conv1d's [N,OC,T] result through the "
+     "rule's im2col output form"),
+    (dict(op="conv", nd=2, n=4, c=16, o=128, k=[1, 3], stride=[10, 1], dil=[1, 1], pad=[2, 3],
+          size=[152, 11], depthwise=False, bias=True, seed=0, profile="fuzz-small"),
+     "the same refusal for a padded conv2d with stride 10 (padding copied into a zero scratch "
+     "image before the im2col)"),
 ]
 
 # Failures found but not fixed yet: each must still fail (strict xfail), so a fix shows up.

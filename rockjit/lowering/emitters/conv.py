@@ -27,7 +27,7 @@ from ..layouts import depthwise_weight_layout, weight_layout
 from ..op_lowering import BufferSpec, HostStep, OpLowering
 from ..profile import ChipProfile
 from ..regcmd import LoweringError
-from ..tiling import KACC_DPU, KACC_HOST, ConvPlan, plan_conv
+from ..tiling import KACC_DPU, KACC_HOST, ConvPlan, field_limit, plan_conv
 # ConvSpec & co. and the task records are imported from here by rules/conv.py and quant.py
 from .conv_spec import ConvLayouts, ConvSpec, conv_layouts, conv_shape, validate  # noqa: F401
 from .patchify import choose_patchify, build_patchify_im2col
@@ -76,7 +76,9 @@ def build_conv2d(spec: ConvSpec, in_dtype: DType, out_dtype: DType, profile: Chi
     ``in_stride`` apart; shape NCHW), "w" const (prepacked), "y" output (bind 0, cube per image,
     ``out_stride`` apart; shape NCHW with the real channel count), "kacc"/"kpart" scratch when K
     is split, "regcmd". A non-overlapping patchify may instead lower to an im2col host step + a
-    matmul (``choose_patchify``; ``patchify`` = "auto" | "direct" | "im2col").
+    matmul (``choose_patchify``; ``patchify`` = "auto" | "direct" | "im2col"), and under "auto"
+    so does any ungrouped conv the direct form cannot run (a stride past CONV_X/Y_STRIDE, or no
+    direct tiling).
     """
     validate(spec, in_dtype, out_dtype)
     route = choose_patchify(spec, in_dtype, profile) if patchify == "auto" else patchify
@@ -84,9 +86,23 @@ def build_conv2d(spec: ConvSpec, in_dtype: DType, out_dtype: DType, profile: Chi
         return build_patchify_im2col(spec, in_dtype, out_dtype, profile, weights, name=name)
     if route != "direct":
         raise LoweringError(f"patchify must be 'auto', 'direct' or 'im2col', got {patchify!r}")
+    top = field_limit("CNA_CONV_CON3", "CONV_X_STRIDE", profile.encoding)
+    if max(spec.stride) > top:
+        raise LoweringError(
+            f"stride {spec.stride} of a {'depthwise' if spec.depthwise else 'direct'} conv is past "
+            f"CNA_CONV_CON3.CONV_X_STRIDE/CONV_Y_STRIDE (1..{top}), and only an ungrouped conv has "
+            f"the im2col + matmul form that takes any stride: use strides <= {top}, or a stride "
+            f"dividing it followed by a strided slice (y[..., ::s])")
     shape = conv_shape(spec, in_dtype, out_dtype, profile)
-    plan = plan_conv(shape, profile, max_rows=max_rows, max_kernels=max_kernels,
-                     max_channels=max_channels)
+    try:
+        plan = plan_conv(shape, profile, max_rows=max_rows, max_kernels=max_kernels,
+                         max_channels=max_channels)
+    except LoweringError:
+        if patchify != "auto" or spec.groups != 1:
+            raise
+        # no direct form for this geometry (a register field, a too-wide input, no CBUF
+        # tile): the im2col + matmul route takes any ungrouped conv
+        return build_patchify_im2col(spec, in_dtype, out_dtype, profile, weights, name=name)
     lay = conv_layouts(spec, in_dtype, out_dtype, profile)
     want = (spec.out_c, 1 if spec.depthwise else spec.in_c, spec.kh, spec.kw)
     if tuple(np.shape(weights)) != want:

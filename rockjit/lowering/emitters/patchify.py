@@ -34,12 +34,16 @@ def choose_patchify(spec: ConvSpec, in_dtype: DType, profile: ChipProfile) -> st
     conv cannot run (input wider than one task reads, or a stride past CNA_CONV_CON3's 3-bit
     field); otherwise the direct conv, which needs no host step.
     """
+    stride_top = field_limit("CNA_CONV_CON3", "CONV_X_STRIDE", profile.encoding)
     if not is_patchify(spec):
+        # a stride past the 3-bit field has no direct form; im2col gathers only the windows
+        # the stride visits (each input byte at most KH*KW / (SY*SX) < 1 + KH*KW/8 times)
+        if spec.groups == 1 and max(spec.stride) > stride_top:
+            return "im2col"
         return "direct"
     p = profile.input(in_dtype)
     direct = round_up(spec.in_c, p.k_align) * spec.kh * spec.kw
     im2col = round_up(spec.in_c * spec.kh * spec.kw, p.k_align)
-    stride_top = field_limit("CNA_CONV_CON3", "CONV_X_STRIDE", profile.encoding)
     if im2col < direct or spec.width > profile.max_feature_cols or max(spec.stride) > stride_top:
         return "im2col"
     return "direct"
@@ -51,15 +55,16 @@ def build_patchify_im2col(spec: ConvSpec, in_dtype: DType, out_dtype: DType,
     """im2col on the host (row-major NCHW input -> the matmul's A cube) + a matmul per image.
 
     The im2col is a pure strided copy of the generic host-op library (``im2col_steps_for``):
-    A[oy*OW + ox, (c*KH + ky)*KW + kx] = x[c, oy*KH + ky, ox*KW + kx] (the order of a reshaped
-    [OC, C*KH*KW] weight, notes: encodings/siglip-encoder.md); "a" is zero-filled scratch so
-    the cube's padding rows/channels read as zero.
+    A[oy*OW + ox, (c*KH + ky)*KW + kx] = x[c, oy*SY + ky*DY, ox*SX + kx*DX] (the order of a
+    reshaped [OC, C*KH*KW] weight, notes: encodings/siglip-encoder.md); "a" is zero-filled
+    scratch so the cube's padding rows/channels read as zero. Any ungrouped conv has this form
+    (used for a non-overlapping patchify, and for a stride past CONV_X/Y_STRIDE's field); a
+    padded one is first copied into the interior of a zero-filled "xpad" scratch image.
     The output "y" is the matmul's cube per image, H = OH*OW rows (padded), W = 1 -- byte-
     identical to the conv's [OC/C2][OH][OW][C2] cube whenever OH*OW is a multiple of 4.
     """
-    if not is_patchify(spec):
-        raise LoweringError(f"im2col lowering needs stride == kernel, no padding or dilation and "
-                            f"a size divisible by the kernel: {spec}")
+    if spec.groups != 1:
+        raise LoweringError(f"im2col lowering needs an ungrouped conv (groups=1): {spec}")
     w = np.asarray(weights)
     if w.shape != (spec.out_c, spec.in_c, spec.kh, spec.kw):
         raise LoweringError(f"conv weights must have shape {(spec.out_c, spec.in_c, spec.kh, spec.kw)}"
@@ -74,8 +79,11 @@ def build_patchify_im2col(spec: ConvSpec, in_dtype: DType, out_dtype: DType,
     x = BufferSpec("x", "input", xbytes, None, in_dtype.value,
                    (spec.batch, spec.in_c, spec.height, spec.width), bind=0)
     a_scratch = BufferSpec("a", "scratch", a.nbytes, a.layout, a.dtype, a.shape, zero=True)
+    pad_steps, pad_bufs, src, src_bytes = _pad_steps(spec, in_dtype, xbytes)
     im2col_steps, extra = im2col_steps_for(spec, in_dtype, a.layout, a.nbytes // spec.batch,
-                                           "x", "a", xbytes, a.nbytes)
+                                           src, "a", src_bytes, a.nbytes)
+    im2col_steps = pad_steps + im2col_steps
+    extra = pad_bufs + extra
     y = mm.buffer("c")
     y_out = BufferSpec("y", "output", y.nbytes, y.layout, y.dtype,
                        (spec.batch, spec.out_c, spec.out_h, spec.out_w), bind=0)
@@ -85,28 +93,56 @@ def build_patchify_im2col(spec: ConvSpec, in_dtype: DType, out_dtype: DType,
     return OpLowering(tuple(bufs), tuple(steps), macs=mm.macs)
 
 
+def _pad_steps(spec: ConvSpec, dtype: DType, xbytes: int
+               ) -> tuple[list[HostStep], list[BufferSpec], str, int]:
+    """(steps, buffers, im2col source, its bytes): a padded conv's input copied into the
+    interior of a zero-filled scratch image "xpad" (NCHW, padded H and W), so the im2col reads
+    the zeros of the padding like any other pixel; an unpadded one reads "x" itself."""
+    from ..host_rules import HostView, host_op_step
+
+    (pt, pb), (pl, pr) = spec.padding
+    if not (pt or pb or pl or pr):
+        return [], [], "x", xbytes
+    es = np.dtype(dtype.to_numpy()).itemsize
+    b, c, h, w = spec.batch, spec.in_c, spec.height, spec.width
+    hp, wp = h + pt + pb, w + pl + pr
+    nbytes = b * c * hp * wp * es
+    sizes = {"x": xbytes, "xpad": nbytes, "pad_desc": 0}
+    dview = HostView("xpad", dtype, pt * wp + pl, (c * hp * wp, hp * wp, wp, 1))
+    sview = HostView("x", dtype, 0, (c * h * w, h * w, w, 1))
+    st, desc = host_op_step("copy", (b, c, h, w), dview, [sview], sizes, "pad_desc",
+                            what="conv padding copy")
+    xpad = BufferSpec("xpad", "scratch", nbytes, None, dtype.value, (b, c, hp, wp), zero=True)
+    return [st], [xpad, desc], "xpad", nbytes
+
+
 def im2col_steps_for(spec: ConvSpec, dtype: DType, lay: CubeLayout, image_stride: int, src: str,
                      dst: str, src_bytes: int, dst_bytes: int
                      ) -> tuple[list[HostStep], list[BufferSpec]]:
-    """The non-overlapping im2col as host-op copies into the A cube ``lay`` (per image
-    ``image_stride`` bytes apart). Cube element (m, k) sits at (k // C2) * surf + m * line +
-    k % C2 (layouts.py); when KW is a whole number of C2 atoms, kx splits into (kx // C2,
-    kx % C2) and the whole im2col is one rank-7 strided copy (batch, oy, ox, c, ky, kx_hi,
-    kx_lo). Otherwise a copy makes row-major patches [M, K] (scratch) and pack_cube steps
-    pack them per image."""
+    """The im2col as host-op copies into the A cube ``lay`` (per image ``image_stride`` bytes
+    apart) from ``src``, the NCHW image with the conv's padding already in it. Window (oy, ox)
+    tap (ky, kx) reads pixel (oy*SY + ky*DY, ox*SX + kx*DX): strides affine in every index, so
+    a strided view. Cube element (m, k) sits at (k // C2) * surf + m * line + k % C2
+    (layouts.py); when KW is a whole number of C2 atoms, kx splits into (kx // C2, kx % C2)
+    and the whole im2col is one rank-7 strided copy (batch, oy, ox, c, ky, kx_hi, kx_lo).
+    Otherwise a copy makes row-major patches [M, K] (scratch) and pack_cube steps pack them
+    per image."""
     from ..host_rules import HostView, host_op_step
 
     es = np.dtype(lay.dtype).itemsize
     c2 = lay.c2
     line, surf, img = lay.line_stride // es, lay.surf_stride // es, image_stride // es
-    b, c, h, w, kh, kw = spec.batch, spec.in_c, spec.height, spec.width, spec.kh, spec.kw
+    (pt, pb), (pl, pr) = spec.padding
+    b, c, kh, kw = spec.batch, spec.in_c, spec.kh, spec.kw
+    h, w = spec.height + pt + pb, spec.width + pl + pr
+    (sy, sx), (dy, dx) = spec.stride, spec.dilation
     oh, ow = spec.out_h, spec.out_w
     sizes = {src: src_bytes, dst: dst_bytes, "im2col_desc": 0}
     if kw % c2 == 0:
         shape = (b, oh, ow, c, kh, kw // c2, c2)
         dview = HostView(dst, dtype, 0, (img, ow * line, line, kh * (kw // c2) * surf,
                                          (kw // c2) * surf, surf, 1))
-        sview = HostView(src, dtype, 0, (c * h * w, kh * w, kw, h * w, w, c2, 1))
+        sview = HostView(src, dtype, 0, (c * h * w, sy * w, sx, h * w, dy * w, c2 * dx, dx))
         st, desc = host_op_step("copy", shape, dview, [sview], sizes, "im2col_desc",
                                 what="im2col copy")
         return [st], [desc]
@@ -114,7 +150,7 @@ def im2col_steps_for(spec: ConvSpec, dtype: DType, lay: CubeLayout, image_stride
     sizes["patches"] = b * m * k * es
     shape = (b, oh, ow, c, kh, kw)
     dview = HostView("patches", dtype, 0, (m * k, ow * k, k, kh * kw, kw, 1))
-    sview = HostView(src, dtype, 0, (c * h * w, kh * w, kw, h * w, w, 1))
+    sview = HostView(src, dtype, 0, (c * h * w, sy * w, sx, h * w, dy * w, dx))
     st, desc = host_op_step("copy", shape, dview, [sview], sizes, "im2col_desc",
                             what="im2col copy")
     steps = [st]

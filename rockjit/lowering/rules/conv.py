@@ -10,8 +10,9 @@ transpose to N,OH,OW,OC (channels last, the matmul's K) is a view.
 
 Routes (emitters/conv.build_conv2d): direct or depthwise convolution on the CNA, or for a
 non-overlapping patchify (stride == kernel) im2col on the host + a matmul when that does less
-MAC work (SigLIP's 16x16 patches; conv.choose_patchify). A conv1d [N,C,T] runs with time on
-the cube's rows and width 1 (notes: encodings/whisper-encoder.md).
+MAC work (SigLIP's 16x16 patches; conv.choose_patchify), or for any ungrouped conv the direct
+form cannot run (a stride past the 3-bit CONV_X/Y_STRIDE, no tiling). A conv1d [N,C,T] runs
+with time on the cube's rows and width 1 (notes: encodings/whisper-encoder.md).
 """
 from __future__ import annotations
 
