@@ -71,8 +71,33 @@ def expand_layer_norm(emit: Emit, x: Value, attrs) -> Value:
     return emit(Op.MUL, [c, back(r)])
 
 
-EXPANSIONS: dict[Op, Callable[[Emit, Value, dict], Value]] = {
-    Op.SOFTMAX: expand_softmax, Op.LAYER_NORM: expand_layer_norm}
+def expand_matmul_epilogue(emit: Emit, lhs: Value, attrs, *operands: Value) -> Value:
+    """dot_general, then * scale, + bias (each broadcast along the last axis), + residual,
+    then the activation: the order of the op's definition (ops.py)."""
+    rhs, *rest = operands
+    dims = {k: attrs[k] for k in ("lhs_contract", "rhs_contract", "lhs_batch", "rhs_batch")}
+    y = emit(Op.DOT_GENERAL, [lhs, rhs], dims)
+    vec = {}
+    for name in ("bias", "scale"):
+        if attrs[name]:
+            vec[name] = rest.pop(0)
+    last = [y.type.rank - 1]
+    if "scale" in vec:
+        y = emit(Op.MUL, [y, emit(Op.BROADCAST_IN_DIM, [vec["scale"]],
+                                  {"broadcast_dimensions": last}, y.type)])
+    if "bias" in vec:
+        y = emit(Op.ADD, [y, emit(Op.BROADCAST_IN_DIM, [vec["bias"]],
+                                  {"broadcast_dimensions": last}, y.type)])
+    if attrs["residual"]:
+        y = emit(Op.ADD, [y, rest.pop(0)])
+    if attrs["act"] != "none":
+        y = emit(Op.ACTIVATION, [y], {"kind": attrs["act"]})
+    return y
+
+
+EXPANSIONS: dict[Op, Callable[..., Value]] = {
+    Op.SOFTMAX: expand_softmax, Op.LAYER_NORM: expand_layer_norm,
+    Op.MATMUL_EPILOGUE: expand_matmul_epilogue}
 assert set(EXPANSIONS) == {op for op in Op if op.group is Group.COMPOSITE}
 
 
@@ -98,7 +123,7 @@ def expand(graph: Graph) -> Graph:
             new.append(Node(op, tuple(ins), (v,), attrs, n.loc))
             return v
 
-        y = EXPANSIONS[n.op](emit, n.inputs[0], n.attrs)
+        y = EXPANSIONS[n.op](emit, n.inputs[0], n.attrs, *n.inputs[1:])
         last = new[-1]
         assert last.out.id == y.id and y.type == n.out.type
         new[-1] = Node(last.op, last.inputs, n.outputs, last.attrs, last.loc)

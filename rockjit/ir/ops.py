@@ -93,6 +93,14 @@ class Op(enum.Enum):
     SOFTMAX = ("softmax", Group.COMPOSITE, ("axes",))     # exp(x - max) / sum over axes
     # (x - mean) * rsqrt(mean((x - mean)^2) + eps) over axes (the gain and shift stay outside)
     LAYER_NORM = ("layer_norm", Group.COMPOSITE, ("axes", "eps"))
+    # act(dot_general(lhs, rhs) * scale[N] + bias[N] + residual): a matmul with what its own
+    # DPU can apply on the way out (issue 9). The dimension attributes are dot_general's (the
+    # output's last axis is the rhs's one free axis, N); bias / scale / residual (bools) say
+    # which operands follow lhs, rhs, in that order; act is "none" or an activation kind.
+    # The order is the DPU's (BS/BN, then EW, then LUT).
+    MATMUL_EPILOGUE = ("matmul_epilogue", Group.COMPOSITE,
+                       ("lhs_contract", "rhs_contract", "lhs_batch", "rhs_batch", "bias",
+                        "scale", "residual", "act"))
 
     def __init__(self, text: str, group: Group, attrs: tuple[str, ...]) -> None:
         self.text = text

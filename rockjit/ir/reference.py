@@ -285,9 +285,8 @@ def _acc_dtype(dt: np.dtype) -> np.dtype:
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-def _dot_general(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
-                 ) -> np.ndarray:
-    lhs, rhs = ins
+def _contract(lhs: np.ndarray, rhs: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    """dot_general in the accumulation dtype (unrounded)."""
     lc, rc, lb, rb = (attrs[k] for k in ("lhs_contract", "rhs_contract", "lhs_batch",
                                          "rhs_batch"))
     letters = iter(_LETTERS)
@@ -300,9 +299,31 @@ def _dot_general(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorT
     out = ([ls[a] for a in lb] + [ls[i] for i in range(lhs.ndim) if i not in lc and i not in lb]
            + [rs[i] for i in range(rhs.ndim) if i not in rc and i not in rb])
     acc = _acc_dtype(lhs.dtype)
-    res = np.einsum(f"{''.join(ls)},{''.join(rs)}->{''.join(out)}", lhs.astype(acc),
-                    rhs.astype(acc), optimize=True)
-    return _cast(res, t)
+    return np.einsum(f"{''.join(ls)},{''.join(rs)}->{''.join(out)}", lhs.astype(acc),
+                     rhs.astype(acc), optimize=True)
+
+
+def _dot_general(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
+                 ) -> np.ndarray:
+    return _cast(_contract(ins[0], ins[1], attrs), t)
+
+
+def _matmul_epilogue(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
+                     ) -> np.ndarray:
+    """act(lhs . rhs * scale + bias + residual) in float64, rounded once to the result type."""
+    y = _contract(np.asarray(ins[0], np.float64), np.asarray(ins[1], np.float64), attrs)
+    rest = [np.asarray(a, np.float64) for a in ins[2:]]
+    if attrs["scale"]:
+        s = rest.pop(1 if attrs["bias"] else 0)
+        y = y * s
+    if attrs["bias"]:
+        y = y + rest.pop(0)
+    if attrs["residual"]:
+        y = y + rest.pop(0)
+    if attrs["act"] != "none":
+        from .activations import ACTIVATIONS
+        y = ACTIVATIONS[attrs["act"]].reference(y)
+    return _cast(y, t)
 
 
 def _conv(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType) -> np.ndarray:
@@ -397,6 +418,7 @@ REFERENCE: dict[Op, RefFn] = {
     Op.TAKE: _take,
     Op.SOFTMAX: _softmax,
     Op.LAYER_NORM: _layer_norm,
+    Op.MATMUL_EPILOGUE: _matmul_epilogue,
 }
 _missing = [op.text for op in Op if op not in REFERENCE]
 assert not _missing, f"ops without a numpy reference: {_missing}"

@@ -165,6 +165,34 @@ def _layer_norm(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: Tenso
     return t
 
 
+def _matmul_epilogue(ins: Sequence[TensorType], attrs: Mapping[str, Any],
+                     hint: TensorType | None) -> TensorType:
+    flags = [attrs[k] for k in ("bias", "scale", "residual")]
+    if not all(isinstance(f, bool) for f in flags):
+        fail(f"bias, scale and residual must be booleans, got {flags}")
+    arity(ins, 2 + sum(flags))
+    dims = {k: attrs[k] for k in ("lhs_contract", "rhs_contract", "lhs_batch", "rhs_batch")}
+    t = _dot_general(ins[:2], dims, None)
+    if not t.dtype.is_float:
+        fail(f"needs floating-point operands, got {t}")
+    if t.rank < 1:
+        fail("needs an output feature axis (N), got a scalar product")
+    rest = list(ins[2:])
+    for name, on in zip(("bias", "scale"), flags[:2]):
+        if on:
+            v = rest.pop(0)
+            if v != TensorType(t.dtype, (t.shape[-1],)):
+                fail(f"{name} must be {t.dtype.value}[{t.shape[-1]}] (one per output feature), "
+                     f"got {v}")
+    if flags[2] and rest.pop(0) != t:
+        fail(f"residual must have the output's type {t}")
+    from .activations import FUSABLE
+    if attrs["act"] != "none" and attrs["act"] not in FUSABLE:
+        fail(f"act must be 'none' or an activation kind ({', '.join(FUSABLE)}), got "
+             f"{attrs['act']!r}")
+    return t
+
+
 def _reduce_window(op: Op) -> Rule:
     def rule(ins: Sequence[TensorType], attrs: Mapping[str, Any], hint: TensorType | None
              ) -> TensorType:
@@ -422,6 +450,7 @@ SHAPE_RULES: dict[Op, Rule] = {
     Op.TAKE: _take,
     Op.SOFTMAX: _softmax,
     Op.LAYER_NORM: _layer_norm,
+    Op.MATMUL_EPILOGUE: _matmul_epilogue,
 }
 for _op in Op:
     if _op.group is Group.UNARY:

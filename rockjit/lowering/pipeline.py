@@ -206,8 +206,10 @@ def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
     value is looked at (LUT domains come from the functions, calibrate.py), so compiling from
     ``jax.ShapeDtypeStruct`` inputs and after a call give the same program."""
     from ..ir.composites import expand
+    from ..ir.passes.epilogue import fuse_matmul_epilogue
     from ..ir.passes.fuse import fuse
     from .range_plan import finish_plan, plan_ranges
+    from .rules.contract import epilogue_accepts
     from .value_checks import check_weights
 
     check_weights(graph, params)     # a NaN or > 65504 weight is refused, never saturated
@@ -220,6 +222,9 @@ def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
     # bounds, and the norm-statistics rewrite where a square could overflow fp16; the rest of
     # the lowering sees the rewritten graph (equal to the original in exact arithmetic)
     graph, plan = plan_ranges(graph, params)
+    # matmul + bias as matmul_epilogue{bias} (one NPU step), formed after the range plan: its
+    # rewrites look for dot_general; they keep value ids, and the fused op keeps the add's
+    graph = fuse_matmul_epilogue(graph, accept=epilogue_accepts)
     lw = Lowerer(graph, params, prof)
     lw.run()
     try:

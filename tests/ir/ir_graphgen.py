@@ -229,6 +229,26 @@ def _dot_general(c: Ctx) -> None:
         "rhs_contract": list(range(nb, nb + nc))})
 
 
+def _matmul_epilogue(c: Ctx) -> None:
+    from rockjit.ir.activations import FUSABLE
+
+    dt = c.draw(st.sampled_from(FLOATS))
+    nb = c.draw(st.integers(0, 1))
+    bsz = [c.draw(st.integers(1, 3)) for _ in range(nb)]
+    k, n = c.draw(st.integers(0, 3)), c.draw(st.integers(1, 3))
+    lfree = c.draw(st.lists(st.integers(1, 3), max_size=1))
+    lhs = c.new_input(TensorType(dt, tuple(bsz + lfree + [k])))
+    rhs = c.new_input(TensorType(dt, tuple(bsz + [n, k])))
+    out = TensorType(dt, tuple(bsz + lfree + [n]))
+    flags = {f: c.draw(st.booleans()) for f in ("bias", "scale", "residual")}
+    extra = [c.new_input(TensorType(dt, (n,))) for f in ("bias", "scale") if flags[f]]
+    extra += [c.new_input(out)] if flags["residual"] else []
+    c.add(Op.MATMUL_EPILOGUE, [lhs, rhs, *extra], None, {
+        "lhs_batch": list(range(nb)), "rhs_batch": list(range(nb)),
+        "lhs_contract": [nb + len(lfree)], "rhs_contract": [nb + 1], **flags,
+        "act": c.draw(st.sampled_from(("none",) + tuple(FUSABLE)))})
+
+
 def _conv(c: Ctx) -> None:
     dt = c.draw(st.sampled_from(FLOATS))
     ns = c.draw(st.integers(1, 2))
@@ -272,7 +292,7 @@ GEN: dict[Op, Callable[[Ctx], None]] = {
     Op.BROADCAST_IN_DIM: _broadcast, Op.RESHAPE: _reshape, Op.TRANSPOSE: _transpose,
     Op.SLICE: _slice, Op.CONCATENATE: _concatenate, Op.PAD: _pad, Op.CONVERT: _convert,
     Op.DOT_GENERAL: _dot_general, Op.CONV: _conv, Op.TAKE: _take, Op.SOFTMAX: _softmax,
-    Op.LAYER_NORM: _layer_norm,
+    Op.LAYER_NORM: _layer_norm, Op.MATMUL_EPILOGUE: _matmul_epilogue,
 }
 for _op in Op:
     if _op.group.value == "unary":

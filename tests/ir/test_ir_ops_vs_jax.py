@@ -86,6 +86,32 @@ def _jax_layer_norm(x, axes, eps):
     c = x - jnp.mean(x, axis=axes, keepdims=True)
     return c * lax.rsqrt(jnp.mean(c * c, axis=axes, keepdims=True) + eps)
 
+def _jax_matmul_epilogue(xs, a):
+    """act(x . w * scale + bias + residual) in jax (ops.py's order)."""
+    y = lax.dot_general(xs[0], xs[1], _dn(a))
+    rest = list(xs[2:])
+    scale = rest.pop(1 if a["bias"] else 0) if a["scale"] else None
+    if scale is not None:
+        y = y * scale
+    if a["bias"]:
+        y = y + rest.pop(0)
+    if a["residual"]:
+        y = y + rest.pop(0)
+    return y if a["act"] == "none" else JAX_ACTIVATIONS[a["act"]](y)
+
+
+_EP = {"lhs_contract": [1], "rhs_contract": [1], "lhs_batch": [], "rhs_batch": []}
+for flags, act in (((1, 0, 0), "none"), ((1, 1, 1), "gelu"), ((0, 1, 0), "silu"),
+                   ((0, 0, 1), "none")):
+    bias, scale, residual = (bool(f) for f in flags)
+    ins = [In((5, 16), F32, -2, 2), In((6, 16), F32, -1, 1)]
+    ins += [In((6,), F32, -3, 3)] * (bias + scale) + [In((5, 6), F32, -3, 3)] * residual
+    TABLE.append(Rec(Op.MATMUL_EPILOGUE, tuple(ins), {**_EP, "bias": bias, "scale": scale,
+                                                      "residual": residual, "act": act}))
+TABLE.append(Rec(Op.MATMUL_EPILOGUE, (In((2, 3, 8), F32), In((2, 4, 8), F32), In((4,), F32)),
+                 {"lhs_contract": [2], "rhs_contract": [2], "lhs_batch": [0], "rhs_batch": [0],
+                  "bias": True, "scale": False, "residual": False, "act": "none"}))
+
 for kind in JAX_ACTIVATIONS:
     for dt, shape in [(F32, (2, 3, 4)), (F32, ()), (F16, (2, 3, 4))]:
         TABLE.append(Rec(Op.ACTIVATION, (In(shape, dt, -12, 12),), {"kind": kind}))
@@ -289,6 +315,7 @@ LAX: dict[Op, LaxFn] = {
     Op.ACTIVATION: lambda xs, a, t: JAX_ACTIVATIONS[a["kind"]](*xs),
     Op.SOFTMAX: lambda xs, a, t: jax.nn.softmax(xs[0], axis=tuple(a["axes"])),
     Op.LAYER_NORM: lambda xs, a, t: _jax_layer_norm(xs[0], tuple(a["axes"]), a["eps"]),
+    Op.MATMUL_EPILOGUE: lambda xs, a, t: _jax_matmul_epilogue(xs, a),
     Op.ADD: lambda xs, a, t: lax.add(*xs),
     Op.SUB: lambda xs, a, t: lax.sub(*xs),
     Op.MUL: lambda xs, a, t: lax.mul(*xs),
@@ -371,7 +398,7 @@ GRAPH_OF: dict[Op, Callable[[Rec, list[np.ndarray]], tuple[Any, list[np.ndarray]
 # the narrow type while the reference uses f32, so allow a few ulps per term there.
 _TOL = {DType.F32: (2e-6, 2e-6), DType.F16: (1e-3, 1e-3), DType.BF16: (8e-3, 8e-3)}
 _SUM_TOL = {DType.F32: (1e-5, 1e-5), DType.F16: (4e-3, 2e-2), DType.BF16: (3e-2, 6e-2)}
-_SUM_OPS = {Op.REDUCE_SUM, Op.REDUCE_WINDOW_SUM, Op.DOT_GENERAL, Op.CONV}
+_SUM_OPS = {Op.REDUCE_SUM, Op.REDUCE_WINDOW_SUM, Op.DOT_GENERAL, Op.CONV, Op.MATMUL_EPILOGUE}
 
 
 @pytest.mark.parametrize("rec", TABLE, ids=[r.id() for r in TABLE])

@@ -35,7 +35,10 @@ def test_mlp_matmul_bias_gelu_matmul() -> None:
     x = rng.standard_normal((37, d)).astype(np.float32)
     got, ref, bound, st, rep = _run(mlp, p, x)
     _check(got, ref, bound, "MLP")
-    _npu(rep, "dot_general", "activation", "add")
+    # each bias in its matmul's own DPU pass (matmul_epilogue{bias}): no separate add
+    _npu(rep, "matmul_epilogue", "activation")
+    assert "= add" not in rep and "= dot_general" not in rep, rep
+    assert st["npu_steps"] == 3, st
     assert "lut.lower_activation[gelu]" in rep   # the fused activation{gelu}, one LUT op
     # the whole MLP stays on the NPU cubes: only the boundary pack and unpack touch the host
     assert st["retiles"] == 0 and st["host_steps"] == 2

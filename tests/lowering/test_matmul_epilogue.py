@@ -1,6 +1,7 @@
 """A matmul's epilogue in its own tasks (issue 9, emitter level): C = A.B^T + bias[N] through the
 EW stage (a resident broadcast bias cube read by ERDMA), or C = act(A.B^T) through the LUT, run
-on the simulator against numpy. Not wired into the pipeline (the composite IR op comes first)."""
+on the simulator against numpy. The pipeline uses the bias form for matmul_epilogue{bias}
+(rules/contract.py; tests/lowering/test_matmul_epilogue_graph.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -71,11 +72,14 @@ def test_lut_epilogue_on_simulator(m, k, n, caps) -> None:
 
 
 def test_epilogue_refusals_say_why() -> None:
-    a, b = _ab(8, 64, 16, 1)
+    a, b = _ab(16, 64, 16, 1)
     t = activation_table("sigmoid", (-8.0, 8.0))
     both = MatmulEpilogue(bias=np.zeros(16), act=DpuStages(bn=t.bn, lut=t.lut, out_cvt=t.out_cvt))
     with pytest.raises(LoweringError, match="undocumented"):
-        build_matmul(8, 64, 16, F16, F16, P, b=b, epilogue=both)
+        build_matmul(16, 64, 16, F16, F16, P, b=b, epilogue=both)
+    # an EW operand under the ERDMA's 12-position surface-stride floor (k-accumulation.md)
+    with pytest.raises(LoweringError, match="12 positions"):
+        build_matmul(8, 64, 16, F16, F16, P, b=b, epilogue=MatmulEpilogue(bias=np.zeros(16)))
     with pytest.raises(LoweringError, match="K steps"):
         build_matmul(8, 128, 16, F16, F16, P, b=np.zeros((16, 128), np.float16), max_k=64,
                      epilogue=MatmulEpilogue(act=both.act))

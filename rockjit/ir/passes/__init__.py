@@ -6,6 +6,7 @@ from typing import Callable
 from ..graph import Graph
 from .canonicalize import canonicalize, cse, dce, simplify
 from .constfold import constfold
+from .epilogue import fuse_matmul_epilogue
 from .fuse import fuse
 from .manager import PassManager
 
@@ -16,6 +17,7 @@ PASSES: dict[str, Callable[[Graph], Graph]] = {
     "cse": cse,
     "constfold": constfold,
     "fuse": fuse,
+    "fuse_epilogue": fuse_matmul_epilogue,
 }
 
 
@@ -28,4 +30,4 @@ def get_pass(name: str) -> Callable[[Graph], Graph]:
 
 
 __all__ = ["PASSES", "PassManager", "get_pass", "canonicalize", "constfold", "dce", "cse",
-           "fuse", "simplify"]
+           "fuse", "fuse_matmul_epilogue", "simplify"]

@@ -384,6 +384,12 @@ def _epilogue(ep: MatmulEpilogue | None, plan: ConvPlan, lay: MatmulLayouts, n: 
         blobs.append(blob)
         pos += round_up(blob.size, 64)
     c2 = cube.c2
+    short = [r.out_rows for r in plan.rows if r.out_rows < profile.ew_min_positions]
+    if short and lay.n_pad > c2:
+        # the ERDMA's surface stride floor (k-accumulation.md); the simulator refuses it too
+        raise LoweringError(f"{name}: an EW epilogue operand needs >= {profile.ew_min_positions} "
+                            f"positions per task when N spans several surfaces; a row tile has "
+                            f"{short[0]}")
     data = np.zeros(pos, np.uint8)
     for rows, blob in zip(sorted(offs), blobs):
         data[offs[rows]:offs[rows] + blob.size] = blob

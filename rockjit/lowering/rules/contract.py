@@ -21,17 +21,70 @@ from .base import NoNpuForm, OpCall, RuleContext, RuleResult, Use, npu_dtype_of
 
 
 def lower_dot_general(ctx: RuleContext) -> RuleResult:
+    lhs, rhs = ctx.node.inputs
+    return RuleResult([_matmul_call(ctx, lhs, rhs, ctx.node.out, ctx.node.attrs)])
+
+
+def lower_matmul_epilogue(ctx: RuleContext) -> RuleResult:
+    """matmul_epilogue{bias}: the bias added by the matmul's own DPU (EW stage, a resident
+    broadcast cube), one NPU step instead of the matmul and a channel-add pass. The pipeline
+    forms the op only where ``epilogue_accepts`` says the emitter takes it."""
+    node = ctx.node
+    a = node.attrs
+    if a["scale"] or a["residual"] or a["act"] != "none":
+        raise NoNpuForm("a matmul epilogue other than a bias is not lowered fused yet "
+                        "(expand it: ir/composites.py)")
+    lhs, rhs, bias = node.inputs
+    b = ctx.const(bias)
+    if b is None:
+        raise NoNpuForm("a matmul epilogue bias that is not a compile-time constant")
+    try:
+        return RuleResult([_matmul_call(ctx, lhs, rhs, node.out, a, bias=np.asarray(b))])
+    except NoNpuForm as e:
+        why = str(e)
+    # the emitter refused the fused bias: today's decomposition, the matmul into an
+    # intermediate and the bias as a channel-add pass over its cube
+    from collections import ChainMap
+    from dataclasses import replace
+
+    from ...ir.graph import Node
+    from .eltwise import lower_binary_op
+
+    mid = ctx.fresh(node.out.type)
+    mm = _matmul_call(ctx, lhs, rhs, mid, a)
+    # the add rule reads its operands from a node; the bias as a constant of the output's shape
+    add = Node(Op.ADD, (mid, bias), (node.out,), {}, node.loc)
+    try:
+        full = np.broadcast_to(np.asarray(b), node.out.type.shape)
+        res = lower_binary_op(replace(ctx, node=add, consts=ChainMap({bias.id: full}, ctx.consts)))
+    except NoNpuForm as e2:
+        raise NoNpuForm(f"fused bias refused ({why}); bias pass: {e2}") from None
+    return RuleResult([mm, *res.calls], note=f"bias as a separate pass: {why}")
+
+
+def epilogue_accepts(dot, bias) -> bool:
+    """Whether ``lower_matmul_epilogue`` takes ``dot`` + ``bias`` (ir/passes/epilogue.py's
+    accept): a matmul this rule maps onto the fp16 NPU path (on that path the emitter's
+    bias epilogue refuses nothing: fp16 K steps accumulate on the DPU)."""
+    lhs, rhs = dot.inputs
+    if any(npu_dtype_of(v.type.dtype) is not DType.F16 for v in (lhs, rhs)):
+        return False
+    a = dot.attrs
+    nb = len(a["lhs_batch"])
+    return (len(a["lhs_contract"]) == 1 and len(a["rhs_contract"]) == 1
+            and tuple(a["lhs_batch"]) == tuple(range(nb)) == tuple(a["rhs_batch"]))
+
+
+def _matmul_call(ctx: RuleContext, lhs, rhs, out, attrs, bias: np.ndarray | None = None
+                 ) -> OpCall:
     from ..emitters import matmul as mm
 
-    node = ctx.node
-    lhs, rhs = node.inputs
-    out = node.out
     for v in (lhs, rhs):
         if npu_dtype_of(v.type.dtype) is not DType.F16:
             raise NoNpuForm(f"operand dtype {v.type.dtype.value}: the NPU matmul runs float "
                             f"(as fp16) here; int8 matmuls need quantized graphs")
-    lc, rc = tuple(node.attrs["lhs_contract"]), tuple(node.attrs["rhs_contract"])
-    lb, rb = tuple(node.attrs["lhs_batch"]), tuple(node.attrs["rhs_batch"])
+    lc, rc = tuple(attrs["lhs_contract"]), tuple(attrs["rhs_contract"])
+    lb, rb = tuple(attrs["lhs_batch"]), tuple(attrs["rhs_batch"])
     if len(lc) != 1 or len(rc) != 1:
         raise NoNpuForm("a contraction over several axes (reshape them into one first)")
     nb = len(lb)
@@ -69,17 +122,18 @@ def lower_dot_general(ctx: RuleContext) -> RuleResult:
         # concat's cube: padding it past the N atom would reach into the next piece
         align = None if ctx.sliced is not None and ctx.sliced(out) else \
             ctx.profile.input(DType.F16).k_align
+        ep = None if bias is None else mm.MatmulEpilogue(bias=bias.astype(np.float16))
         prog = mm.build_matmul(m, k, n, DType.F16, DType.F16, ctx.profile, batch=batch, b=w,
-                               out_channel_align=align, name=f"mm{out.id}")
+                               out_channel_align=align, name=f"mm{out.id}", epilogue=ep)
         emitter = "matmul.lower_matmul"
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None
     ops = [Use(lhs, (), a_perm, bshape + (m, k))]
     if w is None:
         ops.append(Use(rhs, (), b_perm, bshape + (n, k)))
-    call = OpCall(prog, tuple(ops), (Use(out, (), None, bshape + (m, n)),),
-                  label=f"matmul {batch}x{m}x{k}x{n}", emitter=emitter)
-    return RuleResult([call])
+    plus = "" if bias is None else " + bias"
+    return OpCall(prog, tuple(ops), (Use(out, (), None, bshape + (m, n)),),
+                  label=f"matmul {batch}x{m}x{k}x{n}{plus}", emitter=emitter)
 
 
-RULES = {Op.DOT_GENERAL: lower_dot_general}
+RULES = {Op.DOT_GENERAL: lower_dot_general, Op.MATMUL_EPILOGUE: lower_matmul_epilogue}
