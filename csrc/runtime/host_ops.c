@@ -503,33 +503,23 @@ static void binary_i(uint32_t code, int64_t m, const int64_t *a, const int64_t *
     }
 }
 
+/* One comparison body for both chunk element types (f32 and int64). */
 #define CMP_LOOP(OP) for (int64_t i = 0; i < m; i++) o[i] = a[i] OP b[i]
-
-static void compare_f(uint32_t code, int64_t m, const float *a, const float *b, int64_t *o)
-{
-    switch (code) {
-    case RJ_CMP_EQ: CMP_LOOP(==); break;
-    case RJ_CMP_NE: CMP_LOOP(!=); break;
-    case RJ_CMP_LT: CMP_LOOP(<); break;
-    case RJ_CMP_LE: CMP_LOOP(<=); break;
-    case RJ_CMP_GT: CMP_LOOP(>); break;
-    case RJ_CMP_GE: CMP_LOOP(>=); break;
-    default: break;
+#define DEFINE_COMPARE(NAME, T)                                                          \
+    static void NAME(uint32_t code, int64_t m, const T *a, const T *b, int64_t *o)       \
+    {                                                                                    \
+        switch (code) {                                                                  \
+        case RJ_CMP_EQ: CMP_LOOP(==); break;                                             \
+        case RJ_CMP_NE: CMP_LOOP(!=); break;                                             \
+        case RJ_CMP_LT: CMP_LOOP(<); break;                                              \
+        case RJ_CMP_LE: CMP_LOOP(<=); break;                                             \
+        case RJ_CMP_GT: CMP_LOOP(>); break;                                              \
+        case RJ_CMP_GE: CMP_LOOP(>=); break;                                             \
+        default: break;                                                                  \
+        }                                                                                \
     }
-}
-
-static void compare_i(uint32_t code, int64_t m, const int64_t *a, const int64_t *b, int64_t *o)
-{
-    switch (code) {
-    case RJ_CMP_EQ: CMP_LOOP(==); break;
-    case RJ_CMP_NE: CMP_LOOP(!=); break;
-    case RJ_CMP_LT: CMP_LOOP(<); break;
-    case RJ_CMP_LE: CMP_LOOP(<=); break;
-    case RJ_CMP_GT: CMP_LOOP(>); break;
-    case RJ_CMP_GE: CMP_LOOP(>=); break;
-    default: break;
-    }
-}
+DEFINE_COMPARE(compare_f, float)
+DEFINE_COMPARE(compare_i, int64_t)
 
 /* Input v's chunk as f32: the operand itself when it is dense, aligned f32, else scratch. */
 static const float *src_f(run_ctx *c, int v, int64_t off, int64_t st, int64_t m)
