@@ -21,7 +21,7 @@ import rockjit
 from rockjit.oracle import tolerance as T
 from rockjit.lowering.pipeline import lower_graph
 from rockjit.lowering.loaded_graph import LoadedGraph
-from rockjit.runtime import RocketDevice, SimDevice, fake_rocket
+from rockjit.runtime import RocketDevice, SimDevice
 
 ATOM = 16          # bytes per cube atom (notes: encodings/tile-layouts.md)
 
@@ -45,15 +45,6 @@ def _heads(p, x):
     k = (x @ p["wk"]).reshape(48, 6, 32).transpose(1, 0, 2)
     s = jnp.einsum("hqd,hkd->hqk", q, k)
     return jax.nn.softmax(s, axis=-1)
-
-
-@pytest.fixture
-def fake():
-    fake_rocket.reset()
-    yield fake_rocket
-    fake_rocket.set_faults()
-    s = fake_rocket.stats()
-    assert s["open_fds"] == 0 and s["live_bos"] == 0, f"fake rocket leaked: {s}"
 
 
 def _devices(kind: str):
