@@ -110,16 +110,11 @@ def _whisper_states(params, feats, config):
 
 
 def test_whisper_outliers(tmp_path) -> None:
-    from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
     cfg = whisper.WhisperEncoderConfig(d_model=128, encoder_layers=2, encoder_attention_heads=2,
                                        encoder_ffn_dim=256, max_source_positions=48)
-    hf_cfg = WhisperConfig(d_model=cfg.d_model, encoder_layers=cfg.encoder_layers,
-                           encoder_attention_heads=cfg.encoder_attention_heads,
-                           encoder_ffn_dim=cfg.encoder_ffn_dim, num_mel_bins=cfg.num_mel_bins,
-                           max_source_positions=cfg.max_source_positions,
-                           activation_function="gelu", attn_implementation="eager")
+    hf_cfg = cfg.to_hf()
     torch.manual_seed(0)
     model = WhisperEncoder(hf_cfg).eval()
     random_fill_(model, 0)
@@ -160,17 +155,12 @@ def _siglip_states(params, pixels, config):
 
 
 def test_siglip_outliers(tmp_path) -> None:
-    from transformers import SiglipVisionConfig, SiglipVisionModel
+    from transformers import SiglipVisionModel
     from transformers.initialization import no_init_weights
 
     cfg = siglip.SiglipVisionConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                                     num_attention_heads=2, image_size=64, patch_size=16)
-    hf_cfg = SiglipVisionConfig(
-        hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
-        num_channels=cfg.num_channels, image_size=cfg.image_size, patch_size=cfg.patch_size,
-        layer_norm_eps=cfg.layer_norm_eps, hidden_act="gelu_pytorch_tanh",
-        attn_implementation="eager")
+    hf_cfg = cfg.to_hf()
     torch.manual_seed(0)
     with no_init_weights():
         model = SiglipVisionModel(hf_cfg).eval()
@@ -221,20 +211,13 @@ def _modernbert_states(params, ids, mask, config):
 
 
 def test_modernbert_large_residual_stream(tmp_path) -> None:
-    from transformers import ModernBertConfig, ModernBertModel
+    from transformers import ModernBertModel
     from transformers.initialization import no_init_weights
 
     cfg = modernbert.ModernBertConfig(vocab_size=512, hidden_size=128, intermediate_size=192,
                                       num_hidden_layers=3, num_attention_heads=2,
                                       local_attention=16, pad_token_id=0)
-    hf_cfg = ModernBertConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads, norm_eps=cfg.norm_eps,
-        global_attn_every_n_layers=cfg.global_attn_every_n_layers,
-        local_attention=cfg.local_attention, global_rope_theta=cfg.global_rope_theta,
-        local_rope_theta=cfg.local_rope_theta, hidden_activation="gelu",
-        pad_token_id=cfg.pad_token_id, attn_implementation="eager")
+    hf_cfg = cfg.to_hf()
     torch.manual_seed(0)
     with no_init_weights():
         model = ModernBertModel(hf_cfg).eval()
