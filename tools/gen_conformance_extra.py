@@ -5,7 +5,8 @@ Each case has the layout of /work/shared/conformance (README there): ``case.md``
 numpy ``reference.py`` that turns the input blob into ``expected_output.bin`` from the maths of
 the op (never from a simulator), and ``program/`` with ``buffers.json``, the regcmd words and the
 blobs. The reference.py files are written by hand and committed; this script holds no copy of them
-(it places and runs each one, and reads the int8 cases' constants from theirs). One optional field is new: ``simulator_flags`` in buffers.json (``["faithful"]`` = the
+(it places and runs each one, and reads the int8 cases' constants from theirs). The int8 conv
+cases' references share TFLite's arithmetic through conformance_extra/tflite_int8.py. One optional field is new: ``simulator_flags`` in buffers.json (``["faithful"]`` = the
 case shows a documented hardware quirk and passes only on a simulator that reproduces it, i.e.
 rj_sim with RJ_SIM_FAITHFUL; a strict simulator must refuse it. ``["lenient"]`` = documented
 arithmetic on a geometry whose hardware validity is undocumented: it runs without strict mode,
@@ -719,6 +720,9 @@ def generate(root: Path) -> None:
     """Every case; the conv case derives its words from conformance 03 and is skipped (left as
     committed) where that set is absent."""
     root.mkdir(parents=True, exist_ok=True)
+    shared = OUT_DIR / "tflite_int8.py"          # the int8 conv cases' references import it
+    if shared.resolve() != (root / shared.name).resolve():
+        shutil.copyfile(shared, root / shared.name)
     for c in cases():
         write_case(c, root)
     if CONF_DIR is not None:
