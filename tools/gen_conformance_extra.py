@@ -299,10 +299,35 @@ CONF_DIR = next((p for p in (REPO.parent / "shared" / "conformance",
                              REPO.parent.parent / "shared" / "conformance") if p.is_dir()), None)
 C_REGCMD, C_FEATURE, C_WEIGHT, C_BIAS, C_OUTPUT = 0x01000000, 0x01100000, 0x01400000, 0x01A00000, 0x01800000
 
+def _requant_program(g, in_zp: int, out_zp: int, scale: int, shift: int, size_e: int) -> list[int]:
+    """Mesa's int8-output requantizing conv (depthwise when g is): conformance 03's program
+    retargeted to g, the CNA pad at the input zero point in every byte lane, CORE QD_EN, int8 out
+    with CPEND on (OD_BYPASS 0) at element size ``size_e``, the bias BO at C_BIAS, OUT_CVT
+    SCALE/SHIFT and the output zero point as its offset (notes depthwise-conv.md). The BS stage
+    and BRDMA's operand use are each case's own."""
+    from programs import retarget, set_fields, set_raw
+    (_iova, tmpl), = _conf_jobs("03_matmul_int8")
+    oh, ow = g.out_hw
+    w = retarget(tmpl, g, C_FEATURE, C_WEIGHT, C_OUTPUT, in_zp & 0xFF)
+    w = set_raw(w, "CNA_PAD_CON1", (in_zp & 0xFF) * 0x01010101)
+    if g.depthwise:
+        w = set_fields(w, "CNA_CONV_CON1", CONV_MODE=3)
+        w = set_fields(w, "CORE_MISC_CFG", DW_EN=1, QD_EN=1)
+    else:
+        w = set_fields(w, "CORE_MISC_CFG", QD_EN=1)
+    w = set_fields(w, "DPU_DATA_FORMAT", OUT_PRECISION=0)
+    w = set_fields(w, "DPU_BS_OW_CFG", OD_BYPASS=0, SIZE_E_0=size_e, SIZE_E_1=size_e, SIZE_E_2=size_e)
+    w = set_fields(w, "DPU_SURFACE_ADD", SURF_ADD=oh * ow * (size_e + 1))
+    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
+    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=scale)
+    w = set_fields(w, "DPU_OUT_CVT_SHIFT", OUT_CVT_SHIFT=shift)
+    return set_raw(w, "DPU_OUT_CVT_OFFSET", out_zp & 0xFFFFFFFF)
+
+
 def write_conv_case(root: Path) -> None:
     """14: int8 3x3 pad-1 conv with an asymmetric weight zero point, Mesa's requant program."""
     sys.path.insert(0, str(REPO / "tests" / "sim"))
-    from programs import (ConvGeometry, pack_feature, pack_weights_direct, retarget, set_fields,  # noqa: E402
+    from programs import (ConvGeometry, pack_feature, pack_weights_direct, set_fields,  # noqa: E402
                           set_raw)
     name = "14_int8_requant_cpend_conv"
     r = _reference_constants(name)
@@ -315,20 +340,10 @@ def write_conv_case(root: Path) -> None:
     bias = rng.integers(-5000, 5000, size=g.N).astype(np.int64)
     a = bias - in_zp * (wt - w_zp).sum(axis=(1, 2, 3))          # Mesa's bias fold
     oh, ow = g.out_hw
-    (_iova, tmpl), = _conf_jobs("03_matmul_int8")
-    w = retarget(tmpl, g, C_FEATURE, C_WEIGHT, C_OUTPUT, in_zp & 0xFF)
-    w = set_raw(w, "CNA_PAD_CON1", (in_zp & 0xFF) * 0x01010101)
-    w = set_fields(w, "CORE_MISC_CFG", QD_EN=1)
-    w = set_fields(w, "DPU_DATA_FORMAT", OUT_PRECISION=0)
-    w = set_fields(w, "DPU_BS_OW_CFG", OD_BYPASS=0, SIZE_E_0=1, SIZE_E_1=1, SIZE_E_2=1)
+    w = _requant_program(g, in_zp, out_zp, scale, shift, size_e=1)
     w = set_raw(w, "DPU_BS_OW_OP", (-w_zp) & 0xFFFF)
-    w = set_fields(w, "DPU_SURFACE_ADD", SURF_ADD=oh * ow * 2)
     w = set_raw(w, "DPU_BS_CFG", (2 << 16) | (1 << 8) | (1 << 6) | (1 << 4))
     w = set_fields(w, "DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=1)
-    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
-    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=scale)
-    w = set_fields(w, "DPU_OUT_CVT_SHIFT", OUT_CVT_SHIFT=shift)
-    w = set_raw(w, "DPU_OUT_CVT_OFFSET", out_zp & 0xFFFFFFFF)
     d = root / name
     (d / "program" / "blobs").mkdir(parents=True, exist_ok=True)
     words = np.asarray(w, dtype="<u8")
@@ -382,7 +397,7 @@ def write_conv_case(root: Path) -> None:
 def write_dw_case(root: Path) -> None:
     """19: Mesa's int8 depthwise requant program (CONV_MODE 3, DW_EN, size_e 3) with CPEND per channel."""
     sys.path.insert(0, str(REPO / "tests" / "sim"))
-    from programs import ConvGeometry, pack_feature, pack_weights_dw, retarget, set_fields, set_raw  # noqa: E402
+    from programs import ConvGeometry, pack_feature, pack_weights_dw, set_fields, set_raw  # noqa: E402
     name = "19_int8_requant_cpend_depthwise"
     r = _reference_constants(name)
     g = ConvGeometry(C=r["C"], H=r["H"], W=r["W"], N=r["C"], KH=r["KH"], KW=r["KW"], pad=(r["PAD"],) * 2,
@@ -394,21 +409,10 @@ def write_dw_case(root: Path) -> None:
     bias = rng.integers(-5000, 5000, size=g.C).astype(np.int64)
     a = bias - in_zp * (wt - w_zp).sum(axis=(1, 2))          # Mesa's bias fold, per channel
     oh, ow = g.out_hw
-    (_iova, tmpl), = _conf_jobs("03_matmul_int8")
-    w = retarget(tmpl, g, C_FEATURE, C_WEIGHT, C_OUTPUT, in_zp & 0xFF)
-    w = set_raw(w, "CNA_PAD_CON1", (in_zp & 0xFF) * 0x01010101)
-    w = set_fields(w, "CNA_CONV_CON1", CONV_MODE=3)
-    w = set_fields(w, "CORE_MISC_CFG", DW_EN=1, QD_EN=1)
-    w = set_fields(w, "DPU_DATA_FORMAT", OUT_PRECISION=0)
-    w = set_fields(w, "DPU_BS_OW_CFG", OD_BYPASS=0, SIZE_E_0=3, SIZE_E_1=3, SIZE_E_2=3)
+    w = _requant_program(g, in_zp, out_zp, scale, shift, size_e=3)
     w = set_raw(w, "DPU_BS_OW_OP", (-w_zp) & 0xFFFF)
-    w = set_fields(w, "DPU_SURFACE_ADD", SURF_ADD=oh * ow * 4)
     w = set_raw(w, "DPU_BS_CFG", (2 << 16) | (1 << 8) | (1 << 6) | (1 << 4))
     w = set_fields(w, "DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=1)
-    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
-    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=scale)
-    w = set_fields(w, "DPU_OUT_CVT_SHIFT", OUT_CVT_SHIFT=shift)
-    w = set_raw(w, "DPU_OUT_CVT_OFFSET", out_zp & 0xFFFFFFFF)
     feat = pack_feature(x.astype(np.int8), np.int8)
     wts = pack_weights_dw(wt.astype(np.int8), np.int8)
     out_bytes = g.C // 16 * oh * ow * 16
@@ -436,7 +440,7 @@ def write_perchannel_case(root: Path) -> None:
     """21: the per-channel requant depthwise program (BRDMA DATA_USE 7, BS_MUL_SRC, OW_SRC)."""
     import io
     sys.path.insert(0, str(REPO / "tests" / "sim"))
-    from programs import ConvGeometry, pack_feature, pack_weights_dw, retarget, set_fields, set_raw  # noqa: E402
+    from programs import ConvGeometry, pack_feature, pack_weights_dw, set_fields, set_raw  # noqa: E402
     name = "21_int8_perchannel_requant_depthwise"
     r = _reference_constants(name)
     g = ConvGeometry(C=r["C"], H=r["H"], W=r["W"], N=r["C"], KH=r["KH"], KW=r["KW"], pad=(r["PAD"],) * 2,
@@ -455,21 +459,12 @@ def write_perchannel_case(root: Path) -> None:
     grp[:, 32:48] = (-w_zp).astype("<i2").reshape(-1, 8).view(np.uint8).reshape(-1, 16)
     grp[:, 48:64] = mult.astype("<i2").reshape(-1, 8).view(np.uint8).reshape(-1, 16)
     oh, ow = g.out_hw
-    (_iova, tmpl), = _conf_jobs("03_matmul_int8")
-    w = retarget(tmpl, g, C_FEATURE, C_WEIGHT, C_OUTPUT, in_zp & 0xFF)
-    w = set_raw(w, "CNA_PAD_CON1", (in_zp & 0xFF) * 0x01010101)
-    w = set_fields(w, "CNA_CONV_CON1", CONV_MODE=3)
-    w = set_fields(w, "CORE_MISC_CFG", DW_EN=1, QD_EN=1)
-    w = set_fields(w, "DPU_DATA_FORMAT", OUT_PRECISION=0, BS_MUL_SHIFT_VALUE_NEG=s_neg)
-    w = set_fields(w, "DPU_BS_OW_CFG", OD_BYPASS=0, OW_SRC=1, SIZE_E_0=3, SIZE_E_1=3, SIZE_E_2=3)
-    w = set_fields(w, "DPU_SURFACE_ADD", SURF_ADD=oh * ow * 4)
+    w = _requant_program(g, in_zp, out_zp, scale, shift, size_e=3)
+    w = set_fields(w, "DPU_DATA_FORMAT", BS_MUL_SHIFT_VALUE_NEG=s_neg)
+    w = set_fields(w, "DPU_BS_OW_CFG", OW_SRC=1)
     w = set_raw(w, "DPU_BS_CFG", (2 << 16) | (1 << 8) | (1 << 6))          # 0x20140
     w = set_raw(w, "DPU_BS_MUL_CFG", (s_pos << 8) | 1)
     w = set_fields(w, "DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=7)
-    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
-    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=scale)
-    w = set_fields(w, "DPU_OUT_CVT_SHIFT", OUT_CVT_SHIFT=shift)
-    w = set_raw(w, "DPU_OUT_CVT_OFFSET", out_zp & 0xFFFFFFFF)
     buf = io.BytesIO()
     np.savez(buf, w_zp=w_zp.astype("<i4"), bias=bias.astype("<i4"), mult=mult.astype("<i4"))
     out_bytes = g.C // 16 * oh * ow * 16
