@@ -23,15 +23,12 @@ from functools import partial
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 from models_testutil import random_fill_, save_state_dict
 
 import rockjit
-from models import layers as L
 from models import modernbert, siglip, whisper
 
 pytestmark = [pytest.mark.reference, pytest.mark.slow]
@@ -97,16 +94,7 @@ def _run_sim(fn, params, *xs) -> list[np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 
 def _whisper_states(params, feats, config):
-    x = L.gelu_exact(whisper._conv1d(feats, params["conv1.weight"], params["conv1.bias"], 1))
-    x = L.gelu_exact(whisper._conv1d(x, params["conv2.weight"], params["conv2.bias"], 2))
-    x = jnp.transpose(x, (0, 2, 1)) + params["embed_positions.weight"]
-    states = [x]
-    for i in range(config.encoder_layers):
-        x = whisper._encoder_layer(params, i, x, config)
-        states.append(x)
-    # HF's last hidden state is after the final LayerNorm
-    states[-1] = L.layer_norm(x, params["layer_norm.weight"], params["layer_norm.bias"], 1e-5)
-    return tuple(states)
+    return whisper.forward(params, feats, config=config, output_hidden_states=True)[1]
 
 
 def test_whisper_outliers(tmp_path) -> None:
@@ -144,14 +132,9 @@ def test_whisper_outliers(tmp_path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def _siglip_states(params, pixels, config):
-    x = siglip._patch_embed(params, pixels, config)
-    states = [x]
-    for i in range(config.num_hidden_layers):
-        x = siglip._encoder_layer(params, i, x, config)
-        states.append(x)
-    states.append(L.layer_norm(x, params["post_layernorm.weight"], params["post_layernorm.bias"],
-                               config.layer_norm_eps))
-    return tuple(states)
+    # the pooling head's output is not returned: the traced graph drops it
+    last, _pooled, states = siglip.forward(params, pixels, config=config, output_hidden_states=True)
+    return states + (last,)
 
 
 def test_siglip_outliers(tmp_path) -> None:
@@ -188,26 +171,7 @@ def test_siglip_outliers(tmp_path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def _modernbert_states(params, ids, mask, config):
-    eps = config.norm_eps
-    x = jnp.take(params["embeddings.tok_embeddings.weight"], ids, axis=0)
-    x = L.layer_norm(x, params["embeddings.norm.weight"], None, eps)
-    gb, lb = modernbert.attention_biases(mask, config)
-    seq = ids.shape[1]
-    tables = {True: L.rope_tables(seq, config.head_dim, config.global_rope_theta),
-              False: L.rope_tables(seq, config.head_dim, config.local_rope_theta)}
-    states = [x]
-    for i in range(config.num_hidden_layers):
-        pre = f"layers.{i}."
-        glob = config.is_global(i)
-        h = x if i == 0 else L.layer_norm(x, params[pre + "attn_norm.weight"], None, eps)
-        cos, sin = tables[glob]
-        x = x + modernbert._attention(params, pre + "attn.", h, gb if glob else lb, cos, sin,
-                                      config)
-        h = L.layer_norm(x, params[pre + "mlp_norm.weight"], None, eps)
-        x = x + modernbert._mlp(params, pre + "mlp.", h, config)
-        states.append(x)
-    states[-1] = L.layer_norm(x, params["final_norm.weight"], None, eps)
-    return tuple(states)
+    return modernbert.forward(params, ids, mask, config=config, output_hidden_states=True)[1]
 
 
 def test_modernbert_large_residual_stream(tmp_path) -> None:
