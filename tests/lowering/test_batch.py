@@ -17,7 +17,6 @@ Three bugs, none visible at batch 1:
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

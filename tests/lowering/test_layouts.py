@@ -87,7 +87,7 @@ def test_depthwise_weight_round_trip(c, kh, kw, dt, seed) -> None:
     w = _random((c, kh, kw), dt.to_numpy(), seed)
     raw = lay.pack(w)
     assert np.array_equal(lay.unpack(raw), w)
-    g, e = lay.group, lay.dtype.itemsize
+    g = lay.group
     vals = raw.view(lay.dtype).reshape(-1)
     for cc in range(c):
         for y in range(kh):
