@@ -4,7 +4,9 @@
 Each case has the layout of /work/shared/conformance (README there): ``case.md``, a standalone
 numpy ``reference.py`` that turns the input blob into ``expected_output.bin`` from the maths of
 the op (never from a simulator), and ``program/`` with ``buffers.json``, the regcmd words and the
-blobs. One optional field is new: ``simulator_flags`` in buffers.json (``["faithful"]`` = the
+blobs. The reference.py files are written by hand and committed; this script holds no copy of them
+(it places and runs each one, and reads the int8 cases' constants from theirs). The int8 conv
+cases' references share TFLite's arithmetic through conformance_extra/tflite_int8.py. One optional field is new: ``simulator_flags`` in buffers.json (``["faithful"]`` = the
 case shows a documented hardware quirk and passes only on a simulator that reproduces it, i.e.
 rj_sim with RJ_SIM_FAITHFUL; a strict simulator must refuse it. ``["lenient"]`` = documented
 arithmetic on a geometry whose hardware validity is undocumented: it runs without strict mode,
@@ -26,6 +28,7 @@ import argparse
 import json
 import math
 import runpy
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -64,7 +67,6 @@ class LutCase:
     out_offset: int
     minus_exp: int
     tolerance: dict
-    reference_src: str            # body of reference.py's compute(x) -> float64 array
     doc: str                      # case.md body
     flags: list[str] = field(default_factory=list)
     # None: conformance 05's geometry (LE [-16384, 0], LO [0, 16384], LUT_CFG 0x68, LE_END and
@@ -178,24 +180,6 @@ def pad8(x: np.ndarray) -> np.ndarray:
     return np.concatenate([x, np.full(n - x.size, x[-1])]).astype(np.float16)
 
 
-REF_HEADER = '''#!/usr/bin/env python3
-"""{name}: expected output from the maths of the op (numpy, float64), independent of any
-simulator. Reads program/blobs/input.bin, writes expected_output.bin (fp16)."""
-import os
-import numpy as np
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def compute(x):
-{body}
-
-if __name__ == "__main__":
-    x = np.fromfile(os.path.join(HERE, "program", "blobs", "input.bin"), dtype="<f2")[:{n}]
-    compute(x.astype(np.float64)).astype("<f2").tofile(os.path.join(HERE, "expected_output.bin"))
-'''
-
-
 def cases() -> list[LutCase]:
     out = []
 
@@ -205,8 +189,6 @@ def cases() -> list[LutCase]:
     out.append(LutCase(
         "10_lut_exp_shifted_fp16", "exp over [-16, 0] through the shifted single-table LUT", x, **t,
         tolerance={"kind": "abs", "atol": 1e-3},
-        reference_src="    # inputs outside the table domain [-16, 0] hold the end entry (slopes 0)\n"
-                      "    return np.exp(np.clip(x, -16.0, 0.0))",
         doc="exp(x) for 1024 fp16 inputs on [-17, 0.25] (outside [-16, 0] the table holds its end "
             "value: the reference clamps). Every input is negative or ~0, and the BN-ALU bias "
             "(fp32 16384 = -x_lo*scale, BN_MUL fp16(1024)) maps [-16, 0] onto index [0, 16384], the "
@@ -229,8 +211,6 @@ def cases() -> list[LutCase]:
     out.append(LutCase(
         "11_lut_elu_shifted_fp16", "ELU over [-8, 8] through the symmetric shifted single-table LUT",
         x, **t, tolerance={"kind": "abs", "atol": 5e-3},
-        reference_src="    x = np.clip(x, -8.0, 8.0)\n"
-                      "    return np.where(x >= 0, x, np.expm1(np.minimum(x, 0)))",
         doc="ELU(x) = x >= 0 ? x : e^x - 1 for 1016 fp16 inputs on [-9, 9] away from 0 (|x| > 0.01). "
             "Table over [-8, 8] (BN_MUL fp16(1024), BN_ALU fp32(8192): x = 0 at the table middle), "
             "output range [-1, 15] decoded with OUT_CVT_OFFSET = -2048 and MINUS_EXP = 11 (S = 16).\n\n"
@@ -245,11 +225,6 @@ def cases() -> list[LutCase]:
     out.append(LutCase(
         "12_lut_elu_quirk2_faithful", "ELU near x = 0 with a signed decode: the QUIRK 2 spike",
         x, **t, tolerance={"kind": "abs", "atol": 0.07},
-        reference_src="    y = np.where(x >= 0, x, np.expm1(np.minimum(x, 0)))\n"
-                      "    # QUIRK 2 (notes dpu-lut-activation.md): a signed decode spikes by +128 where\n"
-                      "    # the pre-bias index x*BN_MUL (BN_MUL = 1024) is within half an index unit of 0\n"
-                      "    bn_mul = float(np.float16(1024.0))\n"
-                      "    return np.where(np.abs(np.float32(x) * np.float32(bn_mul)) < 0.5, y + 128.0, y)",
         doc="Case 11's program on 4008 fp16 inputs in [-0.002, 0.002]. On silicon a signed output "
             "decode (OUT_CVT_OFFSET < 0) spikes at x ~ 0 (notes dpu-lut-activation.md QUIRK 2, "
             "'Affected kinds': ELU/SELU 97 of 4001 probe points on [-0.02, 0.02] step 1e-5, i.e. "
@@ -269,12 +244,6 @@ def cases() -> list[LutCase]:
     out.append(LutCase(
         "13_lut_exp_quirk4_faithful", "exp with q = 0 table entries: the QUIRK 4 ~4.0 decode",
         x, **t, tolerance={"kind": "abs", "atol": 1e-3},
-        reference_src="    # the table rocket-userspace builds with ROCKET_LUT_QFLOOR=0: q = round(exp(x_j) 2^15)\n"
-                      "    dx = 16.0 / 512\n"
-                      "    q = np.clip(np.rint(np.exp(-16.0 + np.arange(513) * dx) * 32768.0), 0, 32767)\n"
-                      "    j = np.clip(np.floor((x + 16.0) / dx).astype(int), 0, 511)\n"
-                      "    # QUIRK 4 (notes dpu-lut-activation.md): reading a q = 0 entry emits ~4.0\n"
-                      "    return np.where((q[j] == 0) | (q[j + 1] == 0), 4.0, np.exp(x))",
         doc="exp at the middle of each of the 512 cells of [-16, 0], table built without the q >= 1 "
             "floor (rocket-userspace ROCKET_LUT_QFLOOR=0 'reproduces the raw glitch'). On silicon "
             "the deep tail, where exp(x) < 1.5e-5 quantises to q = 0, reads ~4.0 (notes "
@@ -289,48 +258,22 @@ def cases() -> list[LutCase]:
 
 
 # 18's tables: two different smooth curves, every entry in [1000, 30000] (no zero entry: QUIRK 4;
-# no flat run: QUIRK 1), written as closed forms so reference.py rebuilds them independently.
-PRIO_LE = "np.rint(2000 + 20 * k + 500 * np.sin(k / 13.0))"
-PRIO_LO = "np.rint(28000 - 40 * k + 300 * np.cos(k / 7.0))"
+# no flat run: QUIRK 1), closed forms that reference.py rebuilds on its own (the check of the program).
 PRIO_GEOM = dict(lut_cfg=0x18, le=(-12288, 4096), lo=(-4096, 12288), sel=(5, 5),
                  le_slope=(3, 2, 5, 3), lo_slope=(7, 4, 9, 4))
 
 
 def _priority_case() -> LutCase:
     k = np.arange(513)
-    le, lo = eval(PRIO_LE), eval(PRIO_LO)       # noqa: S307 -- the two formulas above
+    le = np.rint(2000 + 20 * k + 500 * np.sin(k / 13.0))
+    lo = np.rint(28000 - 40 * k + 300 * np.cos(k / 7.0))
     assert le.min() >= 1000 and lo.min() >= 1000 and max(le.max(), lo.max()) <= 30000
     x = pad8(np.linspace(-16.0, 16.0, 2048))
     g = PRIO_GEOM
-    body = f"""    # index = x * BN_MUL (fp16 1024, BN_ALU 0): exact for these fp16 inputs
-    idx = x * 1024.0
-    k = np.arange(513)
-    tables = ({PRIO_LE}, {PRIO_LO})
-    geoms = ({g['le']}, {g['lo']})
-    slopes = ({g['le_slope']}, {g['lo_slope']})    # (uflow scale, shift, oflow scale, shift)
-    vals, regions = [], []
-    for tab, (start, end), (us, ush, os_, osh) in zip(tables, geoms, slopes):
-        v = np.interp(idx, np.linspace(start, end, 513), tab)
-        v = np.where(idx <= start, tab[0] + (idx - start) * us / 2.0 ** ush, v)
-        v = np.where(idx >= end, tab[512] + (idx - end) * os_ / 2.0 ** osh, v)
-        vals.append(v)
-        regions.append(np.where(idx <= start, -1, np.where(idx >= end, 1, 0)))
-    (vle, vlo), (rle, rlo) = vals, regions
-    # NVDLA hybrid LUT (cmod lookup_lut): one table hits -> it; both under -> UFLOW_PRIORITY;
-    # both over -> OFLOW_PRIORITY; else HYBRID_PRIORITY. LUT_CFG {g['lut_cfg']:#x}: UFLOW LO, OFLOW LE,
-    # HYBRID LE (1 = LO)
-    uflow, oflow, hybrid = 1, 0, 0
-    use_lo = np.where((rle < 0) & (rlo < 0), uflow,
-                      np.where((rle > 0) & (rlo > 0), oflow,
-                               np.where((rle == 0) != (rlo == 0), rlo == 0, hybrid)))
-    q = np.where(use_lo.astype(bool), vlo, vle)
-    # OUT_CVT CVT_TYPE 1, OFFSET 0, MINUS_EXP 10: out = q * 2^-10
-    return q / 1024.0"""
     return LutCase(
         "18_lut_hybrid_priorities", "Overlapping LE/LO tables: every LUT_CFG priority and each "
         "table's own out-of-range slopes", x, le=le, lo=lo, bn_mul=1024.0, bn_alu_bits=f32_bits(0.0),
-        out_offset=0, minus_exp=10, tolerance={"kind": "abs", "atol": 0.016}, reference_src=body,
-        geometry=g,
+        out_offset=0, minus_exp=10, tolerance={"kind": "abs", "atol": 0.016}, geometry=g,
         doc="2048 fp16 inputs on [-16, 16], index = x * 1024 (BN_MUL fp16(1024), BN_ALU 0). LE covers "
             "index [-12288, 4096], LO [-4096, 12288] (INDEX_SELECT 5: 512 steps of 32), so [-4096, 4096] "
             "is in both. Tables: LE[k] = rint(2000 + 20k + 500 sin(k/13)), LO[k] = rint(28000 - 40k + "
@@ -356,76 +299,51 @@ CONF_DIR = next((p for p in (REPO.parent / "shared" / "conformance",
                              REPO.parent.parent / "shared" / "conformance") if p.is_dir()), None)
 C_REGCMD, C_FEATURE, C_WEIGHT, C_BIAS, C_OUTPUT = 0x01000000, 0x01100000, 0x01400000, 0x01A00000, 0x01800000
 
-CONV_REF = '''#!/usr/bin/env python3
-"""{name}: TFLite's int8 conv arithmetic in numpy (float64/int64), independent of any simulator:
-acc = sum over the valid taps of (x - in_zp)(w - w_zp) + bias; out = sat8(round_half_even(acc * SCALE
-/ 2^SHIFT) + out_zp). Reads the packed blobs (layouts in case.md), writes expected_output.bin."""
-import os
-import numpy as np
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-C, H, W, N, KH, KW, PAD = {C}, {H}, {W}, {N}, {KH}, {KW}, {PAD}
-IN_ZP, W_ZP, OUT_ZP, SCALE, SHIFT = {in_zp}, {w_zp}, {out_zp}, {scale}, {shift}
-
-
-def blob(name, dtype):
-    return np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype=dtype)
-
-
-def main():
-    # feature [C/16][H][W][16] int8; weights [N/32][C/32][KH][KW][32 kernels][32 channels] int8
-    x = blob("feature", np.int8)[:C * H * W].reshape(C // 16, H, W, 16).transpose(0, 3, 1, 2)
-    x = x.reshape(C, H, W).astype(np.int64)
-    w = blob("weight", np.int8)[:N * C * KH * KW].reshape(N // 32, C // 32, KH, KW, 32, 32)
-    w = w.transpose(0, 4, 1, 5, 2, 3).reshape(N, C, KH, KW).astype(np.int64)
-    bias = np.fromfile(os.path.join(HERE, "bias_tflite.bin"), dtype="<i4").astype(np.int64)
-    oh, ow = H + 2 * PAD - KH + 1, W + 2 * PAD - KW + 1
-    xp = np.zeros((C, H + 2 * PAD, W + 2 * PAD), np.int64)   # (x - in_zp) is 0 in the padding
-    xp[:, PAD:PAD + H, PAD:PAD + W] = x - IN_ZP
-    acc = np.zeros((N, oh, ow), np.int64)
-    for ky in range(KH):
-        for kx in range(KW):
-            acc += np.einsum("chw,nc->nhw", xp[:, ky:ky + oh, kx:kx + ow], w[:, :, ky, kx] - W_ZP)
-    acc += bias[:, None, None]
-    out = np.clip(np.round(acc * SCALE / 2.0 ** SHIFT).astype(np.int64) + OUT_ZP, -128, 127)
-    # output cube [N/16][OH][OW][16] int8
-    out.reshape(N // 16, 16, oh, ow).transpose(0, 2, 3, 1).astype(np.int8).tofile(
-        os.path.join(HERE, "expected_output.bin"))
-
-
-if __name__ == "__main__":
-    main()
-'''
+def _requant_program(g, in_zp: int, out_zp: int, scale: int, shift: int, size_e: int) -> list[int]:
+    """Mesa's int8-output requantizing conv (depthwise when g is): conformance 03's program
+    retargeted to g, the CNA pad at the input zero point in every byte lane, CORE QD_EN, int8 out
+    with CPEND on (OD_BYPASS 0) at element size ``size_e``, the bias BO at C_BIAS, OUT_CVT
+    SCALE/SHIFT and the output zero point as its offset (notes depthwise-conv.md). The BS stage
+    and BRDMA's operand use are each case's own."""
+    from programs import retarget, set_fields, set_raw
+    (_iova, tmpl), = _conf_jobs("03_matmul_int8")
+    oh, ow = g.out_hw
+    w = retarget(tmpl, g, C_FEATURE, C_WEIGHT, C_OUTPUT, in_zp & 0xFF)
+    w = set_raw(w, "CNA_PAD_CON1", (in_zp & 0xFF) * 0x01010101)
+    if g.depthwise:
+        w = set_fields(w, "CNA_CONV_CON1", CONV_MODE=3)
+        w = set_fields(w, "CORE_MISC_CFG", DW_EN=1, QD_EN=1)
+    else:
+        w = set_fields(w, "CORE_MISC_CFG", QD_EN=1)
+    w = set_fields(w, "DPU_DATA_FORMAT", OUT_PRECISION=0)
+    w = set_fields(w, "DPU_BS_OW_CFG", OD_BYPASS=0, SIZE_E_0=size_e, SIZE_E_1=size_e, SIZE_E_2=size_e)
+    w = set_fields(w, "DPU_SURFACE_ADD", SURF_ADD=oh * ow * (size_e + 1))
+    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
+    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=scale)
+    w = set_fields(w, "DPU_OUT_CVT_SHIFT", OUT_CVT_SHIFT=shift)
+    return set_raw(w, "DPU_OUT_CVT_OFFSET", out_zp & 0xFFFFFFFF)
 
 
 def write_conv_case(root: Path) -> None:
     """14: int8 3x3 pad-1 conv with an asymmetric weight zero point, Mesa's requant program."""
     sys.path.insert(0, str(REPO / "tests" / "sim"))
-    from programs import (ConvGeometry, pack_feature, pack_weights_direct, retarget, set_fields,  # noqa: E402
+    from programs import (ConvGeometry, pack_feature, pack_weights_direct, set_fields,  # noqa: E402
                           set_raw)
     name = "14_int8_requant_cpend_conv"
-    g = ConvGeometry(C=32, H=6, W=5, N=32, KH=3, KW=3, pad=(1, 1), int8=True)
-    in_zp, w_zp, out_zp, scale, shift = 37, 25, -20, 17675, 25
+    r = _reference_constants(name)
+    g = ConvGeometry(C=r["C"], H=r["H"], W=r["W"], N=r["N"], KH=r["KH"], KW=r["KW"], pad=(r["PAD"],) * 2,
+                     int8=True)
+    in_zp, w_zp, out_zp, scale, shift = (r[k] for k in ("IN_ZP", "W_ZP", "OUT_ZP", "SCALE", "SHIFT"))
     rng = np.random.default_rng(14)
     x = rng.integers(-128, 128, size=(g.C, g.H, g.W)).astype(np.int64)
     wt = rng.integers(w_zp - 100, 128, size=(g.N, g.C, g.KH, g.KW)).astype(np.int64)
     bias = rng.integers(-5000, 5000, size=g.N).astype(np.int64)
     a = bias - in_zp * (wt - w_zp).sum(axis=(1, 2, 3))          # Mesa's bias fold
     oh, ow = g.out_hw
-    (_iova, tmpl), = _conf_jobs("03_matmul_int8")
-    w = retarget(tmpl, g, C_FEATURE, C_WEIGHT, C_OUTPUT, in_zp & 0xFF)
-    w = set_raw(w, "CNA_PAD_CON1", (in_zp & 0xFF) * 0x01010101)
-    w = set_fields(w, "CORE_MISC_CFG", QD_EN=1)
-    w = set_fields(w, "DPU_DATA_FORMAT", OUT_PRECISION=0)
-    w = set_fields(w, "DPU_BS_OW_CFG", OD_BYPASS=0, SIZE_E_0=1, SIZE_E_1=1, SIZE_E_2=1)
+    w = _requant_program(g, in_zp, out_zp, scale, shift, size_e=1)
     w = set_raw(w, "DPU_BS_OW_OP", (-w_zp) & 0xFFFF)
-    w = set_fields(w, "DPU_SURFACE_ADD", SURF_ADD=oh * ow * 2)
     w = set_raw(w, "DPU_BS_CFG", (2 << 16) | (1 << 8) | (1 << 6) | (1 << 4))
     w = set_fields(w, "DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=1)
-    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
-    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=scale)
-    w = set_fields(w, "DPU_OUT_CVT_SHIFT", OUT_CVT_SHIFT=shift)
-    w = set_raw(w, "DPU_OUT_CVT_OFFSET", out_zp & 0xFFFFFFFF)
     d = root / name
     (d / "program" / "blobs").mkdir(parents=True, exist_ok=True)
     words = np.asarray(w, dtype="<u8")
@@ -461,9 +379,6 @@ def write_conv_case(root: Path) -> None:
                             "size": out_bytes, "dtype": "int8", "tolerance": {"kind": "exact"}},
     }
     (d / "program" / "buffers.json").write_text(json.dumps(meta, indent=1) + "\n")
-    (d / "reference.py").write_text(CONV_REF.format(name=name, C=g.C, H=g.H, W=g.W, N=g.N, KH=g.KH,
-                                                    KW=g.KW, PAD=1, in_zp=in_zp, w_zp=w_zp,
-                                                    out_zp=out_zp, scale=scale, shift=shift))
     (d / "case.md").write_text(
         f"# {name}\n\nint8 conv 32x6x5 -> 32x6x5, 3x3, stride 1, pad 1; input zero point {in_zp}, "
         f"weight zero point {w_zp}, output zero point {out_zp}, SCALE/SHIFT {scale}/{shift} (a Teflon "
@@ -476,79 +391,28 @@ def write_conv_case(root: Path) -> None:
         "arithmetic (reference.py; bias_tflite.bin is the unfolded bias). Exact: the program equals it only "
         "if CPEND's window sum counts the padded taps at the pad value (-w_zp*in_zp per padded tap "
         "otherwise).\n")
-    _run_reference(d)
-
-
-DW_REF = '''#!/usr/bin/env python3
-"""{name}: TFLite's int8 depthwise conv arithmetic in numpy (int64), independent of any simulator:
-acc[c] = sum over the valid taps of (x[c] - in_zp)(w[c] - w_zp) + bias[c]; out = sat8(round_half_even(
-acc * SCALE / 2^SHIFT) + out_zp). Reads the packed blobs (layouts in case.md), writes expected_output.bin."""
-import os
-import numpy as np
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-C, H, W, KH, KW, PAD = {C}, {H}, {W}, {KH}, {KW}, {PAD}
-IN_ZP, W_ZP, OUT_ZP, SCALE, SHIFT = {in_zp}, {w_zp}, {out_zp}, {scale}, {shift}
-
-
-def blob(name, dtype):
-    return np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype=dtype)
-
-
-def main():
-    # feature [C/16][H][W][16] int8; weights [C/64][KH][KW][64] int8
-    x = blob("feature", np.int8)[:C * H * W].reshape(C // 16, H, W, 16).transpose(0, 3, 1, 2)
-    x = x.reshape(C, H, W).astype(np.int64)
-    w = blob("weight", np.int8)[:C * KH * KW].reshape(C // 64, KH, KW, 64).transpose(0, 3, 1, 2)
-    w = w.reshape(C, KH, KW).astype(np.int64)
-    bias = np.fromfile(os.path.join(HERE, "bias_tflite.bin"), dtype="<i4").astype(np.int64)
-    oh, ow = H + 2 * PAD - KH + 1, W + 2 * PAD - KW + 1
-    xp = np.zeros((C, H + 2 * PAD, W + 2 * PAD), np.int64)   # (x - in_zp) is 0 in the padding
-    xp[:, PAD:PAD + H, PAD:PAD + W] = x - IN_ZP
-    acc = np.zeros((C, oh, ow), np.int64)
-    for ky in range(KH):
-        for kx in range(KW):
-            acc += xp[:, ky:ky + oh, kx:kx + ow] * (w[:, ky, kx] - W_ZP)[:, None, None]
-    acc += bias[:, None, None]
-    out = np.clip(np.round(acc * SCALE / 2.0 ** SHIFT).astype(np.int64) + OUT_ZP, -128, 127)
-    # output cube [C/16][OH][OW][16] int8
-    out.reshape(C // 16, 16, oh, ow).transpose(0, 2, 3, 1).astype(np.int8).tofile(
-        os.path.join(HERE, "expected_output.bin"))
-
-
-if __name__ == "__main__":
-    main()
-'''
+    _place_reference(d)
 
 
 def write_dw_case(root: Path) -> None:
     """19: Mesa's int8 depthwise requant program (CONV_MODE 3, DW_EN, size_e 3) with CPEND per channel."""
     sys.path.insert(0, str(REPO / "tests" / "sim"))
-    from programs import ConvGeometry, pack_feature, pack_weights_dw, retarget, set_fields, set_raw  # noqa: E402
+    from programs import ConvGeometry, pack_feature, pack_weights_dw, set_fields, set_raw  # noqa: E402
     name = "19_int8_requant_cpend_depthwise"
-    g = ConvGeometry(C=64, H=6, W=5, N=64, KH=3, KW=3, pad=(1, 1), depthwise=True, int8=True)
-    in_zp, w_zp, out_zp, scale, shift = -100, 90, 3, 17675, 24
+    r = _reference_constants(name)
+    g = ConvGeometry(C=r["C"], H=r["H"], W=r["W"], N=r["C"], KH=r["KH"], KW=r["KW"], pad=(r["PAD"],) * 2,
+                     depthwise=True, int8=True)
+    in_zp, w_zp, out_zp, scale, shift = (r[k] for k in ("IN_ZP", "W_ZP", "OUT_ZP", "SCALE", "SHIFT"))
     rng = np.random.default_rng(19)
     x = rng.integers(-128, 128, size=(g.C, g.H, g.W)).astype(np.int64)
     wt = rng.integers(30, 128, size=(g.C, g.KH, g.KW)).astype(np.int64)
     bias = rng.integers(-5000, 5000, size=g.C).astype(np.int64)
     a = bias - in_zp * (wt - w_zp).sum(axis=(1, 2))          # Mesa's bias fold, per channel
     oh, ow = g.out_hw
-    (_iova, tmpl), = _conf_jobs("03_matmul_int8")
-    w = retarget(tmpl, g, C_FEATURE, C_WEIGHT, C_OUTPUT, in_zp & 0xFF)
-    w = set_raw(w, "CNA_PAD_CON1", (in_zp & 0xFF) * 0x01010101)
-    w = set_fields(w, "CNA_CONV_CON1", CONV_MODE=3)
-    w = set_fields(w, "CORE_MISC_CFG", DW_EN=1, QD_EN=1)
-    w = set_fields(w, "DPU_DATA_FORMAT", OUT_PRECISION=0)
-    w = set_fields(w, "DPU_BS_OW_CFG", OD_BYPASS=0, SIZE_E_0=3, SIZE_E_1=3, SIZE_E_2=3)
+    w = _requant_program(g, in_zp, out_zp, scale, shift, size_e=3)
     w = set_raw(w, "DPU_BS_OW_OP", (-w_zp) & 0xFFFF)
-    w = set_fields(w, "DPU_SURFACE_ADD", SURF_ADD=oh * ow * 4)
     w = set_raw(w, "DPU_BS_CFG", (2 << 16) | (1 << 8) | (1 << 6) | (1 << 4))
     w = set_fields(w, "DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=1)
-    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
-    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=scale)
-    w = set_fields(w, "DPU_OUT_CVT_SHIFT", OUT_CVT_SHIFT=shift)
-    w = set_raw(w, "DPU_OUT_CVT_OFFSET", out_zp & 0xFFFFFFFF)
     feat = pack_feature(x.astype(np.int8), np.int8)
     wts = pack_weights_dw(wt.astype(np.int8), np.int8)
     out_bytes = g.C // 16 * oh * ow * 16
@@ -569,66 +433,20 @@ def write_dw_case(root: Path) -> None:
         w, [("feature", C_FEATURE, feat + bytes(64), "input"), ("weight", C_WEIGHT, wts, "weight"),
             ("bias", C_BIAS, a.astype("<i4").tobytes(), "weight"), ("output", C_OUTPUT, bytes(out_bytes), "output")],
         ("output", out_bytes, "int8", {"kind": "exact"}),
-        DW_REF.format(name=name, C=g.C, H=g.H, W=g.W, KH=g.KH, KW=g.KW, PAD=1, in_zp=in_zp, w_zp=w_zp,
-                      out_zp=out_zp, scale=scale, shift=shift),
         extra_files={"bias_tflite.bin": bias.astype("<i4").tobytes()})
-
-
-PERC_REF = '''#!/usr/bin/env python3
-"""21_int8_perchannel_requant_depthwise: TFLite's per-channel int8 depthwise arithmetic followed by the
-BS stage's per-channel multiplier, in numpy (int64), independent of any simulator:
-acc[c] = sum over the valid taps of (x[c] - in_zp)(w[c] - w_zp[c]) + bias[c];
-v = sat32(rne(acc * C[c] / 2^(s if acc*C >= 0 else s_neg)));  out = sat8(rne(v * SCALE / 2^SHIFT) + out_zp).
-Reads the packed blobs and the unfolded per-channel parameters (perchannel_tflite.npz), writes
-expected_output.bin."""
-import os
-import numpy as np
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-C, H, W, KH, KW, PAD = {C}, {H}, {W}, {KH}, {KW}, {PAD}
-IN_ZP, OUT_ZP, S_POS, S_NEG, SCALE, SHIFT = {in_zp}, {out_zp}, {s_pos}, {s_neg}, {scale}, {shift}
-
-
-def rne(v, s):
-    return np.round(v.astype(np.float64) / 2.0 ** s).astype(np.int64)
-
-
-def main():
-    x = np.fromfile(os.path.join(HERE, "program", "blobs", "feature.bin"), np.int8)[:C * H * W]
-    x = x.reshape(C // 16, H, W, 16).transpose(0, 3, 1, 2).reshape(C, H, W).astype(np.int64)
-    w = np.fromfile(os.path.join(HERE, "program", "blobs", "weight.bin"), np.int8)[:C * KH * KW]
-    w = w.reshape(C // 64, KH, KW, 64).transpose(0, 3, 1, 2).reshape(C, KH, KW).astype(np.int64)
-    prm = np.load(os.path.join(HERE, "perchannel_tflite.npz"))
-    w_zp, bias, mult = (prm[k].astype(np.int64) for k in ("w_zp", "bias", "mult"))
-    oh, ow = H + 2 * PAD - KH + 1, W + 2 * PAD - KW + 1
-    xp = np.zeros((C, H + 2 * PAD, W + 2 * PAD), np.int64)   # (x - in_zp) is 0 in the padding
-    xp[:, PAD:PAD + H, PAD:PAD + W] = x - IN_ZP
-    acc = np.zeros((C, oh, ow), np.int64)
-    for ky in range(KH):
-        for kx in range(KW):
-            acc += xp[:, ky:ky + oh, kx:kx + ow] * (w[:, ky, kx] - w_zp)[:, None, None]
-    acc += bias[:, None, None]
-    p = acc * mult[:, None, None]
-    v = np.clip(np.where(p >= 0, rne(p, S_POS), rne(p, S_NEG)), -2 ** 31, 2 ** 31 - 1)
-    out = np.clip(rne(v * SCALE, SHIFT) + OUT_ZP, -128, 127)
-    # output cube [C/16][OH][OW][16] int8
-    out.reshape(C // 16, 16, oh, ow).transpose(0, 2, 3, 1).astype(np.int8).tofile(
-        os.path.join(HERE, "expected_output.bin"))
-
-
-if __name__ == "__main__":
-    main()
-'''
 
 
 def write_perchannel_case(root: Path) -> None:
     """21: the per-channel requant depthwise program (BRDMA DATA_USE 7, BS_MUL_SRC, OW_SRC)."""
     import io
     sys.path.insert(0, str(REPO / "tests" / "sim"))
-    from programs import ConvGeometry, pack_feature, pack_weights_dw, retarget, set_fields, set_raw  # noqa: E402
+    from programs import ConvGeometry, pack_feature, pack_weights_dw, set_fields, set_raw  # noqa: E402
     name = "21_int8_perchannel_requant_depthwise"
-    g = ConvGeometry(C=64, H=6, W=5, N=64, KH=3, KW=3, pad=(1, 1), depthwise=True, int8=True)
-    in_zp, out_zp, s_pos, s_neg, scale, shift = -37, 5, 14, 13, 17675, 23
+    r = _reference_constants(name)
+    g = ConvGeometry(C=r["C"], H=r["H"], W=r["W"], N=r["C"], KH=r["KH"], KW=r["KW"], pad=(r["PAD"],) * 2,
+                     depthwise=True, int8=True)
+    in_zp, out_zp, s_pos, s_neg, scale, shift = (r[k] for k in ("IN_ZP", "OUT_ZP", "S_POS", "S_NEG", "SCALE",
+                                                                 "SHIFT"))
     rng = np.random.default_rng(21)
     x = rng.integers(-128, 128, size=(g.C, g.H, g.W)).astype(np.int64)
     w_zp = rng.integers(-40, 40, size=g.C)
@@ -641,21 +459,12 @@ def write_perchannel_case(root: Path) -> None:
     grp[:, 32:48] = (-w_zp).astype("<i2").reshape(-1, 8).view(np.uint8).reshape(-1, 16)
     grp[:, 48:64] = mult.astype("<i2").reshape(-1, 8).view(np.uint8).reshape(-1, 16)
     oh, ow = g.out_hw
-    (_iova, tmpl), = _conf_jobs("03_matmul_int8")
-    w = retarget(tmpl, g, C_FEATURE, C_WEIGHT, C_OUTPUT, in_zp & 0xFF)
-    w = set_raw(w, "CNA_PAD_CON1", (in_zp & 0xFF) * 0x01010101)
-    w = set_fields(w, "CNA_CONV_CON1", CONV_MODE=3)
-    w = set_fields(w, "CORE_MISC_CFG", DW_EN=1, QD_EN=1)
-    w = set_fields(w, "DPU_DATA_FORMAT", OUT_PRECISION=0, BS_MUL_SHIFT_VALUE_NEG=s_neg)
-    w = set_fields(w, "DPU_BS_OW_CFG", OD_BYPASS=0, OW_SRC=1, SIZE_E_0=3, SIZE_E_1=3, SIZE_E_2=3)
-    w = set_fields(w, "DPU_SURFACE_ADD", SURF_ADD=oh * ow * 4)
+    w = _requant_program(g, in_zp, out_zp, scale, shift, size_e=3)
+    w = set_fields(w, "DPU_DATA_FORMAT", BS_MUL_SHIFT_VALUE_NEG=s_neg)
+    w = set_fields(w, "DPU_BS_OW_CFG", OW_SRC=1)
     w = set_raw(w, "DPU_BS_CFG", (2 << 16) | (1 << 8) | (1 << 6))          # 0x20140
     w = set_raw(w, "DPU_BS_MUL_CFG", (s_pos << 8) | 1)
     w = set_fields(w, "DPU_RDMA_RDMA_BRDMA_CFG", BRDMA_DATA_USE=7)
-    w = set_raw(w, "DPU_RDMA_RDMA_BS_BASE_ADDR", C_BIAS)
-    w = set_fields(w, "DPU_OUT_CVT_SCALE", OUT_CVT_SCALE=scale)
-    w = set_fields(w, "DPU_OUT_CVT_SHIFT", OUT_CVT_SHIFT=shift)
-    w = set_raw(w, "DPU_OUT_CVT_OFFSET", out_zp & 0xFFFFFFFF)
     buf = io.BytesIO()
     np.savez(buf, w_zp=w_zp.astype("<i4"), bias=bias.astype("<i4"), mult=mult.astype("<i4"))
     out_bytes = g.C // 16 * oh * ow * 16
@@ -680,33 +489,7 @@ def write_perchannel_case(root: Path) -> None:
             ("weight", C_WEIGHT, pack_weights_dw(wt.astype(np.int8), np.int8), "weight"),
             ("bias", C_BIAS, grp.tobytes(), "weight"), ("output", C_OUTPUT, bytes(out_bytes), "output")],
         ("output", out_bytes, "int8", {"kind": "exact"}),
-        PERC_REF.format(C=g.C, H=g.H, W=g.W, KH=g.KH, KW=g.KW, PAD=1, in_zp=in_zp, out_zp=out_zp,
-                        s_pos=s_pos, s_neg=s_neg, scale=scale, shift=shift),
         extra_files={"perchannel_tflite.npz": buf.getvalue()})
-
-
-FP16_OUT_REF = '''#!/usr/bin/env python3
-"""20_int8_matmul_fp16_out: C = A . B^T in int64 (|C| <= 2048, exact in fp16), written as fp16,
-independent of any simulator. Layouts in case.md."""
-import os
-import numpy as np
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-M, K, N = 8, 64, 64
-
-
-def blob(name):
-    return np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype=np.int8)
-
-
-a = blob("feature")[:M * K].reshape(K // 16, M, 16).transpose(1, 0, 2).reshape(M, K).astype(np.int64)
-b = blob("weight")[:N * K].reshape(N // 32, K // 32, 32, 32).transpose(0, 2, 1, 3).reshape(N, K)
-c = a @ b.astype(np.int64).T
-assert np.abs(c).max() <= 2048
-# output cube [N/8][M][8] fp16
-c.astype(np.float16).reshape(M, N // 8, 8).transpose(1, 0, 2).astype("<f2").tofile(
-    os.path.join(HERE, "expected_output.bin"))
-'''
 
 
 def write_fp16_out_case(root: Path) -> None:
@@ -747,15 +530,15 @@ def write_fp16_out_case(root: Path) -> None:
         "arithmetic, not the geometry.\n\nExact.",
         w, [("feature", C_FEATURE, feat + bytes(64), "input"), ("weight", C_WEIGHT, wt, "weight"),
             ("output", C_OUTPUT, bytes(out_bytes), "output")],
-        ("output", out_bytes, "float16", {"kind": "exact"}), FP16_OUT_REF, flags=["lenient"])
+        ("output", out_bytes, "float16", {"kind": "exact"}), flags=["lenient"])
 
 
 def write_program_case(root: Path, name: str, summary: str, doc: str, words: np.ndarray,
                        buffers: list[tuple[str, int, bytes, str]], out: tuple[str, int, str, dict],
-                       reference: str, extra_files: dict[str, bytes] | None = None,
+                       extra_files: dict[str, bytes] | None = None,
                        flags: list[str] | None = None) -> None:
     """One job, one task at C_REGCMD; ``buffers`` = (name, iova, initial bytes, role); ``out`` =
-    (buffer, size, dtype, tolerance); ``reference`` = the full text of reference.py."""
+    (buffer, size, dtype, tolerance); the case's reference.py is the committed one."""
     d = root / name
     (d / "program" / "blobs").mkdir(parents=True, exist_ok=True)
     words = np.asarray(words, dtype="<u8")
@@ -780,62 +563,8 @@ def write_program_case(root: Path, name: str, summary: str, doc: str, words: np.
                             "dtype": out[2], "tolerance": out[3]},
     }
     (d / "program" / "buffers.json").write_text(json.dumps(meta, indent=1) + "\n")
-    (d / "reference.py").write_text(reference)
     (d / "case.md").write_text(f"# {name}\n\n{summary}.\n\n{doc}\n")
-    _run_reference(d)
-
-
-TF32_REF = '''#!/usr/bin/env python3
-"""15_tf32_matmul: C = tf32(A) . tf32(B)^T in float64 (tf32 = fp32 rounded to a 10-bit mantissa,
-nearest even), independent of any simulator. Layouts in case.md."""
-import os
-import numpy as np
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-M, K, N = 8, 64, 32
-
-
-def tf32(x):
-    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    u = (u + 0xFFF + ((u >> 13) & 1)) & ~np.uint64(0x1FFF)
-    return u.astype(np.uint32).view(np.float32)
-
-
-def blob(name):
-    return np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype="<f4")
-
-
-a = blob("feature")[:M * K].reshape(K // 4, M, 4).transpose(1, 0, 2).reshape(M, K)
-b = blob("weight")[:N * K].reshape(N // 16, K // 16, 16, 16).transpose(0, 2, 1, 3).reshape(N, K)
-c = tf32(a).astype(np.float64) @ tf32(b).astype(np.float64).T
-# output cube [N/4][M][4] fp32
-c.astype(np.float32).reshape(M, N // 4, 4).transpose(1, 0, 2).astype("<f4").tofile(
-    os.path.join(HERE, "expected_output.bin"))
-'''
-
-INT4_REF = '''#!/usr/bin/env python3
-"""16_int4_matmul: C = A . B^T in int64 from nibble-packed int4 operands, saturated to int16,
-independent of any simulator. Layouts in case.md."""
-import os
-import numpy as np
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-M, K, N = 8, 64, 128
-
-
-def nibbles(name, count):
-    raw = np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype=np.uint8)[:count // 2]
-    v = np.empty(count, np.int64)
-    v[0::2], v[1::2] = raw & 0xF, raw >> 4          # element 2i in the low nibble
-    return np.where(v >= 8, v - 16, v)
-
-
-a = nibbles("feature", M * K).reshape(K // 32, M, 32).transpose(1, 0, 2).reshape(M, K)
-b = nibbles("weight", N * K).reshape(N // 64, K // 32, 64, 32).transpose(0, 2, 1, 3).reshape(N, K)
-c = np.clip(a @ b.T, -32768, 32767)
-# output cube [N/8][M][8] int16
-c.reshape(M, N // 8, 8).transpose(1, 0, 2).astype("<i2").tofile(os.path.join(HERE, "expected_output.bin"))
-'''
+    _place_reference(d)
 
 
 def _tf32(x: np.ndarray) -> np.ndarray:
@@ -868,7 +597,7 @@ def write_precision_cases(root: Path) -> None:
         "simulator that kept full fp32 operands fails.",
         w, [("feature", C_FEATURE, feat + bytes(64), "input"), ("weight", C_WEIGHT, wt, "weight"),
             ("output", C_OUTPUT, bytes(N // 4 * M * 16), "output")],
-        ("output", N // 4 * M * 16, "float32", {"kind": "abs", "atol": atol}), TF32_REF)
+        ("output", N // 4 * M * 16, "float32", {"kind": "abs", "atol": atol}))
 
     rng = np.random.default_rng(16)
     M, K, N = 8, 64, 128
@@ -885,39 +614,7 @@ def write_precision_cases(root: Path) -> None:
         "K = 64 and N = 128 span two K- and two N-groups (the notes' single-group trap).\n\nExact.",
         w, [("feature", C_FEATURE, feat + bytes(4096), "input"), ("weight", C_WEIGHT, wt, "weight"),
             ("output", C_OUTPUT, bytes(N // 8 * M * 16), "output")],
-        ("output", N // 8 * M * 16, "int16", {"kind": "exact"}), INT4_REF)
-
-
-BS_REF = '''#!/usr/bin/env python3
-"""17_int8_clip_bs_mul: conformance 03's int8 matmul with the integer DPU arithmetic written out in
-numpy (int64), independent of any simulator: acc -> CLIP_TRUNCATE round (half away) -> + bias ->
-x MUL -> shift by S_POS (product >= 0) or S_NEG (< 0), half to even -> sat int32. Layouts in case.md."""
-import os
-import numpy as np
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-M, K, N = 8, 64, 64
-T, MUL, S_POS, S_NEG = {t}, {mul}, {s_pos}, {s_neg}
-
-
-def blob(name, dtype):
-    return np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype=dtype)
-
-
-def rne(v, s):
-    return np.round(v.astype(np.float64) / 2.0 ** s).astype(np.int64)
-
-
-a = blob("feature", np.int8)[:M * K].reshape(K // 16, M, 16).transpose(1, 0, 2).reshape(M, K).astype(np.int64)
-b = blob("weight", np.int8)[:N * K].reshape(N // 32, K // 32, 32, 32).transpose(0, 2, 1, 3).reshape(N, K)
-acc = a @ b.astype(np.int64).T
-v = acc / 2.0 ** T
-acc = (np.sign(v) * np.floor(np.abs(v) + 0.5)).astype(np.int64)
-p = (acc + blob("bias", "<i4").astype(np.int64)[None, :]) * MUL
-out = np.clip(np.where(p >= 0, rne(p, S_POS), rne(p, S_NEG)), -2 ** 31, 2 ** 31 - 1)
-# output cube [N/4][M][4] int32
-out.reshape(M, N // 4, 4).transpose(1, 0, 2).astype("<i4").tofile(os.path.join(HERE, "expected_output.bin"))
-'''
+        ("output", N // 8 * M * 16, "int16", {"kind": "exact"}))
 
 
 def write_bs_case(root: Path) -> None:
@@ -953,8 +650,7 @@ def write_bs_case(root: Path) -> None:
         "weights (N/32, K/32, 32, 32) int8, bias int32[N], output [N/4][M][4] int32.\n\nExact.",
         w, [("feature", C_FEATURE, feat + bytes(64), "input"), ("weight", C_WEIGHT, wt, "weight"),
             ("bias", C_BIAS, bias.tobytes(), "weight"), ("output", C_OUTPUT, bytes(N // 4 * M * 16), "output")],
-        ("output", N // 4 * M * 16, "int32", {"kind": "exact"}),
-        BS_REF.format(t=t, mul=mul, s_pos=s_pos, s_neg=s_neg))
+        ("output", N // 4 * M * 16, "int32", {"kind": "exact"}))
 
 
 def _conf_jobs(case: str):
@@ -963,9 +659,19 @@ def _conf_jobs(case: str):
     return [(t["regcmd_iova"], np.fromfile(CONF_DIR / case / "program" / t["file"], dtype="<u8"))]
 
 
-def _run_reference(d: Path) -> None:
-    """Run the case's standalone reference.py as a script (it writes expected_output.bin)."""
-    runpy.run_path(str(d / "reference.py"), run_name="__main__")
+def _reference_constants(name: str) -> dict:
+    """The module constants of a case's committed reference.py (its geometry and quantisation
+    parameters live there once; the generator builds the program from them)."""
+    return runpy.run_path(str(OUT_DIR / name / "reference.py"))
+
+
+def _place_reference(d: Path) -> None:
+    """Put the case's committed reference.py (hand-written, its only home) beside the case and run
+    it as a script: it writes expected_output.bin from the maths of the op."""
+    src, dst = OUT_DIR / d.name / "reference.py", d / "reference.py"
+    if src.resolve() != dst.resolve():
+        shutil.copyfile(src, dst)
+    runpy.run_path(str(dst), run_name="__main__")
 
 
 def write_case(c: LutCase, root: Path) -> None:
@@ -1001,17 +707,17 @@ def write_case(c: LutCase, root: Path) -> None:
                             "size": n * 2, "dtype": "float16", "tolerance": c.tolerance},
     }
     (d / "program" / "buffers.json").write_text(json.dumps(meta, indent=1) + "\n")
-    body = c.reference_src
-    (d / "reference.py").write_text(REF_HEADER.format(name=c.name, body=body, n=n))
     (d / "case.md").write_text(f"# {c.name}\n\n{c.summary}.\n\n{c.doc}\n")
-    # the expected output comes from the case's own reference, run as a separate process
-    _run_reference(d)
+    _place_reference(d)
 
 
 def generate(root: Path) -> None:
     """Every case; the conv case derives its words from conformance 03 and is skipped (left as
     committed) where that set is absent."""
     root.mkdir(parents=True, exist_ok=True)
+    shared = OUT_DIR / "tflite_int8.py"          # the int8 conv cases' references import it
+    if shared.resolve() != (root / shared.name).resolve():
+        shutil.copyfile(shared, root / shared.name)
     for c in cases():
         write_case(c, root)
     if CONF_DIR is not None:

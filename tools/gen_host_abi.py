@@ -26,7 +26,7 @@ PY_OUT = ROOT / "rockjit" / "runtime" / "host_abi.py"
 
 # enum prefix -> the Python dict it becomes (the names lower-cased without the prefix);
 # *_COUNT / *_FIRST / *_END members are bounds, not codes
-ENUMS = {"RJ_HDT_": "DTYPES", "RJ_HOST_": "KINDS", "RJ_UN_": "UNARY", "RJ_BIN_": "BINARY",
+ENUMS = {"RJ_DT_": "DTYPES", "RJ_HOST_": "KINDS", "RJ_UN_": "UNARY", "RJ_BIN_": "BINARY",
          "RJ_CMP_": "COMPARE", "RJ_RED_": "REDUCE"}
 BOUNDS = re.compile(r"_(COUNT|FIRST|END)$")
 C_TYPES = {"uint32_t": "<u4", "int32_t": "<i4", "uint64_t": "<u8", "int64_t": "<i8"}

@@ -17,9 +17,9 @@
 
 _Static_assert(sizeof(rj_host_view) == 80, "rj_host_view is shared with Python and bundles");
 _Static_assert(sizeof(rj_host_op) == 448, "rj_host_op is shared with Python and bundles");
-_Static_assert((int)RJ_HDT_F32 == (int)RJ_DT_F32 && (int)RJ_HDT_F16 == (int)RJ_DT_F16 &&
-                   (int)RJ_HDT_I32 == (int)RJ_DT_I32 && (int)RJ_HDT_I8 == (int)RJ_DT_I8 &&
-                   (int)RJ_HDT_U8 == (int)RJ_DT_U8,
+_Static_assert((int)RJ_DT_F32 == (int)RJ_DT_F32 && (int)RJ_DT_F16 == (int)RJ_DT_F16 &&
+                   (int)RJ_DT_I32 == (int)RJ_DT_I32 && (int)RJ_DT_I8 == (int)RJ_DT_I8 &&
+                   (int)RJ_DT_U8 == (int)RJ_DT_U8,
                "host-op dtype codes 1..5 must equal the runtime's RJ_DT_* codes");
 _Static_assert((int)RJ_HOST_OPS_FIRST >= (int)RJ_HOST_KIND_COUNT,
                "host-op kinds must be numbered after the runtime's own host-step kinds");
@@ -35,20 +35,20 @@ typedef struct dt_info {
     int64_t min, max; /* integer range (saturation bounds of float -> int stores) */
 } dt_info;
 
-static const dt_info DT[RJ_HDT_COUNT] = {
-    [RJ_HDT_F32] = {"f32", 4, 1, 0, 0},
-    [RJ_HDT_F16] = {"f16", 2, 1, 0, 0},
-    [RJ_HDT_BF16] = {"bf16", 2, 1, 0, 0},
-    [RJ_HDT_I64] = {"i64", 8, 0, INT64_MIN, INT64_MAX},
-    [RJ_HDT_I32] = {"i32", 4, 0, INT32_MIN, INT32_MAX},
-    [RJ_HDT_I16] = {"i16", 2, 0, INT16_MIN, INT16_MAX},
-    [RJ_HDT_I8] = {"i8", 1, 0, INT8_MIN, INT8_MAX},
-    [RJ_HDT_U32] = {"u32", 4, 0, 0, UINT32_MAX},
-    [RJ_HDT_U8] = {"u8", 1, 0, 0, UINT8_MAX},
-    [RJ_HDT_BOOL] = {"bool", 1, 0, 0, 1},
+static const dt_info DT[RJ_DT_COUNT] = {
+    [RJ_DT_F32] = {"f32", 4, 1, 0, 0},
+    [RJ_DT_F16] = {"f16", 2, 1, 0, 0},
+    [RJ_DT_BF16] = {"bf16", 2, 1, 0, 0},
+    [RJ_DT_I64] = {"i64", 8, 0, INT64_MIN, INT64_MAX},
+    [RJ_DT_I32] = {"i32", 4, 0, INT32_MIN, INT32_MAX},
+    [RJ_DT_I16] = {"i16", 2, 0, INT16_MIN, INT16_MAX},
+    [RJ_DT_I8] = {"i8", 1, 0, INT8_MIN, INT8_MAX},
+    [RJ_DT_U32] = {"u32", 4, 0, 0, UINT32_MAX},
+    [RJ_DT_U8] = {"u8", 1, 0, 0, UINT8_MAX},
+    [RJ_DT_BOOL] = {"bool", 1, 0, 0, 1},
 };
 
-static int dt_ok(uint32_t dt) { return dt < RJ_HDT_COUNT && DT[dt].name; }
+static int dt_ok(uint32_t dt) { return dt < RJ_DT_COUNT && DT[dt].name; }
 
 uint32_t rj_host_dtype_size(uint32_t dt) { return dt_ok(dt) ? DT[dt].size : 0; }
 
@@ -135,7 +135,7 @@ static inline int64_t f2i_sat(float v, int64_t lo, int64_t hi)
 static void load_f(uint32_t dt, const uint8_t *p, int64_t st, int64_t m, float *o)
 {
     switch (dt) {
-    case RJ_HDT_F32:
+    case RJ_DT_F32:
         if (st == 1) {
             memcpy(o, p, (size_t)m * 4);
         } else {
@@ -143,7 +143,7 @@ static void load_f(uint32_t dt, const uint8_t *p, int64_t st, int64_t m, float *
                 memcpy(&o[i], p + i * st * 4, 4);
         }
         break;
-    case RJ_HDT_F16: {
+    case RJ_DT_F16: {
         int64_t i = 0;
 #if defined(__F16C__)
         if (st == 1)
@@ -157,7 +157,7 @@ static void load_f(uint32_t dt, const uint8_t *p, int64_t st, int64_t m, float *
         }
         break;
     }
-    case RJ_HDT_BF16:
+    case RJ_DT_BF16:
         for (int64_t i = 0; i < m; i++) {
             uint16_t h;
             memcpy(&h, p + i * st * 2, 2);
@@ -180,13 +180,13 @@ static void load_f(uint32_t dt, const uint8_t *p, int64_t st, int64_t m, float *
 static void load_i(uint32_t dt, const uint8_t *p, int64_t st, int64_t m, int64_t *o)
 {
     switch (dt) {
-    case RJ_HDT_I64: LOAD_INT_LOOP(int64_t); break;
-    case RJ_HDT_I32: LOAD_INT_LOOP(int32_t); break;
-    case RJ_HDT_I16: LOAD_INT_LOOP(int16_t); break;
-    case RJ_HDT_I8: LOAD_INT_LOOP(int8_t); break;
-    case RJ_HDT_U32: LOAD_INT_LOOP(uint32_t); break;
-    case RJ_HDT_U8: LOAD_INT_LOOP(uint8_t); break;
-    case RJ_HDT_BOOL:
+    case RJ_DT_I64: LOAD_INT_LOOP(int64_t); break;
+    case RJ_DT_I32: LOAD_INT_LOOP(int32_t); break;
+    case RJ_DT_I16: LOAD_INT_LOOP(int16_t); break;
+    case RJ_DT_I8: LOAD_INT_LOOP(int8_t); break;
+    case RJ_DT_U32: LOAD_INT_LOOP(uint32_t); break;
+    case RJ_DT_U8: LOAD_INT_LOOP(uint8_t); break;
+    case RJ_DT_BOOL:
         for (int64_t i = 0; i < m; i++)
             o[i] = p[i * st] != 0;
         break;
@@ -199,7 +199,7 @@ static void load_i(uint32_t dt, const uint8_t *p, int64_t st, int64_t m, int64_t
 static void store_f(uint32_t dt, uint8_t *p, int64_t st, int64_t m, const float *v)
 {
     switch (dt) {
-    case RJ_HDT_F32:
+    case RJ_DT_F32:
         if (st == 1) {
             memmove(p, v, (size_t)m * 4);
         } else {
@@ -207,7 +207,7 @@ static void store_f(uint32_t dt, uint8_t *p, int64_t st, int64_t m, const float 
                 memcpy(p + i * st * 4, &v[i], 4);
         }
         return;
-    case RJ_HDT_F16: {
+    case RJ_DT_F16: {
         int64_t i = 0;
 #if defined(__F16C__)
         if (st == 1)
@@ -221,13 +221,13 @@ static void store_f(uint32_t dt, uint8_t *p, int64_t st, int64_t m, const float 
         }
         return;
     }
-    case RJ_HDT_BF16:
+    case RJ_DT_BF16:
         for (int64_t i = 0; i < m; i++) {
             uint16_t h = f2bf(v[i]);
             memcpy(p + i * st * 2, &h, 2);
         }
         return;
-    case RJ_HDT_BOOL:
+    case RJ_DT_BOOL:
         for (int64_t i = 0; i < m; i++)
             p[i * st] = v[i] != 0.0f; /* NaN != 0: true, as numpy's astype(bool) */
         return;
@@ -239,12 +239,12 @@ static void store_f(uint32_t dt, uint8_t *p, int64_t st, int64_t m, const float 
         int64_t x = f2i_sat(v[i], d->min, d->max);
         uint8_t *q = p + i * st * (int64_t)d->size;
         switch (dt) {
-        case RJ_HDT_I64: memcpy(q, &x, 8); break;
-        case RJ_HDT_I32: { int32_t y = (int32_t)x; memcpy(q, &y, 4); break; }
-        case RJ_HDT_U32: { uint32_t y = (uint32_t)x; memcpy(q, &y, 4); break; }
-        case RJ_HDT_I16: { int16_t y = (int16_t)x; memcpy(q, &y, 2); break; }
-        case RJ_HDT_I8: { int8_t y = (int8_t)x; memcpy(q, &y, 1); break; }
-        case RJ_HDT_U8: { uint8_t y = (uint8_t)x; memcpy(q, &y, 1); break; }
+        case RJ_DT_I64: memcpy(q, &x, 8); break;
+        case RJ_DT_I32: { int32_t y = (int32_t)x; memcpy(q, &y, 4); break; }
+        case RJ_DT_U32: { uint32_t y = (uint32_t)x; memcpy(q, &y, 4); break; }
+        case RJ_DT_I16: { int16_t y = (int16_t)x; memcpy(q, &y, 2); break; }
+        case RJ_DT_I8: { int8_t y = (int8_t)x; memcpy(q, &y, 1); break; }
+        case RJ_DT_U8: { uint8_t y = (uint8_t)x; memcpy(q, &y, 1); break; }
         default: break;
         }
     }
@@ -260,13 +260,13 @@ static void store_f(uint32_t dt, uint8_t *p, int64_t st, int64_t m, const float 
 static void store_i(uint32_t dt, uint8_t *p, int64_t st, int64_t m, const int64_t *v)
 {
     switch (dt) {
-    case RJ_HDT_I64: STORE_INT_LOOP(int64_t); return;
-    case RJ_HDT_I32: STORE_INT_LOOP(int32_t); return;
-    case RJ_HDT_I16: STORE_INT_LOOP(int16_t); return;
-    case RJ_HDT_I8: STORE_INT_LOOP(int8_t); return;
-    case RJ_HDT_U32: STORE_INT_LOOP(uint32_t); return;
-    case RJ_HDT_U8: STORE_INT_LOOP(uint8_t); return;
-    case RJ_HDT_BOOL:
+    case RJ_DT_I64: STORE_INT_LOOP(int64_t); return;
+    case RJ_DT_I32: STORE_INT_LOOP(int32_t); return;
+    case RJ_DT_I16: STORE_INT_LOOP(int16_t); return;
+    case RJ_DT_I8: STORE_INT_LOOP(int8_t); return;
+    case RJ_DT_U32: STORE_INT_LOOP(uint32_t); return;
+    case RJ_DT_U8: STORE_INT_LOOP(uint8_t); return;
+    case RJ_DT_BOOL:
         for (int64_t i = 0; i < m; i++)
             p[i * st] = v[i] != 0;
         return;
@@ -503,39 +503,29 @@ static void binary_i(uint32_t code, int64_t m, const int64_t *a, const int64_t *
     }
 }
 
+/* One comparison body for both chunk element types (f32 and int64). */
 #define CMP_LOOP(OP) for (int64_t i = 0; i < m; i++) o[i] = a[i] OP b[i]
-
-static void compare_f(uint32_t code, int64_t m, const float *a, const float *b, int64_t *o)
-{
-    switch (code) {
-    case RJ_CMP_EQ: CMP_LOOP(==); break;
-    case RJ_CMP_NE: CMP_LOOP(!=); break;
-    case RJ_CMP_LT: CMP_LOOP(<); break;
-    case RJ_CMP_LE: CMP_LOOP(<=); break;
-    case RJ_CMP_GT: CMP_LOOP(>); break;
-    case RJ_CMP_GE: CMP_LOOP(>=); break;
-    default: break;
+#define DEFINE_COMPARE(NAME, T)                                                          \
+    static void NAME(uint32_t code, int64_t m, const T *a, const T *b, int64_t *o)       \
+    {                                                                                    \
+        switch (code) {                                                                  \
+        case RJ_CMP_EQ: CMP_LOOP(==); break;                                             \
+        case RJ_CMP_NE: CMP_LOOP(!=); break;                                             \
+        case RJ_CMP_LT: CMP_LOOP(<); break;                                              \
+        case RJ_CMP_LE: CMP_LOOP(<=); break;                                             \
+        case RJ_CMP_GT: CMP_LOOP(>); break;                                              \
+        case RJ_CMP_GE: CMP_LOOP(>=); break;                                             \
+        default: break;                                                                  \
+        }                                                                                \
     }
-}
-
-static void compare_i(uint32_t code, int64_t m, const int64_t *a, const int64_t *b, int64_t *o)
-{
-    switch (code) {
-    case RJ_CMP_EQ: CMP_LOOP(==); break;
-    case RJ_CMP_NE: CMP_LOOP(!=); break;
-    case RJ_CMP_LT: CMP_LOOP(<); break;
-    case RJ_CMP_LE: CMP_LOOP(<=); break;
-    case RJ_CMP_GT: CMP_LOOP(>); break;
-    case RJ_CMP_GE: CMP_LOOP(>=); break;
-    default: break;
-    }
-}
+DEFINE_COMPARE(compare_f, float)
+DEFINE_COMPARE(compare_i, int64_t)
 
 /* Input v's chunk as f32: the operand itself when it is dense, aligned f32, else scratch. */
 static const float *src_f(run_ctx *c, int v, int64_t off, int64_t st, int64_t m)
 {
     const uint8_t *p = AT(c->base[v], off, c->es[v]);
-    if (c->dt[v] == RJ_HDT_F32 && st == 1 && ((uintptr_t)p & 3u) == 0)
+    if (c->dt[v] == RJ_DT_F32 && st == 1 && ((uintptr_t)p & 3u) == 0)
         return (const float *)(const void *)p;
     load_f(c->dt[v], p, st, m, c->ft[v]);
     return c->ft[v];
@@ -544,7 +534,7 @@ static const float *src_f(run_ctx *c, int v, int64_t off, int64_t st, int64_t m)
 static const int64_t *src_i(run_ctx *c, int v, int64_t off, int64_t st, int64_t m)
 {
     const uint8_t *p = AT(c->base[v], off, c->es[v]);
-    if (c->dt[v] == RJ_HDT_I64 && st == 1 && ((uintptr_t)p & 7u) == 0)
+    if (c->dt[v] == RJ_DT_I64 && st == 1 && ((uintptr_t)p & 7u) == 0)
         return (const int64_t *)(const void *)p;
     load_i(c->dt[v], p, st, m, c->it[v]);
     return c->it[v];
@@ -554,7 +544,7 @@ static const int64_t *src_i(run_ctx *c, int v, int64_t off, int64_t st, int64_t 
 static float *dst_f(run_ctx *c, int64_t off, int64_t st)
 {
     uint8_t *p = AT(c->base[0], off, c->es[0]);
-    if (c->dt[0] == RJ_HDT_F32 && st == 1 && ((uintptr_t)p & 3u) == 0)
+    if (c->dt[0] == RJ_DT_F32 && st == 1 && ((uintptr_t)p & 3u) == 0)
         return (float *)(void *)p;
     return c->ft[0];
 }
@@ -1015,7 +1005,7 @@ static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
         if (op->code == 0 || op->code >= RJ_UN_COUNT)
             return FAIL(RJ_EINVAL, "host op unary: unknown code %u (RJ_UN_NEG 1 .. RJ_UN_IPOW %u)",
                         op->code, RJ_UN_COUNT - 1);
-        if (a->dtype == RJ_HDT_BOOL)
+        if (a->dtype == RJ_DT_BOOL)
             return FAIL(RJ_EINVAL, "host op %s: needs a numeric input, got bool", nm);
         if (!afloat && op->code != RJ_UN_NEG && op->code != RJ_UN_ABS && op->code != RJ_UN_IPOW)
             return FAIL(RJ_EINVAL, "host op %s: needs a float input (f32, f16, bf16), got %s", nm,
@@ -1035,7 +1025,7 @@ static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
                         "(convert one first)", nm, DT[a->dtype].name, DT[b->dtype].name);
         if (op->kind == RJ_HOST_BINARY && op->code == RJ_BIN_POW && !afloat)
             return FAIL(RJ_EINVAL, "host op %s: needs float inputs, got %s", nm, DT[a->dtype].name);
-        if (op->kind == RJ_HOST_BINARY && a->dtype == RJ_HDT_BOOL && op->code != RJ_BIN_MAX &&
+        if (op->kind == RJ_HOST_BINARY && a->dtype == RJ_DT_BOOL && op->code != RJ_BIN_MAX &&
             op->code != RJ_BIN_MIN)
             return FAIL(RJ_EINVAL, "host op %s: needs numeric inputs, got bool", nm);
         break;
@@ -1047,7 +1037,7 @@ static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
         if (op->rank < 32 && (op->axis_mask >> op->rank))
             return FAIL(RJ_EINVAL, "host op %s: axis_mask 0x%x names axes beyond rank %u", nm,
                         op->axis_mask, op->rank);
-        if (op->code == RJ_RED_SUM && a->dtype == RJ_HDT_BOOL)
+        if (op->code == RJ_RED_SUM && a->dtype == RJ_DT_BOOL)
             return FAIL(RJ_EINVAL, "host op %s: needs a numeric input, got bool", nm);
         if (afloat != (int)DT[out->dtype].is_float)
             return FAIL(RJ_EINVAL, "host op %s: input %s and output %s must both be float or both "
@@ -1077,7 +1067,7 @@ static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
         if (a->dtype != out->dtype)
             return FAIL(RJ_EINVAL, "host op take: the table is %s but the output is %s",
                         DT[a->dtype].name, DT[out->dtype].name);
-        if (DT[b->dtype].is_float || b->dtype == RJ_HDT_BOOL)
+        if (DT[b->dtype].is_float || b->dtype == RJ_DT_BOOL)
             return FAIL(RJ_EINVAL, "host op take: indices must be integers, got %s",
                         DT[b->dtype].name);
         if (op->iparam[1] < 0)

@@ -29,19 +29,19 @@
 #define RJ_HOST_OP_MAGIC 0x706f6872u /* "rhop" little-endian: marks a written descriptor */
 #define RJ_HOST_OP_VERSION 1u
 
-/* Element types. Codes 1..5 equal the runtime's RJ_DT_* (rj_runtime.h). */
+/* Element types: the one dtype table of the C side (host ops, and host steps with F32..U8). */
 enum {
-    RJ_HDT_F32 = 1,
-    RJ_HDT_F16 = 2,
-    RJ_HDT_I32 = 3,
-    RJ_HDT_I8 = 4,
-    RJ_HDT_U8 = 5,
-    RJ_HDT_BF16 = 6,
-    RJ_HDT_I64 = 7,
-    RJ_HDT_I16 = 8,
-    RJ_HDT_U32 = 9,
-    RJ_HDT_BOOL = 10, /* one byte, 0 or 1 */
-    RJ_HDT_COUNT = 11,
+    RJ_DT_F32 = 1,
+    RJ_DT_F16 = 2,
+    RJ_DT_I32 = 3,
+    RJ_DT_I8 = 4,
+    RJ_DT_U8 = 5,
+    RJ_DT_BF16 = 6,
+    RJ_DT_I64 = 7,
+    RJ_DT_I16 = 8,
+    RJ_DT_U32 = 9,
+    RJ_DT_BOOL = 10, /* one byte, 0 or 1 */
+    RJ_DT_COUNT = 11,
 };
 
 /* Op kinds. They are also the runtime's host-step kinds (host_steps.c has one table entry
@@ -84,7 +84,7 @@ enum { RJ_RED_SUM = 1, RJ_RED_MAX = 2, RJ_RED_COUNT = 3 };
 /* One operand's strided view over the op's iteration shape. Strides count elements and may
  * be 0 (broadcast) or negative; unused stride entries (>= rank) must be 0. */
 typedef struct rj_host_view {
-    uint32_t dtype;    /* RJ_HDT_* */
+    uint32_t dtype;    /* RJ_DT_* */
     uint32_t reserved; /* must be zero */
     int64_t offset;    /* elements from the operand's base pointer to the view's origin */
     int64_t stride[RJ_HOST_MAX_RANK];

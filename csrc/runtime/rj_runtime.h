@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "rj_err.h"
+#include "runtime/rj_host_ops.h"
 #include "sim/rj_sim.h"
 
 /* ---- buffer objects ------------------------------------------------------------------- */
@@ -100,13 +101,7 @@ int rj_device_wait(rj_device *dev, const rj_job *jobs, uint32_t njobs, int64_t t
 
 /* ---- host steps ------------------------------------------------------------------------- */
 
-enum {
-    RJ_DT_F32 = 1,
-    RJ_DT_F16 = 2,
-    RJ_DT_I32 = 3,
-    RJ_DT_I8 = 4,
-    RJ_DT_U8 = 5,
-};
+/* Element types: RJ_DT_* (rj_host_ops.h, the one table; host steps use F32..U8). */
 
 /* Host step kinds; each has one entry in the host-step table (host_steps.c). */
 enum {

@@ -181,17 +181,11 @@ static void tile_avx2(size_t kc, const float *a, const float *b, float *c, size_
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define RJ_MAC_HAVE_512 1
 
-/* c[12 x 32] += a[kc x 12] . [b0 | b1][kc x 32]: 24 zmm accumulators, 2 weight loads and 12
- * broadcasts per k. */
-__attribute__((target("avx512f,fma"))) static void kernel512(size_t kc, const float *a, const float *b0,
-                                                             const float *b1, float *c, size_t ldc)
+/* acc[2i | 2i+1] += a[k][i] * [b0 | b1][k] for k < kc: the inner loop of both kernels below
+ * (always inlined, so the accumulators stay in registers). */
+__attribute__((target("avx512f,fma"), always_inline)) static inline void rank1_updates512(
+    size_t kc, const float *a, const float *b0, const float *b1, __m512 *acc)
 {
-    __m512 acc[2 * MR];
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) {
-        acc[2 * i] = _mm512_loadu_ps(c + (size_t)i * ldc);
-        acc[2 * i + 1] = _mm512_loadu_ps(c + (size_t)i * ldc + 16);
-    }
 #pragma GCC unroll 2
     for (size_t k = 0; k < kc; k++) {
         __m512 x0 = _mm512_load_ps(b0 + k * NR);
@@ -204,6 +198,20 @@ __attribute__((target("avx512f,fma"))) static void kernel512(size_t kc, const fl
             acc[2 * i + 1] = _mm512_fmadd_ps(av, x1, acc[2 * i + 1]);
         }
     }
+}
+
+/* c[12 x 32] += a[kc x 12] . [b0 | b1][kc x 32]: 24 zmm accumulators, 2 weight loads and 12
+ * broadcasts per k. */
+__attribute__((target("avx512f,fma"))) static void kernel512(size_t kc, const float *a, const float *b0,
+                                                             const float *b1, float *c, size_t ldc)
+{
+    __m512 acc[2 * MR];
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+        acc[2 * i] = _mm512_loadu_ps(c + (size_t)i * ldc);
+        acc[2 * i + 1] = _mm512_loadu_ps(c + (size_t)i * ldc + 16);
+    }
+    rank1_updates512(kc, a, b0, b1, acc);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
         _mm512_storeu_ps(c + (size_t)i * ldc, acc[2 * i]);
@@ -227,17 +235,7 @@ __attribute__((target("avx512f,fma"))) static void kernel512_edge(size_t kc, con
         acc[2 * i] = _mm512_maskz_loadu_ps(r0, c + (size_t)i * ldc);
         acc[2 * i + 1] = _mm512_maskz_loadu_ps(r1, c + (size_t)i * ldc + 16);
     }
-    for (size_t k = 0; k < kc; k++) {
-        __m512 x0 = _mm512_load_ps(b0 + k * NR);
-        __m512 x1 = _mm512_load_ps(b1 + k * NR);
-        const float *ak = a + k * MR;
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            __m512 av = _mm512_set1_ps(ak[i]);
-            acc[2 * i] = _mm512_fmadd_ps(av, x0, acc[2 * i]);
-            acc[2 * i + 1] = _mm512_fmadd_ps(av, x1, acc[2 * i + 1]);
-        }
-    }
+    rank1_updates512(kc, a, b0, b1, acc);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
         __mmask16 r0 = (size_t)i < mr ? m0 : 0, r1 = (size_t)i < mr ? m1 : 0;

@@ -290,6 +290,24 @@ typedef struct ew_stage {
     float *operand;      /* per-element operand (owned), NULL when no operand op */
 } ew_stage;
 
+/* P positions of one flying 8-channel fp16 surface (16-byte atoms, C <= 8 used) at `base`, the
+ * value of register `reg`, into dst[p * C + c] as f32. */
+static int read_fp16_surface(rj_sim_task *t, uint32_t base, const char *reg, uint64_t P, uint32_t C,
+                             float *dst)
+{
+    const uint8_t *s = rj_sim_mem(t, base, P * 16u, reg);
+    if (!s)
+        return t->err ? t->err->code : RJ_EFAULT;
+    for (uint64_t p = 0; p < P; p++)
+        for (uint32_t c = 0; c < C; c++) {
+            uint16_t h;
+            memcpy(&h, s + p * 16u + c * 2u, 2);
+            dst[p * C + c] = rj_f16_to_f32(h);
+        }
+    t->sim->stats.bytes_read += P * 16u;
+    return 0;
+}
+
 /* Reads the EW operand cube through ERDMA (float path). Geometry: the one the notes report as
  * hardware-verified for fp16 K-accumulation and EW multiply (encodings/k-accumulation.md,
  * dpu-lut-activation.md "Two-operand EW"): MRDMA SRC_BASE = operand, ERDMA EW_BASE = operand +
@@ -312,18 +330,7 @@ static int read_ew_operand(rj_sim_task *t, uint32_t W, uint32_t H, uint32_t C, i
             return UNSUPP(t, "a DPU-only EW operand is measured as one 8-channel fp16 surface (EDATA_SIZE 2); "
                           "EDATA_SIZE %u with %u channels is not documented (notes: "
                           "encodings/sdp-stage-precision.md)", edata_size, C);
-        const uint64_t P = (uint64_t)W * H;
-        const uint8_t *s = rj_sim_mem(t, base, P * 16u, "DPU_RDMA_RDMA_EW_BASE_ADDR");
-        if (!s)
-            return t->err ? t->err->code : RJ_EFAULT;
-        for (uint64_t q = 0; q < P; q++)
-            for (uint32_t c = 0; c < C; c++) {
-                uint16_t h;
-                memcpy(&h, s + q * 16u + c * 2u, 2);
-                dst[q * C + c] = rj_f16_to_f32(h);
-            }
-        t->sim->stats.bytes_read += P * 16u;
-        return 0;
+        return read_fp16_surface(t, base, "DPU_RDMA_RDMA_EW_BASE_ADDR", (uint64_t)W * H, C, dst);
     }
     uint32_t src, ew_base, ew_stride, notch, ew_notch, fm;
     RJ_SIM_REQUIRE(t, DPU_RDMA_RDMA_SRC_BASE_ADDR, &src);
@@ -610,18 +617,7 @@ static int read_flying_source(rj_sim_task *t, uint32_t W, uint32_t H, uint32_t C
         return UNSUPP(t, "DPU_RDMA_RDMA_DATA_CUBE_CHANNEL: a flying source of %u channels spans more than "
                       "one 8-channel surface; the MRDMA source surface stride is undocumented. Lay the "
                       "data out as one surface (width = n/8, height 1, 8 channels).", C);
-    const uint64_t P = (uint64_t)W * H;
-    const uint8_t *s = rj_sim_mem(t, src, P * 16u, "DPU_RDMA_RDMA_SRC_BASE_ADDR");
-    if (!s)
-        return t->err ? t->err->code : RJ_EFAULT;
-    for (uint64_t p = 0; p < P; p++)
-        for (uint32_t c = 0; c < C; c++) {
-            uint16_t h;
-            memcpy(&h, s + p * 16u + c * 2u, 2);
-            dst[p * C + c] = rj_f16_to_f32(h);
-        }
-    t->sim->stats.bytes_read += P * 16u;
-    return 0;
+    return read_fp16_surface(t, src, "DPU_RDMA_RDMA_SRC_BASE_ADDR", (uint64_t)W * H, C, dst);
 }
 
 /* ---- OUT_CVT ------------------------------------------------------------------------------ */

@@ -151,16 +151,19 @@ def _reduce_sum(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorTy
     return _cast(np.sum(x.astype(w), axis=tuple(attrs["axes"]), dtype=w), t)
 
 
+def _max_identity(dtype: np.dtype) -> Any:
+    """The identity of max over ``dtype``: what an empty reduction or a padded window gives."""
+    if dtype == np.bool_:
+        return False
+    if dtype.kind in "iu":
+        return np.iinfo(dtype).min
+    return -np.inf
+
+
 def _reduce_max(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType) -> np.ndarray:
     (x,) = ins
-    if x.dtype == np.bool_:
-        init: Any = False
-    elif x.dtype.kind in "iu":
-        init = np.iinfo(x.dtype).min
-    else:
-        init = -np.inf
     w = _wide(x.dtype)
-    return _cast(np.max(x.astype(w), axis=tuple(attrs["axes"]), initial=init), t)
+    return _cast(np.max(x.astype(w), axis=tuple(attrs["axes"]), initial=_max_identity(x.dtype)), t)
 
 
 def _windows(x: np.ndarray, attrs: Mapping[str, Any], fill: Any) -> np.ndarray:
@@ -175,16 +178,10 @@ def _windows(x: np.ndarray, attrs: Mapping[str, Any], fill: Any) -> np.ndarray:
 def _reduce_window_max(ins: Sequence[np.ndarray], attrs: Mapping[str, Any], t: TensorType
                        ) -> np.ndarray:
     (x,) = ins
-    if x.dtype == np.bool_:
-        fill: Any = False
-    elif x.dtype.kind in "iu":
-        fill = np.iinfo(x.dtype).min
-    else:
-        fill = -np.inf
     w = _wide(x.dtype)
     if 0 in t.shape:
         return np.zeros(t.shape, t.dtype.to_numpy())
-    v = _windows(x.astype(w), attrs, fill)
+    v = _windows(x.astype(w), attrs, _max_identity(x.dtype))
     return _cast(v.max(axis=tuple(range(x.ndim, 2 * x.ndim))), t)
 
 

@@ -36,27 +36,33 @@ PROFILES = ("rk3588", SMALL)
 
 # ---- the second chip profile ------------------------------------------------------------------
 
-@contextlib.contextmanager
-def profile_registered(name: str):
-    """Register the derived profile (as tests/lowering/test_second_profile.py derives it: the
-    RK3588 with half its CBUF and 2 of its 3 cores) for the duration, then remove it again so
-    the process-wide registry is as it was."""
-    import rockjit.lowering.profile as profile_module
-    from rockjit.lowering.profile import get_profile, register_profile
+def half_rk3588(name: str):
+    """The tests' derived chip profile: the RK3588 with half its CBUF and 2 of its 3 cores
+    (not registered)."""
+    from rockjit.lowering.profile import get_profile
 
-    if name == "rk3588":
-        yield
-        return
     base = get_profile("rk3588")
     sources = dict(base.sources)
     sources.update(
-        name="test-only derived profile (tests/lowering/fuzz_graphs.py), not a real chip",
+        name="test-only derived profile (tests/lowering/fuzz_graphs.py half_rk3588), not a real chip",
         cbuf_banks="test: half the RK3588 CBUF ([hw] 'CBUF 12 banks x 32 KB' -> 6 banks), a "
                    "subset the 12-bank simulator can run",
         cores="test: 2 of the RK3588's 3 cores ([hw] 'Three cores')",
     )
-    prof = dataclasses.replace(base, name=name, cbuf_banks=6, cores=2,
-                               sources=MappingProxyType(sources))
+    return dataclasses.replace(base, name=name, cbuf_banks=6, cores=2, sources=MappingProxyType(sources))
+
+
+@contextlib.contextmanager
+def profile_registered(name: str):
+    """Register ``half_rk3588(name)`` for the duration, then remove it again so the
+    process-wide registry is as it was."""
+    import rockjit.lowering.profile as profile_module
+    from rockjit.lowering.profile import register_profile
+
+    if name == "rk3588":
+        yield
+        return
+    prof = half_rk3588(name)
     fresh = name not in profile_module._PROFILES
     register_profile(prof)
     try:

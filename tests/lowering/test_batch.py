@@ -17,7 +17,6 @@ Three bugs, none visible at batch 1:
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -26,6 +25,7 @@ from jax import lax
 import rockjit
 from graphs_testutil import assert_npu, check_bound, run_sim
 from models import layers as L
+from models.weights import seeded_tensor
 from rockjit.oracle import tolerance as T
 
 
@@ -172,13 +172,7 @@ def test_modernbert_small_padded_batch3_rows_of_different_lengths() -> None:
                                       num_hidden_layers=2, num_attention_heads=4,
                                       local_attention=16)
     rng = np.random.default_rng(400)
-    params = {}
-    for k, shape in modernbert.expected_shapes(cfg).items():
-        if k.endswith("norm.weight"):
-            params[k] = (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
-        else:
-            fan_in = shape[1] if len(shape) > 1 else shape[0]
-            params[k] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+    params = {k: seeded_tensor(k, shape, rng) for k, shape in modernbert.expected_shapes(cfg).items()}
     ids = rng.integers(0, cfg.vocab_size, (3, 64)).astype(np.int32)
     mask = np.zeros((3, 64), np.int32)
     for b, n in enumerate((64, 40, 13)):

@@ -21,6 +21,7 @@ import pytest
 import rockjit
 from graphs_testutil import assert_npu, check_bound, run_sim
 from models import layers as L
+from models.weights import seeded_tensor
 from rockjit.ir.activations import ACTIVATIONS
 from rockjit.lowering import fp16_range, lut_tables
 from rockjit.oracle import tolerance as T
@@ -247,13 +248,7 @@ def test_modernbert_small_with_padding() -> None:
                                       num_hidden_layers=3, num_attention_heads=4,
                                       local_attention=8)
     rng = np.random.default_rng(60)
-    params = {}
-    for k, shape in modernbert.expected_shapes(cfg).items():
-        if k.endswith("norm.weight"):
-            params[k] = (1.0 + 0.05 * rng.standard_normal(shape)).astype(np.float32)
-        else:
-            fan_in = shape[1] if len(shape) > 1 else shape[0]
-            params[k] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+    params = {k: seeded_tensor(k, shape, rng) for k, shape in modernbert.expected_shapes(cfg).items()}
     ids = rng.integers(0, cfg.vocab_size, (1, 20)).astype(np.int32)
     mask = np.ones((1, 20), np.int32)
     mask[:, -6:] = 0

@@ -87,7 +87,7 @@ def test_depthwise_weight_round_trip(c, kh, kw, dt, seed) -> None:
     w = _random((c, kh, kw), dt.to_numpy(), seed)
     raw = lay.pack(w)
     assert np.array_equal(lay.unpack(raw), w)
-    g, e = lay.group, lay.dtype.itemsize
+    g = lay.group
     vals = raw.view(lay.dtype).reshape(-1)
     for cc in range(c):
         for y in range(kh):
@@ -173,18 +173,29 @@ def _chw(layout_unpacked: np.ndarray) -> np.ndarray:
     return layout_unpacked.transpose(2, 0, 1)  # [H, W, C] -> [C, H, W]
 
 
+def _check_input_cube(prefix: str, r, c: int, h: int, w: int) -> None:
+    """The case's fp16 input cube, unpacked by its reference, packs back to its blob."""
+    raw = blob(prefix, "input")
+    x = r.unpack_cube(np.frombuffer(raw, np.float16), c, h, w)
+    fl = feature_layout(P, DType.F16, h, w, c)
+    _check_pack(raw, fl.pack(np.ascontiguousarray(x.transpose(1, 2, 0))), "input")
+
+
+def _check_output_cube(prefix: str, r, c: int, oh: int, ow: int):
+    """Our output layout unpacks the case's expected output as its reference does."""
+    ol = output_layout(P, DType.F16, DType.F16, oh, ow, c)
+    exp = expected_output(prefix)
+    assert np.array_equal(_chw(ol.unpack(exp)), r.unpack_cube(np.frombuffer(exp, np.float16), c, oh, ow))
+    return ol
+
+
 def test_case04_conv_fp16() -> None:
     r = reference("04")
-    x_raw, w_raw = blob("04", "input"), blob("04", "weight")
-    x = r.unpack_cube(np.frombuffer(x_raw, np.float16), r.IC, r.H, r.W)
+    _check_input_cube("04", r, r.IC, r.H, r.W)
+    w_raw = blob("04", "weight")
     w = r.unpack_weight(np.frombuffer(w_raw, np.float16))
-    fl = feature_layout(P, DType.F16, r.H, r.W, r.IC)
-    _check_pack(x_raw, fl.pack(np.ascontiguousarray(x.transpose(1, 2, 0))), "input")
     _check_pack(w_raw, weight_layout(P, DType.F16, r.OC, r.IC, r.KH, r.KW).pack(w), "weight")
-    ol = output_layout(P, DType.F16, DType.F16, r.OH, r.OW, r.OC)
-    exp = expected_output("04")
-    assert np.array_equal(_chw(ol.unpack(exp)),
-                          r.unpack_cube(np.frombuffer(exp, np.float16), r.OC, r.OH, r.OW))
+    ol = _check_output_cube("04", r, r.OC, r.OH, r.OW)
     assert ol.surf_stride == 0x1e0  # DPU_DST_SURF_STRIDE (case.md)
 
 
@@ -215,30 +226,19 @@ def test_case06_ew_operand_is_an_output_cube() -> None:
 @pytest.mark.parametrize("prefix", ["07", "08"])
 def test_case07_08_pool_cubes(prefix: str) -> None:
     r = reference(prefix)
-    raw = blob(prefix, "input")
-    x = r.unpack_cube(np.frombuffer(raw, np.float16), r.C, r.H, r.W)
-    fl = feature_layout(P, DType.F16, r.H, r.W, r.C)
-    _check_pack(raw, fl.pack(np.ascontiguousarray(x.transpose(1, 2, 0))), "input")
-    ol = output_layout(P, DType.F16, DType.F16, r.OH, r.OW, r.C)
-    exp = expected_output(prefix)
-    assert np.array_equal(_chw(ol.unpack(exp)),
-                          r.unpack_cube(np.frombuffer(exp, np.float16), r.C, r.OH, r.OW))
+    _check_input_cube(prefix, r, r.C, r.H, r.W)
+    _check_output_cube(prefix, r, r.C, r.OH, r.OW)
 
 
 def test_case09_depthwise() -> None:
     r = reference("09")
-    x_raw, w_raw = blob("09", "input"), blob("09", "weight")
-    x = r.unpack_cube(np.frombuffer(x_raw, np.float16), r.C, r.H, r.W)
+    _check_input_cube("09", r, r.C, r.H, r.W)
+    w_raw = blob("09", "weight")
     w = r.unpack_weight(np.frombuffer(w_raw, np.float16))
-    fl = feature_layout(P, DType.F16, r.H, r.W, r.C)
-    _check_pack(x_raw, fl.pack(np.ascontiguousarray(x.transpose(1, 2, 0))), "input")
     dl = depthwise_weight_layout(P, DType.F16, r.C, r.KH, r.KW)
     assert dl.group == r.G
     _check_pack(w_raw, dl.pack(w), "weight")
-    ol = output_layout(P, DType.F16, DType.F16, r.OH, r.OW, r.C)
-    exp = expected_output("09")
-    assert np.array_equal(_chw(ol.unpack(exp)),
-                          r.unpack_cube(np.frombuffer(exp, np.float16), r.C, r.OH, r.OW))
+    ol = _check_output_cube("09", r, r.C, r.OH, r.OW)
     assert ol.surf_stride == 0x180
 
 

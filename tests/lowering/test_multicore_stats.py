@@ -21,7 +21,7 @@ import rockjit
 from rockjit.oracle import tolerance as T
 from rockjit.lowering.pipeline import lower_graph
 from rockjit.lowering.loaded_graph import LoadedGraph
-from rockjit.runtime import RocketDevice, SimDevice, fake_rocket
+from rockjit.runtime import RocketDevice, SimDevice
 
 ATOM = 16          # bytes per cube atom (notes: encodings/tile-layouts.md)
 
@@ -45,15 +45,6 @@ def _heads(p, x):
     k = (x @ p["wk"]).reshape(48, 6, 32).transpose(1, 0, 2)
     s = jnp.einsum("hqd,hkd->hqk", q, k)
     return jax.nn.softmax(s, axis=-1)
-
-
-@pytest.fixture
-def fake():
-    fake_rocket.reset()
-    yield fake_rocket
-    fake_rocket.set_faults()
-    s = fake_rocket.stats()
-    assert s["open_fds"] == 0 and s["live_bos"] == 0, f"fake rocket leaked: {s}"
 
 
 def _devices(kind: str):
@@ -124,18 +115,23 @@ def test_three_fds_run_jobs_at_the_same_time(fake) -> None:
         dev.close()
 
 
+def _run_matmul(w: np.ndarray, x: np.ndarray, cores: int):
+    """x @ w run once on a simulator of ``cores`` cores: (y, the program's stats, compiled)."""
+    dev = SimDevice(cores=cores)
+    try:
+        prog, c = _program(lambda w, x: x @ w, w, x, dev)
+        y, = prog.run([x])
+        return y, prog.stats(), c
+    finally:
+        dev.close()
+
+
 def test_stats_of_one_matmul_match_an_independent_count() -> None:
     m, k, n = 12, 64, 48
     rng = np.random.default_rng(9)
     w = rng.standard_normal((k, n)).astype(np.float32)
     x = rng.standard_normal((m, k)).astype(np.float32)
-    dev = SimDevice(cores=3)
-    try:
-        prog, _ = _program(lambda w, x: x @ w, w, x, dev)
-        y, = prog.run([x])
-        st = prog.stats()
-    finally:
-        dev.close()
+    y, st, _ = _run_matmul(w, x, cores=3)
     m_pad, k_pad = _round(max(m, 4), 4), _round(k, 32)
     n_pad = _round(n, 32)                 # N padded to the K atom (the next op's K)
     # one task: A read (K/8 fp16 surfaces of M rows), the weights (N_pad x K_pad fp16), the
@@ -159,13 +155,7 @@ def test_k_split_counts_every_task_and_its_partial() -> None:
     rng = np.random.default_rng(10)
     w = (rng.standard_normal((k, n)) / 90).astype(np.float32)
     x = rng.standard_normal((m, k)).astype(np.float32)
-    dev = SimDevice(cores=1)
-    try:
-        prog, c = _program(lambda w, x: x @ w, w, x, dev)
-        y, = prog.run([x])
-        st = prog.stats()
-    finally:
-        dev.close()
+    y, st, c = _run_matmul(w, x, cores=1)
     assert st["tasks"] > st["kicks"] == st["jobs"]
     steps = st["tasks"] // st["jobs"]
     # the feature and the weights are each read exactly once in total over the K steps; every

@@ -13,9 +13,7 @@ encodings/cbuf-bank-slack.md; a bank is 32 KiB, notes: hardware-overview.md).
 """
 from __future__ import annotations
 
-import dataclasses
 import zlib
-from types import MappingProxyType
 
 import numpy as np
 import pytest
@@ -29,6 +27,7 @@ from rockjit.lowering.emitters.matmul import build_matmul, plan_matmul
 from rockjit.lowering.profile import get_profile, profile_names, register_profile
 from rockjit.lowering.tiling import plan_conv
 
+from fuzz_graphs import half_rk3588
 from op_lowering_sim import MISSING, run_conv, run_matmul
 
 F16, F32, I8, I32 = DType.F16, DType.F32, DType.I8, DType.I32
@@ -53,16 +52,7 @@ def _ceil(a: int, b: int) -> int:
 def small():
     """Register the derived profile, hand it to the test, and unregister it afterwards so the
     process-wide registry is as it was."""
-    base = get_profile("rk3588")
-    sources = dict(base.sources)
-    sources.update(
-        name="test-only derived profile (tests/lowering/test_second_profile.py), not a real chip",
-        cbuf_banks="test: half the RK3588 CBUF ([hw] 'CBUF 12 banks x 32 KB' -> 6 banks), a "
-                   "subset the 12-bank simulator can run",
-        cores="test: 2 of the RK3588's 3 cores ([hw] 'Three cores')",
-    )
-    prof = dataclasses.replace(base, name=NAME, cbuf_banks=SMALL_BANKS, cores=SMALL_CORES,
-                               sources=MappingProxyType(sources))
+    prof = half_rk3588(NAME)
     assert NAME not in profile_names()
     register_profile(prof)
     try:

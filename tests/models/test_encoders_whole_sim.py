@@ -130,16 +130,11 @@ def _hooked_forward(model, attn, norms, gained, x) -> Reference:
 # ---------------------------------------------------------------------------------------------
 
 def _siglip(image_size: int, batch: int, outliers: bool, path):
-    from transformers import SiglipVisionConfig, SiglipVisionModel
+    from transformers import SiglipVisionModel
     from transformers.initialization import no_init_weights
 
     cfg = siglip.SiglipVisionConfig(image_size=image_size)
-    hf_cfg = SiglipVisionConfig(
-        hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
-        num_channels=cfg.num_channels, image_size=cfg.image_size, patch_size=cfg.patch_size,
-        layer_norm_eps=cfg.layer_norm_eps, hidden_act="gelu_pytorch_tanh",
-        attn_implementation="eager")
+    hf_cfg = cfg.to_hf()
     with no_init_weights():
         model = SiglipVisionModel(hf_cfg).eval()
     random_fill_(model, 0)
@@ -163,16 +158,11 @@ def _siglip(image_size: int, batch: int, outliers: bool, path):
 
 
 def _whisper(batch: int, outliers: bool, path):
-    from transformers import WhisperConfig
     from transformers.initialization import no_init_weights
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
     cfg = whisper.WhisperEncoderConfig.base()
-    hf_cfg = WhisperConfig(
-        d_model=cfg.d_model, encoder_layers=cfg.encoder_layers,
-        encoder_attention_heads=cfg.encoder_attention_heads, encoder_ffn_dim=cfg.encoder_ffn_dim,
-        num_mel_bins=cfg.num_mel_bins, max_source_positions=cfg.max_source_positions,
-        activation_function="gelu", attn_implementation="eager")
+    hf_cfg = cfg.to_hf()
     with no_init_weights():
         model = WhisperEncoder(hf_cfg).eval()
     random_fill_(model, 0)

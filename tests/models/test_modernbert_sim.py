@@ -73,17 +73,10 @@ OUTLIER_CH = 5
 
 
 def _hf_model(cfg: modernbert.ModernBertConfig, params: dict[str, np.ndarray]):
-    from transformers import ModernBertConfig, ModernBertModel
+    from transformers import ModernBertModel
     from transformers.initialization import no_init_weights
 
-    hf_cfg = ModernBertConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads, norm_eps=cfg.norm_eps,
-        global_attn_every_n_layers=cfg.global_attn_every_n_layers,
-        local_attention=cfg.local_attention, global_rope_theta=cfg.global_rope_theta,
-        local_rope_theta=cfg.local_rope_theta, hidden_activation="gelu",
-        pad_token_id=cfg.pad_token_id, attn_implementation="eager")
+    hf_cfg = cfg.to_hf()
     with no_init_weights():
         model = ModernBertModel(hf_cfg).eval()
     model.load_state_dict({k: torch.from_numpy(v) for k, v in params.items()}, strict=True)

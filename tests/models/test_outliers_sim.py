@@ -23,15 +23,12 @@ from functools import partial
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
 from models_testutil import random_fill_, save_state_dict
 
 import rockjit
-from models import layers as L
 from models import modernbert, siglip, whisper
 
 pytestmark = [pytest.mark.reference, pytest.mark.slow]
@@ -97,29 +94,15 @@ def _run_sim(fn, params, *xs) -> list[np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 
 def _whisper_states(params, feats, config):
-    x = L.gelu_exact(whisper._conv1d(feats, params["conv1.weight"], params["conv1.bias"], 1))
-    x = L.gelu_exact(whisper._conv1d(x, params["conv2.weight"], params["conv2.bias"], 2))
-    x = jnp.transpose(x, (0, 2, 1)) + params["embed_positions.weight"]
-    states = [x]
-    for i in range(config.encoder_layers):
-        x = whisper._encoder_layer(params, i, x, config)
-        states.append(x)
-    # HF's last hidden state is after the final LayerNorm
-    states[-1] = L.layer_norm(x, params["layer_norm.weight"], params["layer_norm.bias"], 1e-5)
-    return tuple(states)
+    return whisper.forward(params, feats, config=config, output_hidden_states=True)[1]
 
 
 def test_whisper_outliers(tmp_path) -> None:
-    from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
     cfg = whisper.WhisperEncoderConfig(d_model=128, encoder_layers=2, encoder_attention_heads=2,
                                        encoder_ffn_dim=256, max_source_positions=48)
-    hf_cfg = WhisperConfig(d_model=cfg.d_model, encoder_layers=cfg.encoder_layers,
-                           encoder_attention_heads=cfg.encoder_attention_heads,
-                           encoder_ffn_dim=cfg.encoder_ffn_dim, num_mel_bins=cfg.num_mel_bins,
-                           max_source_positions=cfg.max_source_positions,
-                           activation_function="gelu", attn_implementation="eager")
+    hf_cfg = cfg.to_hf()
     torch.manual_seed(0)
     model = WhisperEncoder(hf_cfg).eval()
     random_fill_(model, 0)
@@ -149,28 +132,18 @@ def test_whisper_outliers(tmp_path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def _siglip_states(params, pixels, config):
-    x = siglip._patch_embed(params, pixels, config)
-    states = [x]
-    for i in range(config.num_hidden_layers):
-        x = siglip._encoder_layer(params, i, x, config)
-        states.append(x)
-    states.append(L.layer_norm(x, params["post_layernorm.weight"], params["post_layernorm.bias"],
-                               config.layer_norm_eps))
-    return tuple(states)
+    # the pooling head's output is not returned: the traced graph drops it
+    last, _pooled, states = siglip.forward(params, pixels, config=config, output_hidden_states=True)
+    return states + (last,)
 
 
 def test_siglip_outliers(tmp_path) -> None:
-    from transformers import SiglipVisionConfig, SiglipVisionModel
+    from transformers import SiglipVisionModel
     from transformers.initialization import no_init_weights
 
     cfg = siglip.SiglipVisionConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                                     num_attention_heads=2, image_size=64, patch_size=16)
-    hf_cfg = SiglipVisionConfig(
-        hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
-        num_channels=cfg.num_channels, image_size=cfg.image_size, patch_size=cfg.patch_size,
-        layer_norm_eps=cfg.layer_norm_eps, hidden_act="gelu_pytorch_tanh",
-        attn_implementation="eager")
+    hf_cfg = cfg.to_hf()
     torch.manual_seed(0)
     with no_init_weights():
         model = SiglipVisionModel(hf_cfg).eval()
@@ -198,43 +171,17 @@ def test_siglip_outliers(tmp_path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def _modernbert_states(params, ids, mask, config):
-    eps = config.norm_eps
-    x = jnp.take(params["embeddings.tok_embeddings.weight"], ids, axis=0)
-    x = L.layer_norm(x, params["embeddings.norm.weight"], None, eps)
-    gb, lb = modernbert.attention_biases(mask, config)
-    seq = ids.shape[1]
-    tables = {True: L.rope_tables(seq, config.head_dim, config.global_rope_theta),
-              False: L.rope_tables(seq, config.head_dim, config.local_rope_theta)}
-    states = [x]
-    for i in range(config.num_hidden_layers):
-        pre = f"layers.{i}."
-        glob = config.is_global(i)
-        h = x if i == 0 else L.layer_norm(x, params[pre + "attn_norm.weight"], None, eps)
-        cos, sin = tables[glob]
-        x = x + modernbert._attention(params, pre + "attn.", h, gb if glob else lb, cos, sin,
-                                      config)
-        h = L.layer_norm(x, params[pre + "mlp_norm.weight"], None, eps)
-        x = x + modernbert._mlp(params, pre + "mlp.", h, config)
-        states.append(x)
-    states[-1] = L.layer_norm(x, params["final_norm.weight"], None, eps)
-    return tuple(states)
+    return modernbert.forward(params, ids, mask, config=config, output_hidden_states=True)[1]
 
 
 def test_modernbert_large_residual_stream(tmp_path) -> None:
-    from transformers import ModernBertConfig, ModernBertModel
+    from transformers import ModernBertModel
     from transformers.initialization import no_init_weights
 
     cfg = modernbert.ModernBertConfig(vocab_size=512, hidden_size=128, intermediate_size=192,
                                       num_hidden_layers=3, num_attention_heads=2,
                                       local_attention=16, pad_token_id=0)
-    hf_cfg = ModernBertConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads, norm_eps=cfg.norm_eps,
-        global_attn_every_n_layers=cfg.global_attn_every_n_layers,
-        local_attention=cfg.local_attention, global_rope_theta=cfg.global_rope_theta,
-        local_rope_theta=cfg.local_rope_theta, hidden_activation="gelu",
-        pad_token_id=cfg.pad_token_id, attn_implementation="eager")
+    hf_cfg = cfg.to_hf()
     torch.manual_seed(0)
     with no_init_weights():
         model = ModernBertModel(hf_cfg).eval()

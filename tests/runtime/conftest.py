@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rockjit.runtime import ProgramBuilder, fake_rocket
+from rockjit.runtime import ProgramBuilder
 
 REPO = Path(__file__).resolve().parents[2]
 CONFORMANCE = REPO.parent / "shared" / "conformance"
@@ -157,13 +157,3 @@ def check_output(prog, lc: LoadedCase) -> None:
     else:
         diff = np.abs(got.astype(np.float64) - want.astype(np.float64))
         assert not np.isnan(diff).any() and diff.max() <= lc.tolerance["atol"]
-
-
-@pytest.fixture
-def fake():
-    """A clean fake kernel; after the test every fd and BO must be gone."""
-    fake_rocket.reset()
-    yield fake_rocket
-    fake_rocket.set_faults()
-    s = fake_rocket.stats()
-    assert s["open_fds"] == 0 and s["live_bos"] == 0, f"fake rocket leaked: {s}"

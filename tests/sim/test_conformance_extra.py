@@ -122,7 +122,7 @@ def test_generator_framing_is_conformance_05():
     w = np.fromfile(CONFORMANCE / "05_lut_sigmoid_fp16" / "program" / "j0_t000.regcmd", dtype="<u8")
     v = ((w >> np.uint64(16)) & np.uint64(0xFFFF)).astype(np.int64)
     c = gen.LutCase("05", "", np.zeros(128, np.float16), v[3:516], v[517:1030], 2596.0,
-                    0x80000000, 1, 15, {}, "", "")
+                    0x80000000, 1, 15, {}, "")
     mine = np.array(gen.lut_words(c), dtype="<u8")
     assert mine.size == w.size
     assert list(np.flatnonzero(mine != w)) == [1055, 1056]   # DPU_LUT_LE_SLOPE_SCALE / SHIFT

@@ -3,36 +3,26 @@
 acc = sum over the valid taps of (x - in_zp)(w - w_zp) + bias; out = sat8(round_half_even(acc * SCALE
 / 2^SHIFT) + out_zp). Reads the packed blobs (layouts in case.md), writes expected_output.bin."""
 import os
+import sys
+
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from tflite_int8 import accumulate, read_feature, requant_out, shifted_input, write_output  # noqa: E402
+
 C, H, W, N, KH, KW, PAD = 32, 6, 5, 32, 3, 3, 1
 IN_ZP, W_ZP, OUT_ZP, SCALE, SHIFT = 37, 25, -20, 17675, 25
 
 
-def blob(name, dtype):
-    return np.fromfile(os.path.join(HERE, "program", "blobs", name + ".bin"), dtype=dtype)
-
-
 def main():
-    # feature [C/16][H][W][16] int8; weights [N/32][C/32][KH][KW][32 kernels][32 channels] int8
-    x = blob("feature", np.int8)[:C * H * W].reshape(C // 16, H, W, 16).transpose(0, 3, 1, 2)
-    x = x.reshape(C, H, W).astype(np.int64)
-    w = blob("weight", np.int8)[:N * C * KH * KW].reshape(N // 32, C // 32, KH, KW, 32, 32)
-    w = w.transpose(0, 4, 1, 5, 2, 3).reshape(N, C, KH, KW).astype(np.int64)
+    # weights [N/32][C/32][KH][KW][32 kernels][32 channels] int8
+    w = np.fromfile(os.path.join(HERE, "program", "blobs", "weight.bin"), np.int8)[:N * C * KH * KW]
+    w = w.reshape(N // 32, C // 32, KH, KW, 32, 32).transpose(0, 4, 1, 5, 2, 3).reshape(N, C, KH, KW)
     bias = np.fromfile(os.path.join(HERE, "bias_tflite.bin"), dtype="<i4").astype(np.int64)
-    oh, ow = H + 2 * PAD - KH + 1, W + 2 * PAD - KW + 1
-    xp = np.zeros((C, H + 2 * PAD, W + 2 * PAD), np.int64)   # (x - in_zp) is 0 in the padding
-    xp[:, PAD:PAD + H, PAD:PAD + W] = x - IN_ZP
-    acc = np.zeros((N, oh, ow), np.int64)
-    for ky in range(KH):
-        for kx in range(KW):
-            acc += np.einsum("chw,nc->nhw", xp[:, ky:ky + oh, kx:kx + ow], w[:, :, ky, kx] - W_ZP)
-    acc += bias[:, None, None]
-    out = np.clip(np.round(acc * SCALE / 2.0 ** SHIFT).astype(np.int64) + OUT_ZP, -128, 127)
-    # output cube [N/16][OH][OW][16] int8
-    out.reshape(N // 16, 16, oh, ow).transpose(0, 2, 3, 1).astype(np.int8).tofile(
-        os.path.join(HERE, "expected_output.bin"))
+    xp = shifted_input(read_feature(HERE, C, H, W), IN_ZP, PAD)
+    acc = accumulate(xp, w.astype(np.int64) - W_ZP, KH, KW, depthwise=False) + bias[:, None, None]
+    write_output(HERE, requant_out(acc, SCALE, SHIFT, OUT_ZP))
 
 
 if __name__ == "__main__":
