@@ -52,7 +52,9 @@ def synthesize(text: str, wav_path: Path) -> Path:
         raw = Path(d) / "espeak.wav"
         subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(raw), text], check=True,
                        capture_output=True)
-        subprocess.run(["sox", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16",
+        # -R: sox dithers with a random seed by default, so the same text gave a different
+        # WAV (and slightly different figures) on every run
+        subprocess.run(["sox", "-R", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16",
                         str(wav_path)], check=True, capture_output=True)
     return wav_path
 
