@@ -52,7 +52,9 @@ def synthesize(text: str, wav_path: Path) -> Path:
         raw = Path(d) / "espeak.wav"
         subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(raw), text], check=True,
                        capture_output=True)
-        subprocess.run(["sox", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16",
+        # -R: sox dithers with a random seed by default, so the same text gave a different
+        # WAV (and slightly different figures) on every run
+        subprocess.run(["sox", "-R", str(raw), "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16",
                         str(wav_path)], check=True, capture_output=True)
     return wav_path
 
@@ -185,6 +187,20 @@ def hf_encode(model: Any, feats: np.ndarray) -> np.ndarray:
         return model.model.encoder(torch.from_numpy(feats)).last_hidden_state.numpy()
 
 
+def hf_encode_states(model: Any, feats: np.ndarray) -> list[np.ndarray]:
+    """HF's fp32 encoder hidden states (output_hidden_states order: the embeddings, each
+    layer's output; the last one is last_hidden_state, after the final LayerNorm)."""
+    import torch
+
+    with torch.no_grad():
+        out = model.model.encoder(torch.from_numpy(feats), output_hidden_states=True)
+    states = [h.numpy() for h in out.hidden_states]
+    if not np.array_equal(states[-1], out.last_hidden_state.numpy()):
+        raise RuntimeError("this transformers' WhisperEncoder hidden_states do not end with "
+                           "last_hidden_state; the per-layer comparison would be off by one")
+    return states
+
+
 def greedy_decode(model: Any, encoder_out: np.ndarray, dec: Decoding,
                   max_new_tokens: int | Sequence[int] = MAX_NEW_TOKENS) -> list[list[int]]:
     """Greedy tokens (after the prompt, without the end token) for each batch row.
@@ -246,16 +262,18 @@ def _greedy_steps(model: Any, enc: Any, ids: Any, dec: Decoding, max_new_tokens:
 
 # ------------------------------------------------------------------ rockjit encoder
 
-def compile_encoder(weights: str | os.PathLike, backend: str, preset: str = "base"
-                    ) -> tuple[Any, dict, Any]:
-    """(compiled function, params, config): rockjit's Whisper encoder with resident weights."""
+def compile_encoder(weights: str | os.PathLike, backend: str, preset: str = "base",
+                    output_hidden_states: bool = False) -> tuple[Any, dict, Any]:
+    """(compiled function, params, config): rockjit's Whisper encoder with resident weights;
+    with ``output_hidden_states`` it returns (last_hidden_state, hidden_states) as HF's."""
     import rockjit
     from models import whisper
 
     config = whisper.PRESETS[preset]()
     params = whisper.load_params(weights, config)
-    fn = rockjit.compile(partial(whisper.forward, config=config), resident_argnums=(0,),
-                         backend=backend)
+    fn = rockjit.compile(partial(whisper.forward, config=config,
+                                 output_hidden_states=output_hidden_states),
+                         resident_argnums=(0,), backend=backend)
     return fn, params, config
 
 

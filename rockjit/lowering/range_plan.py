@@ -49,6 +49,9 @@ fp16 input, and prescales by a bound only where the bound is tight enough to use
   part moves onto the first activation operand (``rewrite_score_scales``): exact, and the
   matmul then writes the scaled logits.
 
+Before these, not for range but for one rounding less: a bias-free norm's gain ``n * g`` read
+only by projections with resident weights is folded into their weights (gain_fold.py).
+
 What the plan guarantees: no fp16 overflow in a norm's statistics for any fp16 input, none in a
 value whose bound is finite and below 65504 (``fp16``), none in a prescaled product; values it
 cannot bound (``assumed``: the residual stream and what is computed from it before a norm)
@@ -74,6 +77,7 @@ from ..ir.graph import Graph
 from ..ir.ops import Op
 from .fp16_range import FP16_MAX
 from .range_bounds import INF, ROW_TARGET, compute_bounds
+from .gain_fold import GainFoldSite, fold_norm_gains
 from .range_rewrites import (NormSite, ProductSite, ScoreScaleSite, rewrite_matmul_inputs,
                              rewrite_score_scales, rewrite_square_sums)
 
@@ -104,13 +108,15 @@ class RangePlan:
     records: list[RangeRecord] = field(default_factory=list)
     products: list[ProductSite] = field(default_factory=list)
     score_scales: list[ScoreScaleSite] = field(default_factory=list)
+    gain_folds: list[GainFoldSite] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         """Counts for Program.stats(): prescaled / fp32 / host-kept / assumed values."""
         out = {"range_prescaled": 0, "range_fp32": 0, "range_host": 0, "range_fp16": 0,
                "range_assumed": 0, "range_norm_rewrites": len(self.sites),
                "range_matmul_input_rewrites": len(self.products),
-               "range_score_scale_rewrites": len(self.score_scales)}
+               "range_score_scale_rewrites": len(self.score_scales),
+               "range_gain_folds": len(self.gain_folds)}
         for r in self.records:
             key = ("range_prescaled" if "prescale" in r.action else f"range_{r.action}")
             if key in out:
@@ -128,6 +134,9 @@ def plan_ranges(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, 
     from .fp16_range import saturate_consts
     from .fold import fold_consts
 
+    # not a range rewrite but one that saves a rounding (gain_fold.py); first, so that the
+    # bounds below are those of the graph that runs
+    graph, gain_folds = fold_norm_gains(graph, fold_consts(graph, params))
     consts = saturate_consts(fold_consts(graph, params))
     bounds = compute_bounds(graph, consts)
     g2, sites = rewrite_square_sums(graph, consts, bounds)
@@ -153,6 +162,7 @@ def plan_ranges(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, 
     plan = RangePlan(bounds, sites)
     plan.products = products
     plan.score_scales = scores
+    plan.gain_folds = gain_folds
     return g4, plan
 
 

@@ -28,17 +28,20 @@ The same compiled function is first called on ids without [CLS]/[SEP] (residual 
 ~140), then on the planted ids (33216, >100x wider): the program must not depend on the first
 call's data.
 
-Measured (T=128 padded b3, 22 layers): final cosine 0.99996903 / 0.99996293 (planted ids /
-first call), mean per-layer 0.99999020 / 0.99998921. The first call misses the mean target by
-1e-6, so the test ends in xfail naming the figure (the hard asserts above still hold, and a
-fix turns it into a pass).
+Measured (T=128 padded b3, 22 layers): final cosine 0.99998171 / 0.99997746 (planted ids /
+first call), mean per-layer 0.99999334 / 0.99999293; both means must reach the target.
 
-Where the error comes from (fp32 JAX forwards on the planted ids that round to fp16 what the
+Where the error came from (fp32 JAX forwards on the planted ids that round to fp16 what the
 NPU holds in fp16, mean per-layer cosine vs HF): the weights alone 0.9999969 (matrices
 0.9999983, norm gains 0.9999990, embeddings 0.9999996), the residual stream alone 0.9999979,
 the MLP intermediates 0.9999987; all of them together with q/k/v, scores, probabilities and
-matmul outputs 0.9999929, against the program's 0.9999902. A residual stream kept in fp32
-(residual adds on the host, tried) moves the program only to 0.9999913.
+matmul outputs 0.9999929, against the program's 0.9999902 then. A residual stream kept in fp32
+(residual adds on the host, tried) moved the program only to 0.9999913. The norm's separately
+rounded gain (n * g in fp16, g itself in fp16) was the largest share: folding the gains into
+the projections' weights (rockjit/lowering/gain_fold.py) took the program from 0.99999019 /
+0.99998953 to the figures above. In the same kind of forward on the first call's ids, the fold
+moves 0.9999926 (norm as the program computes it) to 0.9999961, and scores kept in fp32 before
+the row max add nothing on top (0.9999958).
 
 Known limits, measured, not tested here: gains of 10-50 on four channels of every *attention*
 norm as well give final 0.99985 and mean 0.9999593 (the fp16-rounding forward, weights
@@ -220,8 +223,6 @@ def test_modernbert_base_outliers_padded_batch3() -> None:
     print(f"[{label}] residual stream peak {peak:.0f}, first call's {first_peak:.0f}")
     assert peak > 30000.0 and peak > 100 * first_peak, (peak, first_peak)
     figs.append(_compare(label, ours, refs, mask))
-    low = [f"{f['mean']:.8f}" for f in figs if f["mean"] < MEAN_LAYER_COS]
-    if low:
-        # Known gap (module docstring): reported, not hidden; a fix turns this into a pass.
-        pytest.xfail(f"mean per-layer cosine {', '.join(low)} < {MEAN_LAYER_COS} with planted "
-                     f"MLP-norm gains: fp16 weights and activations (module docstring)")
+    for which, f in zip(("first call (no [CLS]/[SEP])", "planted ids"), figs):
+        assert f["mean"] >= MEAN_LAYER_COS, \
+            f"{which}: mean per-layer cosine {f['mean']:.8f} < {MEAN_LAYER_COS}"

@@ -1,0 +1,95 @@
+"""Norm gains folded into the projections' weights (rockjit/lowering/gain_fold.py).
+
+References are independent: the IR interpreter on the *original* graph (the fold must not
+change what the graph computes) and numpy float64."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+import rockjit
+from models import layers as L
+from rockjit.ir import interpreter
+from rockjit.ir.ops import Op
+from rockjit.ir.verifier import verify
+from rockjit.lowering.fold import fold_consts
+from rockjit.lowering.gain_fold import fold_norm_gains
+
+H, S = 64, 16
+
+
+def _norm_proj(p, x):
+    """ModernBERT's shape: a LayerNorm without bias read only by two projections."""
+    h = L.layer_norm(x, p["g"], None, 1e-5)
+    return L.linear(h, p["w1"]) + L.linear(h, p["w2"])
+
+
+def _norm_out_too(p, x):
+    h = L.layer_norm(x, p["g"], None, 1e-5)
+    return L.linear(h, p["w1"]), h
+
+
+def _norm_add(p, x):
+    h = L.layer_norm(x, p["g"], None, 1e-5)
+    return L.linear(h, p["w1"]) + jnp.sum(h)
+
+
+def _params(gain_peak: float = 40.0, w_scale: float = 1.0) -> tuple[dict, np.ndarray]:
+    rng = np.random.default_rng(3)
+    g = (1.0 + 0.05 * rng.standard_normal(H)).astype(np.float32)
+    g[[3, 17, 40, 59]] = np.array([10.0, 25.0, 33.0, gain_peak], np.float32)  # real-checkpoint gains
+    p = {"g": g}
+    for k in ("w1", "w2"):
+        p[k] = (w_scale * rng.standard_normal((H, H)) / np.sqrt(H)).astype(np.float32)
+    x = (3.0 * rng.standard_normal((1, S, H)) + 1.0).astype(np.float32)
+    return p, x
+
+
+def _graph(fn, p, x):
+    c = rockjit.compile(fn, resident_argnums=0, backend="interpreter").compiled(p, x)
+    return c.graph, dict(c.params)
+
+
+def _folds(fn, p, x):
+    g, params = _graph(fn, p, x)
+    g2, sites = fold_norm_gains(g, fold_consts(g, params))
+    return g, g2, params, sites
+
+
+def test_fold_keeps_the_graph_meaning() -> None:
+    p, x = _params()
+    g, g2, params, sites = _folds(_norm_proj, p, x)
+    assert [s.matmuls for s in sites] == [2]
+    verify(g2)
+    assert sum(n.op is Op.MUL for n in g2.nodes) == sum(n.op is Op.MUL for n in g.nodes) - 1
+    want = np.asarray(interpreter.run(g, [x], params)[0], np.float64)
+    got = np.asarray(interpreter.run(g2, [x], params)[0], np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_no_fold_where_the_product_is_read_otherwise() -> None:
+    p, x = _params()
+    for fn in (_norm_out_too, _norm_add):
+        _, _, _, sites = _folds(fn, p, x)
+        assert sites == [], fn.__name__
+
+
+def test_no_fold_past_fp16() -> None:
+    """Weights up to ~2500 times a gain of 40 would leave fp16: the gain stays apart."""
+    p, x = _params(w_scale=5000.0)
+    assert np.abs(p["w1"] * p["g"]).max() > 65504
+    _, _, _, sites = _folds(_norm_proj, p, x)
+    assert sites == []
+
+
+def test_folded_program_on_the_simulator() -> None:
+    p, x = _params()
+    f = rockjit.compile(_norm_proj, resident_argnums=0, backend="sim")
+    got = np.asarray(f(p, x), np.float64)
+    xd = x.astype(np.float64)
+    h = (xd - xd.mean(-1, keepdims=True)) / np.sqrt(xd.var(-1, keepdims=True) + 1e-5) * p["g"]
+    ref = h @ p["w1"].T.astype(np.float64) + h @ p["w2"].T.astype(np.float64)
+    cos = float(got.ravel() @ ref.ravel() / np.linalg.norm(got) / np.linalg.norm(ref))
+    assert cos > 0.99999, cos
+    assert np.abs(got - ref).max() / np.abs(ref).max() < 2e-3
+    assert f.compiled(p, x).stats()["range_gain_folds"] == 1
