@@ -1,15 +1,12 @@
-/* The host-step library: the small O(rows) tails the NPU cannot do or does worse
- * (design.md, "Host steps"), plus gathers and cube-layout pack/unpack, and the strided N-d
+/* The host-step library: cube-layout pack/unpack and the strided N-d
  * host ops of rj_host_ops.h (kinds RJ_HOST_COPY..RJ_HOST_IOTA, one row each below).
  *
  * One table entry per kind: a checker (bounds, dtypes, params; runs when the step is added
  * and again before it runs) and a runner that returns the bytes it moved. Adding a kind is
  * one enum value and one row. */
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "rj_half.h"
 #include "runtime/rj_host_ops.h"
 #include "runtime/rj_runtime.h"
 
@@ -27,165 +24,6 @@ typedef struct step_ctx {
     int check_only; /* validate operands and params, touch no data */
     rj_err *err;
 } step_ctx;
-
-static uint32_t dt_size(uint32_t dt)
-{
-    switch (dt) {
-    case RJ_DT_F32: case RJ_DT_I32: return 4;
-    case RJ_DT_F16: return 2;
-    case RJ_DT_I8: case RJ_DT_U8: return 1;
-    default: return 0;
-    }
-}
-
-static const char *dt_name(uint32_t dt)
-{
-    switch (dt) {
-    case RJ_DT_F32: return "f32";
-    case RJ_DT_F16: return "f16";
-    case RJ_DT_I32: return "i32";
-    case RJ_DT_I8: return "i8";
-    case RJ_DT_U8: return "u8";
-    default: return "?";
-    }
-}
-
-/* Resolve an operand holding `rows` rows of `row_elems` elements; NULL + error when it does
- * not fit its BO. `dense_stride` is the stride used when the operand leaves it 0. */
-static uint8_t *operand(step_ctx *c, const rj_operand *op, const char *what, uint32_t rows,
-                        uint64_t row_elems, uint64_t *stride_out)
-{
-    const char *kname = rj_host_step_name(c->s->kind);
-    if (op->bo >= c->nbos || !c->bos[op->bo]) {
-        rj_fail(c->err, RJ_EINVAL, "host step %s: %s names BO %u, but the program has %u BOs",
-                kname, what, op->bo, c->nbos);
-        return NULL;
-    }
-    uint32_t es = dt_size(op->dtype);
-    if (!es) {
-        rj_fail(c->err, RJ_EINVAL, "host step %s: %s has unknown dtype %u", kname, what, op->dtype);
-        return NULL;
-    }
-    uint64_t row_bytes = row_elems * es;
-    uint64_t stride = op->row_stride ? op->row_stride : row_bytes;
-    if (stride < row_bytes) {
-        rj_fail(c->err, RJ_EINVAL,
-                "host step %s: %s row stride %llu bytes is smaller than a row (%llu bytes)", kname,
-                what, (unsigned long long)stride, (unsigned long long)row_bytes);
-        return NULL;
-    }
-    const rj_bo *bo = c->bos[op->bo];
-    uint64_t need = rows ? op->offset + (uint64_t)(rows - 1) * stride + row_bytes : op->offset;
-    if (need > bo->size || op->offset > bo->size) {
-        rj_fail(c->err, RJ_EFAULT,
-                "host step %s: %s (%u rows x %llu %s, stride %llu, at offset %llu) needs %llu bytes "
-                "but BO %u holds %llu",
-                kname, what, rows, (unsigned long long)row_elems, dt_name(op->dtype),
-                (unsigned long long)stride, (unsigned long long)op->offset,
-                (unsigned long long)need, op->bo, (unsigned long long)bo->size);
-        return NULL;
-    }
-    *stride_out = stride;
-    return bo->host + op->offset;
-}
-
-static int want_float(step_ctx *c, const rj_operand *op, const char *what)
-{
-    if (op->dtype == RJ_DT_F32 || op->dtype == RJ_DT_F16)
-        return RJ_OK;
-    return rj_fail(c->err, RJ_EINVAL, "host step %s: %s must be f32 or f16, not %s",
-                   rj_host_step_name(c->s->kind), what, dt_name(op->dtype));
-}
-
-static inline float ld(const uint8_t *p, uint32_t dt, uint64_t i)
-{
-    if (dt == RJ_DT_F16) {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        return rj_h2f(h);
-    }
-    float f;
-    memcpy(&f, p + 4 * i, 4);
-    return f;
-}
-
-static inline void st(uint8_t *p, uint32_t dt, uint64_t i, float v)
-{
-    if (dt == RJ_DT_F16) {
-        uint16_t h = rj_f2h(v);
-        memcpy(p + 2 * i, &h, 2);
-    } else {
-        memcpy(p + 4 * i, &v, 4);
-    }
-}
-
-/* ---- ROW_MAX ------------------------------------------------------------------------------ */
-
-static int row_max_run(step_ctx *c, uint64_t *bytes)
-{
-    const rj_host_step *s = c->s;
-    uint64_t ss, ds;
-    int rc;
-    if ((rc = want_float(c, &s->src, "src")) || (rc = want_float(c, &s->dst, "dst")))
-        return rc;
-    if (s->cols == 0)
-        return rj_fail(c->err, RJ_EINVAL, "host step row_max: cols is 0; a row max needs >= 1 column");
-    uint8_t *src = operand(c, &s->src, "src", s->rows, s->cols, &ss);
-    uint8_t *dst = operand(c, &s->dst, "dst", s->rows, 1, &ds);
-    if (!src || !dst)
-        return c->err ? c->err->code : RJ_EINVAL;
-    if (c->check_only)
-        return RJ_OK;
-    for (uint32_t r = 0; r < s->rows; r++) {
-        const uint8_t *row = src + r * ss;
-        float m = ld(row, s->src.dtype, 0);
-        for (uint32_t k = 1; k < s->cols; k++) {
-            float v = ld(row, s->src.dtype, k);
-            m = v > m ? v : m;
-        }
-        st(dst + r * ds, s->dst.dtype, 0, m);
-    }
-    *bytes = (uint64_t)s->rows * s->cols * dt_size(s->src.dtype) +
-             (uint64_t)s->rows * dt_size(s->dst.dtype);
-    return RJ_OK;
-}
-
-/* ---- GATHER: embedding rows by index -------------------------------------------------------- */
-
-/* src: table of param[0] rows x cols; aux: rows int32 indices; dst: rows x cols. */
-static int gather_run(step_ctx *c, uint64_t *bytes)
-{
-    const rj_host_step *s = c->s;
-    uint32_t table_rows = s->param[0];
-    uint64_t ss, ds, is;
-    if (s->src.dtype != s->dst.dtype)
-        return rj_fail(c->err, RJ_EINVAL, "host step gather: src is %s but dst is %s; a gather copies "
-                       "rows unchanged", dt_name(s->src.dtype), dt_name(s->dst.dtype));
-    if (s->aux.dtype != RJ_DT_I32)
-        return rj_fail(c->err, RJ_EINVAL, "host step gather: indices (aux) must be i32, not %s",
-                       dt_name(s->aux.dtype));
-    if (table_rows == 0 || s->cols == 0)
-        return rj_fail(c->err, RJ_EINVAL, "host step gather: table has %u rows of %u elements; set "
-                       "param[0] to the table's row count", table_rows, s->cols);
-    uint8_t *src = operand(c, &s->src, "src (table)", table_rows, s->cols, &ss);
-    uint8_t *dst = operand(c, &s->dst, "dst", s->rows, s->cols, &ds);
-    uint8_t *idx = operand(c, &s->aux, "aux (indices)", s->rows, 1, &is);
-    if (!src || !dst || !idx)
-        return c->err ? c->err->code : RJ_EINVAL;
-    if (c->check_only)
-        return RJ_OK;
-    uint64_t row_bytes = (uint64_t)s->cols * dt_size(s->src.dtype);
-    for (uint32_t r = 0; r < s->rows; r++) {
-        int32_t i;
-        memcpy(&i, idx + r * is, 4);
-        if (i < 0 || (uint32_t)i >= table_rows)
-            return rj_fail(c->err, RJ_EINVAL, "host step gather: index %d at position %u is outside "
-                           "the table's %u rows", i, r, table_rows);
-        memmove(dst + r * ds, src + (uint64_t)i * ss, row_bytes);
-    }
-    *bytes = (uint64_t)s->rows * (2 * row_bytes + 4);
-    return RJ_OK;
-}
 
 /* ---- cube-layout pack / unpack (csrc/layout) -------------------------------------------------- */
 
@@ -342,12 +180,10 @@ typedef struct host_step_impl {
     int (*run)(step_ctx *c, uint64_t *bytes);
 } host_step_impl;
 
-/* The runtime's kinds (1..RJ_HOST_KIND_COUNT-1) and the host-op kinds after them. */
+/* The runtime's kinds (RJ_HOST_PACK..RJ_HOST_KIND_COUNT-1) and the host-op kinds after them. */
 #define HOST_TABLE_SIZE RJ_HOST_OPS_END
 
 static const host_step_impl table[HOST_TABLE_SIZE] = {
-    [RJ_HOST_ROW_MAX] = {"row_max", row_max_run},
-    [RJ_HOST_GATHER] = {"gather", gather_run},
     [RJ_HOST_PACK] = {"pack", pack_run},
     [RJ_HOST_UNPACK] = {"unpack", unpack_run},
     [RJ_HOST_COPY] = {"copy", host_op_run},
@@ -373,8 +209,8 @@ static int exec_step(const rj_host_step *step, rj_bo *const *bos, uint32_t nbos,
     if (!step)
         return rj_fail(err, RJ_EINVAL, "host step: NULL step");
     if (step->kind >= HOST_TABLE_SIZE || !table[step->kind].run)
-        return rj_fail(err, RJ_EINVAL, "host step: unknown kind %u (known: 1..%u and %u..%u)",
-                       step->kind, RJ_HOST_KIND_COUNT - 1, RJ_HOST_OPS_FIRST, RJ_HOST_OPS_END - 1);
+        return rj_fail(err, RJ_EINVAL, "host step: unknown kind %u (known: %u..%u and %u..%u)",
+                       step->kind, RJ_HOST_PACK, RJ_HOST_KIND_COUNT - 1, RJ_HOST_OPS_FIRST, RJ_HOST_OPS_END - 1);
     if (step->reserved)
         return rj_fail(err, RJ_EINVAL, "host step %s: reserved field is %u, must be zero",
                        table[step->kind].name, step->reserved);

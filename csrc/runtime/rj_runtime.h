@@ -105,10 +105,8 @@ int rj_device_wait(rj_device *dev, const rj_job *jobs, uint32_t njobs, int64_t t
 
 /* Host step kinds; each has one entry in the host-step table (host_steps.c). */
 enum {
-    RJ_HOST_ROW_MAX = 1,        /* dst[r] = max_c src[r, c] */
-    /* 2, 3: retired (per-row 1/sum and rsqrt scales; the compiler never emitted them) */
-    RJ_HOST_GATHER = 4,         /* dst[i, :] = src[idx[i], :] (idx in aux, int32; table rows
-                                   in param[0]) */
+    /* 1..4: retired (row max, per-row 1/sum and rsqrt scales, row gather; the compiler never
+       emitted them: host ops do that work) */
     RJ_HOST_PACK = 5,           /* row-major -> cube layout (csrc/layout) */
     RJ_HOST_UNPACK = 6,         /* cube layout -> row-major (csrc/layout) */
     RJ_HOST_KIND_COUNT = 7,
@@ -131,7 +129,7 @@ typedef struct rj_host_step {
     rj_operand dst;
     rj_operand aux;
     uint32_t rows;
-    uint32_t cols;       /* elements per row (bytes per row for GATHER with dtype U8) */
+    uint32_t cols;       /* elements per row */
     float eps;
     uint32_t param[8];   /* kind-specific (see host_steps.c) */
     uint64_t param64[2];

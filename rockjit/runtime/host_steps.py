@@ -74,16 +74,6 @@ def _step(kind: int, src: Operand, dst: Operand, aux: Operand | None = None, row
     return s
 
 
-def row_max(src: Operand, dst: Operand, rows: int, cols: int):
-    """dst[r] = max over the row of src (softmax's max subtraction)."""
-    return _step(lib.RJ_HOST_ROW_MAX, src, dst, rows=rows, cols=cols)
-
-
-def gather(table: Operand, indices: Operand, dst: Operand, rows: int, cols: int, table_rows: int):
-    """dst[i, :] = table[indices[i], :] (embedding lookup); indices are int32."""
-    return _step(lib.RJ_HOST_GATHER, table, dst, indices, rows=rows, cols=cols, params=(table_rows,))
-
-
 def _cube(kind: int, src: Operand, dst: Operand, height: int, width: int, channels: int, c2: int,
           esize: int, line_stride: int = 0, surf_stride: int = 0):
     return _step(kind, src, dst, params=(lib.RJ_LAYOUT_CUBE, height, width, channels, c2, esize),
@@ -142,8 +132,6 @@ def host_op(kind: str, dst: Operand, desc: Operand, src: Operand | None = None,
 
 
 HOST_STEPS: dict[str, Callable] = {
-    "row_max": row_max,
-    "gather": gather,
     "pack_cube": pack_cube,
     "unpack_cube": unpack_cube,
     "pack_weight": pack_weight,

@@ -19,50 +19,6 @@ def make_prog(*sizes):
     return dev, b, bos
 
 
-@pytest.mark.parametrize("src_dt,dst_dt", [("f32", "f32"), ("f16", "f16"), ("f16", "f32")])
-def test_row_max(src_dt, dst_dt):
-    rows, cols, stride = 5, 37, 160  # padded rows
-    x = RNG.standard_normal((rows, cols)).astype(src_dt.replace("f", "float"))
-    dev, b, (src, dst) = make_prog(rows * stride, 1024)
-    for r in range(rows):
-        b.upload(src, x[r].tobytes(), offset=r * stride)
-    b.add_host_step(host_steps.row_max(Operand(src, 0, src_dt, stride), Operand(dst, 8, dst_dt),
-                                       rows, cols))
-    prog = b.build()
-    prog.run()
-    got = prog.read_array(dst, dst_dt.replace("f", "float"), (rows,), offset=8)
-    np.testing.assert_array_equal(got, x.max(axis=1).astype(got.dtype))
-    st = prog.stats()
-    itm = np.dtype(src_dt.replace("f", "float")).itemsize
-    assert st["host_steps"] == 1
-    assert st["host_bytes"] == rows * cols * itm + rows * np.dtype(got.dtype).itemsize
-    prog.close()
-    dev.close()
-
-
-def test_gather_embedding_rows():
-    vocab, dim, n = 50, 24, 9
-    table = RNG.standard_normal((vocab, dim)).astype(np.float16)
-    idx = RNG.integers(0, vocab, n).astype(np.int32)
-    dev, b, (tb, ib, ob) = make_prog(table.nbytes, 64, n * dim * 2)
-    b.upload(tb, table)
-    b.upload(ib, idx)
-    b.add_host_step(host_steps.gather(Operand(tb, 0, "f16"), Operand(ib, 0, "i32"),
-                                      Operand(ob, 0, "f16"), n, dim, vocab))
-    prog = b.build()
-    prog.run()
-    np.testing.assert_array_equal(prog.read_array(ob, np.float16, (n, dim)), table[idx])
-    assert prog.stats()["host_bytes"] == n * (2 * dim * 2 + 4)
-    # An index out of range is an error that names it.
-    bad = idx.copy()
-    bad[3] = vocab
-    prog.write(ib, bad)
-    with pytest.raises(ProgramError, match=f"index {vocab} at position 3"):
-        prog.run()
-    prog.close()
-    dev.close()
-
-
 def test_pack_unpack_cube_matches_layout_formula():
     h, w, c, c2 = 3, 5, 20, 8
     x = RNG.integers(0, 60000, (h, w, c)).astype(np.uint16)
@@ -111,12 +67,15 @@ def test_pack_weight_reproduces_conformance_blob():
 
 def test_host_step_checks_at_add_time():
     dev, b, (a, c) = make_prog(256, 256)
+    cube = dict(height=2, width=2, channels=4, c2=8, esize=2)  # 32 dense bytes, 64 cube bytes
     with pytest.raises(AddressError, match="needs"):
-        b.add_host_step(host_steps.row_max(Operand(a, 0, "f32"), Operand(c, 0, "f32"), 100, 16))
-    with pytest.raises(ProgramError, match="f32 or f16"):
-        b.add_host_step(host_steps.row_max(Operand(a, 0, "i32"), Operand(c, 0, "f32"), 2, 2))
+        b.add_host_step(host_steps.pack_cube(Operand(a), Operand(c, 200), **cube))
     with pytest.raises(ProgramError, match="program has 2 BOs"):
-        b.add_host_step(host_steps.row_max(Operand(7, 0, "f32"), Operand(c, 0, "f32"), 2, 2))
+        b.add_host_step(host_steps.pack_cube(Operand(7), Operand(c), **cube))
+    with pytest.raises(ProgramError, match="unknown kind 1"):
+        step = host_steps.pack_cube(Operand(a), Operand(c), **cube)
+        step.kind = 1  # a retired kind
+        b.add_host_step(step)
     with pytest.raises(ProgramError, match="not a layout kind"):
         step = host_steps.pack_cube(Operand(a), Operand(c), height=1, width=1, channels=1, c2=8,
                                     esize=2)
@@ -128,7 +87,7 @@ def test_host_step_checks_at_add_time():
 
 def test_registry_covers_every_kind():
     # the kinds the compiler emits, and no other: a kind nothing emits is dead code
-    assert set(host_steps.HOST_STEPS) == {"row_max", "gather", "pack_cube", "unpack_cube",
+    assert set(host_steps.HOST_STEPS) == {"pack_cube", "unpack_cube",
                                           "pack_weight"} | set(host_steps.HOST_OP_KINDS)
     assert SimUnsupportedError.code == -5 and SimDevice.kind == "sim"
 
@@ -136,9 +95,10 @@ def test_registry_covers_every_kind():
 def test_trace_steps_flag(monkeypatch, capfd):
     monkeypatch.setenv("RJ_TRACE_STEPS", "1")
     dev, b, (a, c) = make_prog(256, 256)
-    b.add_host_step(host_steps.row_max(Operand(a, 0, "f32"), Operand(c, 0, "f32"), 2, 8))
+    b.add_host_step(host_steps.pack_cube(Operand(a), Operand(c), height=2, width=2, channels=4,
+                                         c2=8, esize=2))
     prog = b.build()
     prog.run()
-    assert "rockjit: step 0: host row_max, 72 bytes" in capfd.readouterr().err
+    assert "rockjit: step 0: host pack, 96 bytes" in capfd.readouterr().err
     prog.close()
     dev.close()

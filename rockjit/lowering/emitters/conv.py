@@ -27,12 +27,13 @@ from ..layouts import depthwise_weight_layout, weight_layout
 from ..op_lowering import BufferSpec, HostStep, OpLowering
 from ..profile import ChipProfile
 from ..regcmd import LoweringError
-from ..tiling import KACC_DPU, KACC_HOST, ConvPlan, field_limit, plan_conv
+from ..tiling import ConvPlan, field_limit, plan_conv
 # ConvSpec & co. and the task records are imported from here by rules/conv.py and quant.py
 from .conv_spec import ConvLayouts, ConvSpec, conv_layouts, conv_shape, validate  # noqa: F401
 from .patchify import choose_patchify, build_patchify_im2col
 from .task import ConvRequant  # noqa: F401
-from .tiled import CubeRef, Scratch, TiledTasks, assemble, build_tiled, host_partial_sum
+from .tiled import (CubeRef, Scratch, TiledTasks, assemble, build_tiled, host_partials,
+                    k_accumulation)
 
 
 def pack_conv_weights(plan: ConvPlan, profile: ChipProfile, w: np.ndarray) -> tuple[np.ndarray, Callable[[int, int], int]]:
@@ -117,7 +118,7 @@ def _conv_program(spec: ConvSpec, plan: ConvPlan, profile: ChipProfile, lay: Con
     tiled = TiledTasks()
     scratch = Scratch("kacc")
     out_total = lay.out_stride * spec.batch
-    host = ("kpart", out_total) if plan.kacc == KACC_HOST else None
+    host = host_partials(plan, out_total)
     for b in range(spec.batch):
         feat = CubeRef("x", b * lay.in_stride, lay.input.line_stride, lay.input.surf_stride)
         out = CubeRef("y", b * lay.out_stride, lay.output.line_stride, lay.output.surf_stride)
@@ -131,13 +132,9 @@ def _conv_program(spec: ConvSpec, plan: ConvPlan, profile: ChipProfile, lay: Con
                    (spec.batch, spec.out_c, spec.out_h, spec.out_w), bind=0),
     ]
     steps: list[HostStep] = []
-    if plan.kacc == KACC_DPU:
-        buffers.append(BufferSpec("kacc", "scratch", max(scratch.nbytes, 64)))
-    if plan.kacc == KACC_HOST:
-        buffers.append(BufferSpec("kpart", "scratch", out_total * (plan.k_steps - 1)))
-        hs, descs = host_partial_sum("y", "kpart", out_total, plan.k_steps)
-        steps.extend(hs)
-        buffers.extend(descs)
+    kbufs, ksteps = k_accumulation(plan, scratch, "y", out_total)
+    buffers += kbufs
+    steps += ksteps
     return assemble(profile, tiled, buffers, steps, spec.macs())
 
 

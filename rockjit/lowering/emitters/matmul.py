@@ -32,11 +32,10 @@ from ..layouts import (CubeLayout, WeightLayout, matrix_feature_layout, matrix_o
 from ..profile import ChipProfile
 from ..op_lowering import BufferSpec, OpLowering
 from ..regcmd import LoweringError, Reloc, EmittedTask
-from ..tiling import (KACC_DPU, KACC_HOST, ConvPlan, ConvShape, field_limit, plan_conv,
-                      round_up)
+from ..tiling import ConvPlan, ConvShape, field_limit, plan_conv, round_up
 from .task import ConvTaskGeom, DpuStages, emit_conv_task
 from .tiled import (CubeRef, Epilogue, Scratch, TiledTasks, assemble, build_tiled,
-                    host_partial_sum)
+                    host_partials, k_accumulation)
 
 _SUPPORTED = {(DType.F16, DType.F16), (DType.F16, DType.F32), (DType.I8, DType.I32)}
 
@@ -296,7 +295,7 @@ def build_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
     tiled = TiledTasks()
     scratch = Scratch("kacc")
     c_total = lay.c_stride * batch
-    host = ("kpart", c_total) if plan.kacc == KACC_HOST else None
+    host = host_partials(plan, c_total)
     offs = _b_offsets(plan, profile)
     if b is not None:
         bb = np.asarray(b)
@@ -334,13 +333,9 @@ def build_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
         BufferSpec("c", "output", c_total, lay.c, out_dtype.value, shape_c, bind=0),
     ] + ep_bufs
     steps = []
-    if plan.kacc == KACC_DPU:
-        buffers.append(BufferSpec("kacc", "scratch", max(scratch.nbytes, 64)))
-    if plan.kacc == KACC_HOST:
-        buffers.append(BufferSpec("kpart", "scratch", c_total * (plan.k_steps - 1)))
-        hs, descs = host_partial_sum("c", "kpart", c_total, plan.k_steps)
-        steps.extend(hs)
-        buffers.extend(descs)
+    kbufs, ksteps = k_accumulation(plan, scratch, "c", c_total)
+    buffers += kbufs
+    steps += ksteps
     return assemble(profile, tiled, buffers, steps, batch * m * n * k)
 
 

@@ -198,6 +198,28 @@ def assemble(profile: ChipProfile, tiled: TiledTasks, buffers: list[BufferSpec],
     return OpLowering(tuple(bufs), tuple(steps), macs=macs)
 
 
+KPART = "kpart"  # the scratch buffer of the int32 K partials (KACC_HOST)
+
+
+def host_partials(plan: ConvPlan, out_total: int) -> tuple[str, int] | None:
+    """build_tiled's ``host_partials`` for a plan: where the int32 K partials go, if any."""
+    return (KPART, out_total) if plan.kacc == KACC_HOST else None
+
+
+def k_accumulation(plan: ConvPlan, scratch: Scratch, out_buffer: str,
+                   out_total: int) -> tuple[list[BufferSpec], list[HostStep]]:
+    """The buffers and host steps a plan's K accumulation needs around its tiled tasks: the DPU
+    path's ``kacc`` scratch, or the host path's partials buffer and the steps summing it into
+    ``out_buffer`` (``out_total`` bytes). Nothing when K fits one pass. Shared by every
+    emitter that calls build_tiled, so the two paths are set up in one place."""
+    if plan.kacc == KACC_DPU:
+        return [BufferSpec(scratch.name, "scratch", max(scratch.nbytes, 64))], []
+    if plan.kacc == KACC_HOST:
+        steps, descs = host_partial_sum(out_buffer, KPART, out_total, plan.k_steps)
+        return [BufferSpec(KPART, "scratch", out_total * (plan.k_steps - 1)), *descs], steps
+    return [], []
+
+
 def host_partial_sum(out_buffer: str, partials: str, nbytes: int,
                      steps: int) -> tuple[list[HostStep], list[BufferSpec]]:
     """int32 K partials: ``out += partial_1 + ... + partial_{steps-1}`` over ``nbytes``.
