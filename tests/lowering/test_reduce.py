@@ -1,6 +1,5 @@
-"""Feature-axis reductions: sum/mean as a ones-vector matmul on the simulator, row max as host
-steps run through the runtime's C host-step library, and softmax's start (row max -> x - max ->
-exp) chained from our emitters."""
+"""Feature-axis reductions: sum/mean as a ones-vector matmul on the simulator, and softmax's
+start (row max -> x - max -> exp) chained from our emitters."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,14 +7,12 @@ import pytest
 
 from rockjit.ir.types import DType
 from rockjit.oracle import tolerance as T
-from rockjit.lowering.emitters.eltwise import build_binary_row
+from rockjit.lowering.emitters.eltwise import build_binary_row, pack_row_vector
 from rockjit.lowering.emitters.lut import activation_error, build_activation
-from rockjit.lowering.emitters.eltwise import EW_VIEW_CHANNELS
 from rockjit.lowering.emitters.matmul import build_matmul
 from rockjit.lowering.layouts import feature_layout, pack_matrix, unpack_matrix
-from rockjit.lowering.op_lowering import BufferSpec, HostStep, OpLowering, Slice
 
-from test_eltwise_harness import P, Memory, needs_sim, run_program
+from test_eltwise_harness import P, needs_sim, run_program
 
 F16 = DType.F16
 
@@ -52,107 +49,20 @@ def test_feature_reduce(kind, m, k) -> None:
     assert np.all(got[:m, 1:] == 0)
 
 
-# ---------------------------------------------------------------------------------------------
-# host steps through the C library
-# ---------------------------------------------------------------------------------------------
-
-def run_host_step(mem: Memory, step: HostStep) -> None:
-    """Execute ``step`` with the runtime's C host-step library (rj_host_step_run) over the
-    simulator's buffers, built through rockjit.runtime.host_steps' constructors."""
-    from rockjit._rjc import ffi, lib
-    from rockjit.runtime.host_steps import HOST_STEPS, Operand
-    names = list(mem.bufs)
-    bos = ffi.new("rj_bo[]", len(names))
-    keep = []
-    for i, n in enumerate(names):
-        iova, buf = mem.bufs[n]
-        ptr = ffi.from_buffer("uint8_t[]", buf)
-        keep.append(ptr)
-        bos[i].host, bos[i].iova, bos[i].size, bos[i].handle = ptr, iova, buf.size, i + 1
-        bos[i].map_size = buf.size
-    ptrs = ffi.new("rj_bo *[]", [bos + i for i in range(len(names))])
-    params = dict(step.params)
-    dtypes, strides = params.pop("dtypes", {}), params.pop("row_strides", {})
-    ops = {k: Operand(names.index(s.buffer), s.offset, dtypes.get(k, "f32"), strides.get(k, 0))
-           for k, s in step.operands.items()}
-    s = HOST_STEPS[step.kind](**ops, **params)
-    err = ffi.new("rj_err *")
-    moved = ffi.new("uint64_t *")
-    rc = lib.rj_host_step_run(s, ptrs, len(names), moved, err)
-    assert rc == 0, ffi.string(err.msg).decode()
-
-
-def row_max_program(layout, out_format: str = "row_vector", profile=P) -> OpLowering:
-    """out[p] = max over channels of x[p, :] for every position p (row) of an fp16 cube, as
-    the runtime's unpack_cube + row_max host steps (the compiler itself uses the generic
-    ``reduce`` host op; these exercise the runtime's kinds).
-
-    ``out_format``: "row_vector" writes fp16 maxima into the per-row operand form of
-    eltwise.build_binary_row (``row_vector_layout``: the max of row p at byte 16 p), so
-    softmax's ``x - rowmax`` runs on the NPU next; "f32" writes a plain float32 [P] vector.
-    Buffers: ``x`` (input 0), ``rows`` (scratch, row-major fp16 [P, C]), ``out`` (output 0).
-    Steps: HostStep("unpack_cube"), HostStep("row_max")."""
-    positions = layout.height * layout.width
-    c = layout.channels
-    dense = positions * c * 2
-    if out_format == "row_vector":
-        out_lay = feature_layout(profile, DType.F16, positions, 1, EW_VIEW_CHANNELS)
-        out_spec = BufferSpec("out", "output", out_lay.nbytes, layout=out_lay, bind=0)
-        dtype, stride, nbytes = "f16", profile.atom_bytes, out_lay.nbytes
-    else:
-        out_spec = BufferSpec("out", "output", positions * 4, dtype="float32", shape=(positions,),
-                              bind=0)
-        dtype, stride, nbytes = "f32", 4, positions * 4
-    unpack = HostStep("unpack_cube", {"src": Slice("x", 0, layout.nbytes),
-                                      "dst": Slice("rows", 0, dense)},
-                      {"height": layout.height, "width": layout.width, "channels": c,
-                       "c2": layout.c2, "esize": layout.esize,
-                       "line_stride": layout.line_stride, "surf_stride": layout.surf_stride,
-                       "dtypes": {"src": "f16", "dst": "f16"}, "row_strides": {}})
-    rmax = HostStep("row_max", {"src": Slice("rows", 0, dense), "dst": Slice("out", 0, nbytes)},
-                    {"rows": positions, "cols": c, "dtypes": {"src": "f16", "dst": dtype},
-                     "row_strides": {"src": c * 2, "dst": stride}})
-    bufs = (BufferSpec("x", "input", layout.nbytes, layout=layout, bind=0),
-            BufferSpec("rows", "scratch", dense, dtype="float16", shape=(positions, c)),
-            out_spec)
-    return OpLowering(bufs, (unpack, rmax))
-
-
-HOST = {"row_max": run_host_step, "unpack_cube": run_host_step}
-
-ROWMAX_RECORDS = [((1, 1, 1), "f32"), ((1, 1, 45), "f32"), ((37, 1, 45), "row_vector"),
-                  ((7, 5, 19), "f32"), ((1500, 1, 384), "row_vector")]
-
-
-@pytest.mark.parametrize("shape,fmt", ROWMAX_RECORDS)
-def test_row_max_host_steps(shape, fmt) -> None:
-    rng = np.random.default_rng(shape[0] * 31 + shape[2])
-    lay = feature_layout(P, F16, *shape)
-    x = rng.uniform(-30, 30, shape).astype(np.float16)
-    prog = row_max_program(lay, fmt)
-    assert [s.kind for s in prog.steps] == ["unpack_cube", "row_max"]
-    mem = run_program(prog, {"x": lay.pack(x)}, HOST)
-    ref = x.astype(np.float64).reshape(-1, shape[2]).max(1)
-    if fmt == "f32":
-        got = mem["out"][:ref.size * 4].view(np.float32)
-    else:
-        got = mem["out"][:ref.size * 16].view(np.float16)[::8]
-    assert np.array_equal(got.astype(np.float64), ref)
-
-
 @needs_sim
 @pytest.mark.parametrize("rows,cols", [(4, 8), (37, 45), (300, 1500)])
 def test_softmax_numerator_chain(rows, cols) -> None:
-    """exp(x - rowmax(x)): host row max written in the per-row operand form, NPU per-row sub,
-    NPU exp LUT on [-16, 0] -- three of our programs, buffers handed on unchanged."""
+    """exp(x - rowmax(x)): the row max (the compiler's host ``reduce``; numpy here) in the
+    per-row operand form, NPU per-row sub, NPU exp LUT on [-16, 0] -- our programs, buffers
+    handed on unchanged."""
     rng = np.random.default_rng(rows + cols)
     lay = feature_layout(P, F16, rows, 1, cols)
     x = rng.uniform(-10, 10, (rows, 1, cols)).astype(np.float16)
-    mx = run_program(row_max_program(lay, "row_vector"), {"x": lay.pack(x)}, HOST)
+    mx = pack_row_vector(x.max(2).ravel(), P)
     sub = build_binary_row("sub", lay, profile=P)
     raw = np.zeros(sub.buffer("x").nbytes, np.uint8)
     raw[:lay.nbytes] = lay.pack(x)
-    shifted = run_program(sub, {"x": raw, "s": mx["out"]})["out"]
+    shifted = run_program(sub, {"x": raw, "s": mx})["out"]
     ex = build_activation("exp", lay, (-16.0, 0.0), P)
     got = lay.unpack(run_program(ex, {"x": shifted[:ex.buffer("x").nbytes]})["out"])
     d = x.astype(np.float64) - x.astype(np.float64).max(2, keepdims=True)
