@@ -169,7 +169,10 @@ def _deriv(f, x: np.ndarray) -> np.ndarray:
 
 
 def _round_var(v: np.ndarray) -> np.ndarray:
-    return (U16 * np.abs(v)) ** 2 / 3.0
+    # one rounding to fp16, uniform within half a step: u|v| for normal values, but below
+    # 2^-14 the step is the fixed subnormal spacing 2^-24, so half a step is at least 2^-25
+    # (a subnormal input such as 1.87e-6 -> 1.85e-6 is off by 1.1%, far past u|v|)
+    return np.maximum(U16 * np.abs(v), 2.0 ** -25) ** 2 / 3.0
 
 
 def _f64(a) -> np.ndarray:
