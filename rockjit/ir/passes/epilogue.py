@@ -18,6 +18,7 @@ from typing import Callable
 from ..graph import Graph, Node, Value
 from ..ops import Op
 from .canonicalize import dce
+from .pattern import broadcast_source
 
 Accept = Callable[[Node, Value], bool]
 
@@ -35,18 +36,10 @@ def constant_values(graph: Graph) -> set[int]:
 
 def _last_axis_vector(v: Value, producers) -> Value | None:
     """The rank-1 vector ``v`` broadcasts along its last axis, or None."""
-    chain = []
-    n = producers.get(v.id)
-    while n is not None and n.op is Op.BROADCAST_IN_DIM:
-        chain.append(n)
-        v = n.inputs[0]
-        n = producers.get(v.id)
-    if not chain or v.type.rank != 1:
+    src, dims, depth = broadcast_source(v, producers, [0])
+    if not depth or src.type.rank != 1:
         return None
-    dims = [0]
-    for b in reversed(chain):
-        dims = [b.attrs["broadcast_dimensions"][d] for d in dims]
-    return v if dims == [chain[0].out.type.rank - 1] else None
+    return src if dims == [v.type.rank - 1] else None
 
 
 def find_matmul_epilogues(graph: Graph, accept: Accept | None = None

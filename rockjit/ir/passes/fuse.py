@@ -31,7 +31,7 @@ from ..ops import Op
 from ..reference import evaluate
 from ..types import TensorType
 from .canonicalize import dce
-from .pattern import Match, UPat, match, scalar_const
+from .pattern import Match, UPat, broadcast_source, match, scalar_const
 
 PROBE = np.concatenate([np.linspace(-12.0, 12.0, 961), [-1e-3, 0.0, 1e-3]])
 # float32 evaluation of a chain of ~8-20 ops: a few ulps of f32 relative to |f| + a tiny floor;
@@ -114,17 +114,9 @@ SOFTMAX = UPat(Op.DIV, (_E, _rows(UPat(Op.REDUCE_SUM, (UPat.var("e"),), name="s"
 def _restores(v: Value, producers, axes, rank: int) -> Value | None:
     """The row statistic ``v`` broadcasts from, when the broadcasts put each row value back on
     the row it came from (the composed broadcast dimensions are the kept axes, in order)."""
-    chain = []
-    n = producers.get(v.id)
-    while n is not None and n.op is Op.BROADCAST_IN_DIM:
-        chain.append(n)
-        v = n.inputs[0]
-        n = producers.get(v.id)
     kept = [i for i in range(rank) if i not in set(axes)]
-    dims = list(range(len(kept)))
-    for b in reversed(chain):
-        dims = [b.attrs["broadcast_dimensions"][d] for d in dims]
-    return v if dims == kept else None
+    src, dims, _ = broadcast_source(v, producers, list(range(len(kept))))
+    return src if dims == kept else None
 
 
 def find_softmax(graph: Graph) -> dict[int, tuple[Value, tuple[int, ...], frozenset[int]]]:

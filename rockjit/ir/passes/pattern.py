@@ -122,3 +122,19 @@ def match(pat: UPat, v: Value, producers: Mapping[int, Node]) -> Iterator[Match]
     """Every way ``pat`` fits the dataflow ending in ``v``."""
     for b, nodes in _match(pat, v, producers, {}, {}):
         yield Match(b, nodes)
+
+
+def broadcast_source(v: Value, producers: Mapping[int, Node], dims: list[int]
+                     ) -> tuple[Value, list[int], int]:
+    """Follow the ``broadcast_in_dim`` chain ``v`` is made by back to its source: (source,
+    where the source's axes ``dims`` land in ``v``, how many broadcasts); ``v`` itself with
+    ``dims`` unchanged and 0 when it is not a broadcast."""
+    chain = []
+    n = producers.get(v.id)
+    while n is not None and n.op is Op.BROADCAST_IN_DIM:
+        chain.append(n)
+        v = n.inputs[0]
+        n = producers.get(v.id)
+    for b in reversed(chain):
+        dims = [b.attrs["broadcast_dimensions"][d] for d in dims]
+    return v, dims, len(chain)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ...ir.ops import Op
 from ...ir.types import DType
+from ..arith import round_up
 from ..layouts import CubeLayout, feature_layout
 from ..regcmd import LoweringError
 from ..op_lowering import BufferSpec, OpLowering
@@ -30,10 +31,6 @@ from .forms import cube_form
 BINARY = {Op.ADD: "add", Op.SUB: "sub", Op.MUL: "mul", Op.MAX: "max", Op.MIN: "min"}
 
 
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
 def canonical_layout(ctx: RuleContext, shape: tuple[int, ...]) -> CubeLayout:
     """The cube a float tensor gets when nothing chose one: a matrix cube with rows padded
     like a matmul's M (>= 4, multiple of 4) and channels like its K (multiple of 32), so a
@@ -42,8 +39,8 @@ def canonical_layout(ctx: RuleContext, shape: tuple[int, ...]) -> CubeLayout:
     p = prof.input(DType.F16)
     c = shape[-1] if shape else 1
     m = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
-    return feature_layout(prof, DType.F16, max(prof.min_feature_rows, _round_up(m, prof.row_align)),
-                          1, _round_up(c, p.k_align))
+    return feature_layout(prof, DType.F16, max(prof.min_feature_rows, round_up(m, prof.row_align)),
+                          1, round_up(c, p.k_align))
 
 
 def operand_form(ctx: RuleContext, v) -> CubeForm:
@@ -283,6 +280,20 @@ def lower_div_op(ctx: RuleContext) -> RuleResult:
         raise NoNpuForm(str(e)) from None
 
 
+def _dense_f16_operand(ctx: RuleContext, x) -> tuple:
+    """(form, one dense layout) of a single fp16 operand a flying DPU pass reads whole; refuses
+    (NoNpuForm, the host runs it) for other dtypes or operands that are not one dense run."""
+    node = ctx.node
+    if npu_dtype_of(node.out.type.dtype) is not DType.F16:
+        raise NoNpuForm(f"{node.out.type.dtype.value} math runs on the host")
+    prefer_host(ctx, x)
+    form = operand_form(ctx, x)
+    flat = _flat_layout(form)
+    if flat is None:
+        raise NoNpuForm("operand cubes are not one dense run")
+    return form, flat
+
+
 def lower_square(ctx: RuleContext) -> RuleResult:
     """x ** 2 -> x * x on the DPU (the two-operand EW multiply of one cube with itself)."""
     from ..emitters import eltwise as ew
@@ -292,13 +303,7 @@ def lower_square(ctx: RuleContext) -> RuleResult:
     if node.attrs["y"] != 2:
         raise NoNpuForm(f"integer_pow with exponent {node.attrs['y']} (only squares map to one "
                         f"DPU multiply)")
-    if npu_dtype_of(node.out.type.dtype) is not DType.F16:
-        raise NoNpuForm(f"{node.out.type.dtype.value} math runs on the host")
-    prefer_host(ctx, x)
-    form = operand_form(ctx, x)
-    flat = _flat_layout(form)
-    if flat is None:
-        raise NoNpuForm("operand cubes are not one dense run")
+    form, flat = _dense_f16_operand(ctx, x)
     try:
         prog = ew.build_binary("mul", flat, ctx.profile)
     except LoweringError as e:
@@ -314,13 +319,7 @@ def lower_neg(ctx: RuleContext) -> RuleResult:
 
     node = ctx.node
     x = node.inputs[0]
-    if npu_dtype_of(node.out.type.dtype) is not DType.F16:
-        raise NoNpuForm(f"{node.out.type.dtype.value} math runs on the host")
-    prefer_host(ctx, x)
-    form = operand_form(ctx, x)
-    flat = _flat_layout(form)
-    if flat is None:
-        raise NoNpuForm("operand cubes are not one dense run")
+    form, flat = _dense_f16_operand(ctx, x)
     try:
         prog = ew.build_binary_scalar("mul", flat, -1.0, False, ctx.profile)
     except LoweringError as e:
