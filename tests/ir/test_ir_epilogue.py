@@ -6,7 +6,6 @@ from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
-import scipy.special
 
 from rockjit.ir import Builder, DType, Loc, Op, TensorType
 from rockjit.ir.composites import expand
@@ -16,7 +15,7 @@ from rockjit.ir.passes import PassManager
 from rockjit.ir.passes.epilogue import fuse_matmul_epilogue
 from rockjit.ir.printer import print_graph
 from rockjit.ir.verifier import verify
-from test_ir_golden import MM, build_mlp
+from test_ir_golden import MM, build_mlp, run_mlp_against_numpy
 
 GOLDEN = Path(__file__).parent / "golden"
 F32 = DType.F32
@@ -36,13 +35,7 @@ def test_mlp_epilogue_golden() -> None:
 
 def test_epilogue_values_match_numpy() -> None:
     g = parse((GOLDEN / "mlp_epilogue.ir").read_text())
-    rng = np.random.default_rng(0)
-    p = {k: rng.standard_normal(t.shape).astype(np.float32) / 4 for k, t in g.params().items()}
-    x = rng.standard_normal((4, 16)).astype(np.float32)
-    (y,) = run(g, [x], p)
-    h = x.astype(np.float64) @ p["fc1.weight"] + p["fc1.bias"]
-    h = 0.5 * h * (1 + scipy.special.erf(h / np.sqrt(2)))
-    np.testing.assert_allclose(y, h @ p["fc2.weight"], rtol=1e-5, atol=1e-6)
+    x, p, y = run_mlp_against_numpy(g)
     # the expansion is the same function
     (y2,) = run(expand(g), [x], p)
     np.testing.assert_allclose(y2, y, rtol=1e-6, atol=1e-7)

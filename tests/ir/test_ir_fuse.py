@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import scipy.special
 
 from rockjit.ir import Builder, DType, Op, TensorType
 from rockjit.ir.activations import ACTIVATIONS, FUSABLE
@@ -19,7 +18,7 @@ from rockjit.ir.passes.fuse import GELU, PATTERNS, _validates
 from rockjit.ir.passes.pattern import match
 from rockjit.ir.printer import print_graph
 from rockjit.ir.verifier import verify
-from test_ir_golden import build_mlp
+from test_ir_golden import build_mlp, run_mlp_against_numpy
 
 GOLDEN = Path(__file__).parent / "golden"
 F32 = DType.F32
@@ -50,14 +49,7 @@ def test_fused_mlp_golden() -> None:
 
 
 def test_fused_mlp_values_match_numpy() -> None:
-    g = parse((GOLDEN / "mlp_fused.ir").read_text())
-    rng = np.random.default_rng(0)
-    p = {k: rng.standard_normal(t.shape).astype(np.float32) / 4 for k, t in g.params().items()}
-    x = rng.standard_normal((4, 16)).astype(np.float32)
-    (y,) = run(g, [x], p)
-    h = x.astype(np.float64) @ p["fc1.weight"] + p["fc1.bias"]
-    h = 0.5 * h * (1 + scipy.special.erf(h / np.sqrt(2)))
-    np.testing.assert_allclose(y, h @ p["fc2.weight"], rtol=1e-5, atol=1e-6)
+    run_mlp_against_numpy(parse((GOLDEN / "mlp_fused.ir").read_text()))
 
 
 @pytest.mark.parametrize("kind", sorted(JAX_FNS))

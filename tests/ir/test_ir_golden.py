@@ -112,3 +112,20 @@ def test_attention_values_match_numpy() -> None:
     q, k, v = (x64 @ p[f"attn.{n}.weight"] for n in "qkv")
     a = scipy.special.softmax(q @ k.T / np.sqrt(8), axis=1)
     np.testing.assert_allclose(y, a @ v @ p["attn.out.weight"], rtol=1e-5, atol=1e-6)
+
+
+def run_mlp_against_numpy(g) -> tuple[np.ndarray, dict, np.ndarray]:
+    """Run an MLP graph of ``build_mlp``'s shape (fused or not) on seeded inputs and check it
+    against numpy float64: gelu(x @ fc1.weight + fc1.bias) @ fc2.weight. Returns (x, params, y)."""
+    import scipy.special
+
+    from rockjit.ir.interpreter import run
+
+    rng = np.random.default_rng(0)
+    p = {k: rng.standard_normal(t.shape).astype(np.float32) / 4 for k, t in g.params().items()}
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    (y,) = run(g, [x], p)
+    h = x.astype(np.float64) @ p["fc1.weight"] + p["fc1.bias"]
+    h = 0.5 * h * (1 + scipy.special.erf(h / np.sqrt(2)))
+    np.testing.assert_allclose(y, h @ p["fc2.weight"], rtol=1e-5, atol=1e-6)
+    return x, p, y
