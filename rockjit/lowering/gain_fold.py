@@ -20,7 +20,7 @@ import numpy as np
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import Op
 from .fp16_range import FP16_MAX
-from .range_rewrites import _Editor
+from .range_rewrites import GraphEditor
 
 
 @dataclass
@@ -84,7 +84,7 @@ def fold_norm_gains(graph: Graph, consts: Mapping[int, np.ndarray]
             break
     if not plans:
         return graph, []
-    ed = _Editor(graph)
+    ed = GraphEditor(graph)
     redo: dict[int, tuple[Value, np.ndarray]] = {}
     sites: list[GainFoldSite] = []
     out_nodes: list[Node] = []

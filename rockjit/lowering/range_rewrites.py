@@ -21,7 +21,7 @@ from .range_bounds import (INF, MAX_PRESCALE, ROW_TARGET, SQUARE_SAFE, T_MAX_LOG
 # the norm-statistics rewrite
 # ---------------------------------------------------------------------------------------------
 
-class _Editor:
+class GraphEditor:
     """Builds replacement nodes with fresh value ids (types from the IR's shape rules)."""
 
     def __init__(self, graph: Graph) -> None:
@@ -88,7 +88,7 @@ def rewrite_square_sums(graph: Graph, consts: Mapping[int, np.ndarray],
     if not plans:
         return graph, []
 
-    ed = _Editor(graph)
+    ed = GraphEditor(graph)
     # per-row multiplies to redo: node id(old user) -> (c2, the per-row power of two t)
     redo: dict[int, tuple[Value, Value]] = {}
     drop: set[int] = set()
@@ -218,7 +218,7 @@ def rewrite_matmul_inputs(graph: Graph, consts: Mapping[int, np.ndarray],
         plans[n.out.id] = (shift, p, q, us)
     if not plans:
         return graph, []
-    ed = _Editor(graph)
+    ed = GraphEditor(graph)
     sites: list[ProductSite] = []
     redo: dict[int, tuple[Value, int]] = {}
     out_nodes: list[Node] = []
@@ -298,7 +298,7 @@ def rewrite_score_scales(graph: Graph, consts: Mapping[int, np.ndarray],
             break
     if not plans:
         return graph, []
-    ed = _Editor(graph)
+    ed = GraphEditor(graph)
     muls = {id(p[4]): p for p in plans.values()}
     sites: list[ScoreScaleSite] = []
     out_nodes: list[Node] = []
