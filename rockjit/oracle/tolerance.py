@@ -249,8 +249,9 @@ def _add(a: At):
         # axis the roundings are not independent: a sum over it (h - mean(h), then its mean
         # again) adds them coherently, K times one, not sqrt(K) (fuzz seed 1005: the second
         # row sum was 0.081 off where independent roundings allow 6 sigma = 0.039). Each is
-        # still <= half an ulp <= u|z|, so it is carried as systematic, worst case.
-        return s + U16 * np.abs(a.z), v
+        # still <= half a step: u|z|, or 2^-25 on the subnormal grid (as _round_var); carried
+        # as systematic, worst case.
+        return s + np.maximum(U16 * np.abs(a.z), 2.0 ** -25), v
     return s, v + a.dz
 
 
