@@ -136,8 +136,10 @@ def plan_ranges(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, 
 
     # not a range rewrite but one that saves a rounding (gain_fold.py); first, so that the
     # bounds below are those of the graph that runs
-    graph, gain_folds = fold_norm_gains(graph, fold_consts(graph, params))
-    consts = saturate_consts(fold_consts(graph, params))
+    folded = fold_consts(graph, params)
+    graph, gain_folds = fold_norm_gains(graph, folded)
+    # the fold rewrites the graph only where it found a gain; otherwise its values stand
+    consts = saturate_consts(fold_consts(graph, params) if gain_folds else folded)
     bounds = compute_bounds(graph, consts)
     g2, sites = rewrite_square_sums(graph, consts, bounds)
     known = dict(bounds)

@@ -31,7 +31,7 @@ from ..ops import Op
 from ..reference import evaluate
 from ..types import TensorType
 from .canonicalize import dce
-from .pattern import Match, UPat, broadcast_source, match, scalar_const
+from .pattern import Match, UPat, broadcast_source, compose_broadcast_dims, match, scalar_const
 
 PROBE = np.concatenate([np.linspace(-12.0, 12.0, 961), [-1e-3, 0.0, 1e-3]])
 # float32 evaluation of a chain of ~8-20 ops: a few ulps of f32 relative to |f| + a tiny floor;
@@ -237,11 +237,9 @@ def _row_dims(v: Value, producers, stop: int) -> list[int] | None:
         if n.op is Op.BROADCAST_IN_DIM:
             chain.append(n)
         v = n.inputs[0]
-    dims = None
-    for b in reversed(chain):
-        dims = list(range(b.inputs[0].type.rank)) if dims is None else dims
-        dims = [b.attrs["broadcast_dimensions"][d] for d in dims]
-    return dims
+    if not chain:
+        return None
+    return compose_broadcast_dims(chain, list(range(chain[-1].inputs[0].type.rank)))
 
 
 def find_layer_norm(graph: Graph) -> dict[int, tuple[Value, dict, frozenset[int]]]:

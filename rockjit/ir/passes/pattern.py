@@ -135,6 +135,12 @@ def broadcast_source(v: Value, producers: Mapping[int, Node], dims: list[int]
         chain.append(n)
         v = n.inputs[0]
         n = producers.get(v.id)
+    return v, compose_broadcast_dims(chain, dims), len(chain)
+
+
+def compose_broadcast_dims(chain: list[Node], dims: list[int]) -> list[int]:
+    """Where axes ``dims`` of the first broadcast's source land after the whole ``chain``
+    (the broadcasts in use-to-source order, as walked back from a value)."""
     for b in reversed(chain):
         dims = [b.attrs["broadcast_dimensions"][d] for d in dims]
-    return v, dims, len(chain)
+    return dims
