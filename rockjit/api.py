@@ -337,7 +337,19 @@ class Compiled(_Traced):
         from .runtime.bundle import write_bundle
 
         self.build_program()
-        return write_bundle(path, self.image, self.bundle_signature(), self.graph.name)
+        return write_bundle(path, self.image, self.bundle_signature(), self.graph.name,
+                            modelled=self._modelled())
+
+    def _modelled(self) -> dict[str, Any] | None:
+        """The cost model's estimate of the program (rockjit.cost, at 600 MHz), per step and
+        in total, for the bundle's manifest: a bundle runs without the compiler, so
+        ``rockjit inspect`` reads it from there. None when the runner has no image builder."""
+        builder = getattr(self._runner, "builder", None)
+        if builder is None:
+            return None
+        from . import cost
+
+        return cost.to_manifest(cost.estimate(cost.describe(builder)))
 
 
 class Lowered(_Traced):

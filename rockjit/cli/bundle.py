@@ -4,7 +4,7 @@
     rockjit compile siglip --weights siglip.safetensors -o siglip.rjb      # a model preset
     rockjit run siglip.rjb pixels.npz -o out.npz                           # first + steady time
     rockjit inspect siglip.rjb                     # manifest, stats, steps with source lines,
-                                                   # where each op ran and why
+                                                   # modelled time per step, where each op ran
     rockjit bench siglip.rjb -n 20                 # median / min wall per forward
 
 ``run``, ``inspect`` and ``bench`` need no JAX: a bundle runs on the runtime alone.
@@ -122,6 +122,10 @@ def _compile(args: argparse.Namespace) -> int:
           f"save {t_save:.2f} s")
     print(f"program     {st['jobs']} jobs, {st['tasks']} tasks, {st['host_steps']} host steps, "
           f"{st['npu_ops']} NPU ops, {st['host_ops']} host ops")
+    md = manifest.get("modelled")
+    if md:
+        print(f"{md['label']:<11} {md['total_ms']:.2f} ms per forward at NPU {md['clock_mhz']:g} MHz "
+              f"(rockjit.cost: a model, not a measurement; `rockjit inspect --only modelled`)")
     print(f"bundle      {args.output}  {os.path.getsize(args.output) / 2**20:.2f} MiB")
     return EXIT_OK
 
@@ -254,7 +258,7 @@ def _inspect(args: argparse.Namespace) -> int:
     except BundleError as e:
         return _fail("inspect", e)
     m, img = c.manifest, c.image
-    show = set(args.only or ("manifest", "stats", "steps", "placement"))
+    show = set(args.only or ("manifest", "stats", "steps", "modelled", "placement"))
     if "manifest" in show:
         comp = m["compiler"]
         print(f"# manifest of {args.bundle} ({c.size} bytes)")
@@ -277,6 +281,8 @@ def _inspect(args: argparse.Namespace) -> int:
     if "steps" in show:
         print(f"\n# steps ({len(img.steps)}): step, what ran, the op and its source line")
         print(img.step_list())
+    if "modelled" in show:
+        _print_modelled(m.get("modelled"))
     if "placement" in show:
         counts: dict[str, int] = {}
         for p in img.placement:
@@ -285,6 +291,28 @@ def _inspect(args: argparse.Namespace) -> int:
               f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})")
         print(img.report())
     return EXIT_OK
+
+
+def _print_modelled(md: dict | None) -> None:
+    """The manifest's cost-model estimate, step by step (rockjit.cost.to_manifest)."""
+    if not md:
+        print("\n# modelled time: not in this bundle (written before rockjit kept it, or by "
+              "a backend without an NPU program); re-compile it to see it")
+        return
+    lab = md.get("label", "modelled")
+    steps = md.get("steps", [])
+    print(f"\n# {lab} time per step at NPU {md.get('clock_mhz', 0):g} MHz (rockjit.cost: a "
+          f"model from published figures, not a measurement) ({len(steps)} steps)")
+    names = ("dispatch", "dma", "mac", "host")
+    print(f"{'step':>5} {'kind':4} {lab + ' ms':>12} " + " ".join(f"{n:>9}" for n in names)
+          + "  what")
+    for i, s in enumerate(steps):
+        b = s.get("buckets_ms", {})
+        print(f"{i:5d} {s.get('kind', ''):4} {s.get('ms', 0.0):12.4f} "
+              + " ".join(f"{b.get(n, 0.0):9.4f}" for n in names) + f"  {s.get('label', '')}")
+    b = md.get("buckets_ms", {})
+    print(f"{'total':>5} {'':4} {md.get('total_ms', 0.0):12.3f} "
+          + " ".join(f"{b.get(n, 0.0):9.3f}" for n in names) + f"  ({lab} ms per forward)")
 
 
 # ---------------------------------------------------------------------- registration
@@ -315,9 +343,10 @@ def register(sub: Any) -> None:
     r.add_argument("-o", "--output", help=".npz to write the outputs to")
     r.set_defaults(run=_run)
 
-    i = add_verb(sub, "inspect", "print a bundle's manifest, stats, steps and op placement")
+    i = add_verb(sub, "inspect", "print a bundle's manifest, stats, steps, modelled time and op "
+                                "placement")
     i.add_argument("bundle")
-    i.add_argument("--only", nargs="+", choices=("manifest", "stats", "steps", "placement"),
+    i.add_argument("--only", nargs="+", choices=("manifest", "stats", "steps", "modelled", "placement"),
                    help="print only these sections")
     i.set_defaults(run=_inspect)
 

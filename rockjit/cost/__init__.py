@@ -22,7 +22,7 @@ from .model import LABEL, Estimate
 from .model import estimate as _estimate
 
 __all__ = ["Constants", "Estimate", "CostHostStep", "CostJob", "CostNpuStep", "CostProgram", "CostTask",
-           "LABEL", "calibrated", "describe", "estimate", "report", "program_of"]
+           "LABEL", "calibrated", "describe", "estimate", "report", "program_of", "to_manifest"]
 
 
 def estimate(program: CostProgram, clock_mhz: float = 600.0, constants: Constants | None = None
@@ -66,3 +66,12 @@ def report(compiled: Any, clock_mhz: float = 600.0, file: TextIO | None = None,
     print(f"{'total':>5} {'':4} {est.ms:11.3f} {tot['dispatch']:9.3f} {tot['dma']:9.3f} "
           f"{tot['mac']:9.3f} {tot['host']:9.3f}  ({LABEL} ms)", file=out)
     return est
+
+
+def to_manifest(est: Estimate) -> dict[str, Any]:
+    """``est`` as plain JSON data for a bundle's manifest: the label, the clock, the total and
+    its buckets, and every step's kind, label, time and buckets (milliseconds)."""
+    return {"label": est.label, "clock_mhz": est.clock_mhz, "total_ms": est.ms,
+            "buckets_ms": est.bucket_ms(),
+            "steps": [{"kind": s.kind, "label": s.label, "ms": s.ms, "buckets_ms": s.buckets}
+                      for s in est.steps]}

@@ -115,7 +115,10 @@ class NpuRunner:
             raise RuntimeError("the program is not compiled yet; call it, or compile it with "
                                "lower(...).compile()")
         if self.loaded_graph is None:
-            return dict(self.image.stats)
+            # not loaded yet: the image's counts and the cost model's estimate of its steps,
+            # as the loaded program reports them
+            from ..cost import describe, estimate
+            return {**self.image.stats, **estimate(describe(self.builder)).summary()}
         return self.loaded_graph.stats()
 
     def report(self) -> str:

@@ -98,10 +98,12 @@ def uapi_features(image: ProgramImage) -> list[str]:
 
 
 def write_bundle(path: str | os.PathLike, image: ProgramImage, signature: Mapping[str, Any],
-                 name: str = "", compress: bool = True) -> dict[str, Any]:
+                 name: str = "", compress: bool = True,
+                 modelled: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Write ``image`` and the call ``signature`` (inputs/outputs: pytree spec + leaves) to
     ``path`` atomically; each part zlib-compressed unless ``compress=False``; returns the
-    manifest."""
+    manifest. ``modelled``: the cost model's estimate (``rockjit.cost.to_manifest``), kept in
+    the manifest for ``rockjit inspect``; informational, never read to run the program."""
     from .. import __version__
     from ._ffi import lib
 
@@ -139,6 +141,8 @@ def write_bundle(path: str | os.PathLike, image: ProgramImage, signature: Mappin
         "stats": dict(image.stats),
         "parts": layout,
     }
+    if modelled is not None:
+        manifest["modelled"] = dict(modelled)
     mbytes = json.dumps(manifest, indent=1, sort_keys=True).encode()
     head = _HEAD.pack(MAGIC, CONTAINER_VERSION, len(mbytes), hashlib.sha256(mbytes).digest())
     base = -(-(len(head) + len(mbytes)) // _ALIGN) * _ALIGN
@@ -186,6 +190,8 @@ def _check_manifest(m: Any, where: str) -> None:
                      ("parts", dict), ("stats", dict), ("contexts", int)):
         _require(isinstance(m.get(key), typ),
                  f"{where}: the manifest's {key!r} is missing or not a {typ.__name__}")
+    _require(m.get("modelled") is None or isinstance(m.get("modelled"), dict),
+             f"{where}: the manifest's 'modelled' entry is not a JSON object")
     unknown = [f for f in m["uapi_features"] if not isinstance(f, str) or f not in UAPI_FEATURES]
     _require(not unknown, f"{where}: the program needs rocket uAPI features {unknown} that this "
              f"runtime does not provide (known: {sorted(UAPI_FEATURES)}); upgrade rockjit")

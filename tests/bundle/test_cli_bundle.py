@@ -68,15 +68,36 @@ def test_inspect_prints_manifest_stats_steps_and_placement(compiled_bundle, caps
     capsys.readouterr()
     assert main(["inspect", str(out)]) == EXIT_OK
     text = capsys.readouterr().out
-    for section in ("# manifest", "# stats", "# steps", "# placement"):
+    for section in ("# manifest", "# stats", "# steps", "# modelled", "# placement"):
         assert section in text
     assert "chip profile  rk3588" in text and "input         x: float32[8, 64]" in text
-    npu_steps = [ln for ln in text.splitlines() if " npu  " in ln]
+    npu_steps = [ln for ln in text.splitlines() if " npu  " in ln and " job(s) " in ln]
     assert npu_steps and all("bundle_testutil.py:" in ln for ln in npu_steps)
     assert "reduce_max" in text and "the NPU reduces channels only by summing" in text
     assert main(["inspect", str(out), "--only", "stats"]) == EXIT_OK
     only = capsys.readouterr().out
     assert "# stats" in only and "# steps" not in only
+
+
+def test_inspect_prints_the_modelled_time_per_step(compiled_bundle, capsys) -> None:
+    """The manifest keeps the cost model's estimate, so a bundle shows it without the compiler:
+    one row per modelled step, a total that is their sum, and the same estimate the program
+    gives in-process (``stats()['modelled_ms']``) for the same function and weights."""
+    d, out, x = compiled_bundle
+    capsys.readouterr()
+    assert main(["inspect", str(out), "--only", "modelled"]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert "# modelled time per step at NPU 600 MHz" in text and "not a measurement" in text
+    lines = text.splitlines()
+    rows = [ln.split() for ln in lines if ln[:5].strip().isdigit()]
+    assert rows and all(r[1] in ("npu", "host") for r in rows)
+    assert any(r[1] == "npu" for r in rows)
+    total = next(ln for ln in lines if ln.startswith("total"))
+    assert "modelled ms per forward" in total
+    t = float(total.split()[1])
+    assert t == pytest.approx(sum(float(r[2]) for r in rows), rel=1e-3, abs=1e-3)
+    c = rockjit.compile(block, resident_argnums=0, backend="sim").compiled(weights(), x)
+    assert t == pytest.approx(c.stats()["modelled_ms"], rel=1e-3)
 
 
 def test_bench_prints_median_and_min(compiled_bundle, capsys) -> None:
