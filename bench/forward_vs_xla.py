@@ -40,7 +40,7 @@ def main() -> int:
         t_first = time.perf_counter() - t0
         t = median_s(lambda: f(params, *inputs), args.reps)
         what = "simulator forward" if be == "sim" else "host cost (null backend)"
-        print(f"  rockjit {what:28s} {t * 1e3:10.2f} ms  = {t / t_xla:8.1f} x XLA   "
+        print(f"  rockjit {what:28s} {t * 1e3:10.2f} ms  = {t / t_xla:8.3f} x XLA   "
               f"(first call {t_first:.1f} s)")
     return 0
 
