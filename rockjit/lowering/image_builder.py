@@ -44,7 +44,7 @@ import numpy as np
 from ..ir.types import DType
 from ..cost.from_program import cost_jobs
 from ..progress import progress
-from ..runtime.image import (BoSpec, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
+from ..runtime.image import (BoSpec, CorePlacement, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
                              StepSpec, TensorSig, Upload, Words, ZeroFill)
 from .bounds import check_bo
 from .host_rules import DESC_BYTES, HostView, host_op_step
@@ -93,7 +93,9 @@ class ImageBuilder:
             outputs=[self._sig(bd, "out") for bd in lowered.outputs], sources=self.sources,
             placement=[Placement(d.node, d.loc, d.where, d.how, d.why or "")
                        for d in lowered.decisions],
-            stats=self._stats(), arrays=self.arrays)
+            stats=self._stats(), arrays=self.arrays,
+            core_placement=[CorePlacement(c.label, c.jobs, c.cores, c.rule_cores, c.describe())
+                            for c in self.core_choices])
         self.image.check()
 
     # ------------------------------------------------------------------ memory plan

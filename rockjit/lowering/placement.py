@@ -63,8 +63,9 @@ class CoreChoice:
         opts = ", ".join(f"{k} core{'s' if k > 1 else ''} {ms:.4f} ms"
                          f" ({self.copy_bytes[k] / 1e3:.1f} kB copied)"
                          for k, ms in sorted(self.modelled_ms.items()))
-        verdict = "rule kept" if self.agrees else f"rule was {self.rule_cores}"
-        return f"{self.cores} of {self.jobs} job(s)' cores: {opts}; {verdict}"
+        verdict = ("round-robin kept" if self.agrees
+                   else f"round-robin over {self.rule_cores} overruled")
+        return f"{self.jobs} jobs, modelled {opts}; {verdict}"
 
 
 def _run_bytes(run: Run) -> int:

@@ -19,6 +19,7 @@ from rockjit.lowering.pipeline import lower_graph
 from rockjit.lowering.placement import StepJob, choose
 from rockjit.oracle import tolerance as T
 from rockjit.runtime import SimDevice
+from rockjit.runtime.image import ProgramImage
 
 CLOCK_MHZ = 600.0   # the cost model's default clock, which placement uses
 
@@ -100,6 +101,10 @@ def test_overruled_step_computes_the_same_on_the_simulator() -> None:
         s3 = p3.stats()
         assert s3["placement_steps"] == 1 and s3["placement_rule_overruled"] == 1
         assert s3["cores_used"] == 2 and s3["jobs_core2"] == 0
+        # the record travels with the image (bundles, ``rockjit inspect``)
+        img = p3.image
+        back = ProgramImage.from_json(img.to_json(), img.arrays).core_placement
+        assert back == img.core_placement and back[0].cores == 2 and "overruled" in back[0].why
         y1, = p1.run([x])
         y3, = p3.run([x])
         assert np.array_equal(y1, y3)
