@@ -114,3 +114,44 @@ def test_overruled_step_computes_the_same_on_the_simulator() -> None:
     finally:
         one.close()
         three.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# host or NPU for one-row ops (rockjit/lowering/host_or_npu.py)
+# ---------------------------------------------------------------------------------------------
+
+def _mul_add(x, y):
+    return x * y + y
+
+
+def _where(report: str, op: str) -> list[str]:
+    return [ln.split()[3] for ln in report.splitlines() if f"= {op} " in ln]
+
+
+def test_one_row_op_runs_on_the_host_where_the_model_says_it_is_cheaper(monkeypatch) -> None:
+    from tests.lowering.graphs_testutil import run_sim
+
+    n = 512
+    rng = np.random.default_rng(11)
+    c = cost.calibrated()
+    # the host side as the module charges it, written out: a row-major f32 op reading two
+    # inputs and writing one (the graph's inputs are row-major already), then a pack of its
+    # output to an fp16 cube; every NPU step costs at least a submit, a job and a kick
+    host_s = (3 * n * 4 + n * 2) / (c.host_gather_gbps * 1e9)
+    npu_floor_s = (c.submit_us + c.job_us + c.kick_us) * 1e-6
+    assert host_s < npu_floor_s
+    x, y = (rng.standard_normal((1, n)).astype(np.float32) for _ in range(2))
+    got, ref, bound, _, rep = run_sim(_mul_add, None, x, y)
+    T.check(got, ref, bound, "one-row mul + add on the host")
+    assert _where(rep, "mul") == ["host"] and _where(rep, "add") == ["host"], rep
+    assert "modelled host" in rep
+    # the same graph at 64 rows: no comparison, the rule (NPU) stays
+    xs, ys = (rng.standard_normal((64, n)).astype(np.float32) for _ in range(2))
+    got, ref, bound, _, rep = run_sim(_mul_add, None, xs, ys)
+    T.check(got, ref, bound, "64-row mul + add on the NPU")
+    assert "modelled host" not in rep and _where(rep, "mul") == ["npu"], rep
+    # and the switch that keeps the rule at one row
+    monkeypatch.setenv("ROCKJIT_NPU_FIRST", "1")
+    got, ref, bound, _, rep = run_sim(_mul_add, None, x, y)
+    T.check(got, ref, bound, "one-row mul + add on the NPU")
+    assert _where(rep, "mul") == ["npu"], rep
