@@ -18,8 +18,8 @@ which the runtime loads (runtime/program.py: LoadedImage) and a bundle stores.
   * ``_stats``, then the image.
 The image holds no compiler object.
 
-Multicore: the jobs of one NPU step are independent and are dealt over the device's contexts
-(schedule.py). The rocket driver gives each fd its own IOVA space and a job may only touch BOs
+Multicore: the jobs of one NPU step are independent and are dealt over as many of the
+device's contexts as the cost model finds cheapest, copies included (placement.py). The rocket driver gives each fd its own IOVA space and a job may only touch BOs
 of its own context (notes: perf/iova-and-multicore.md), so every used context gets its own
 arena (a mirror at the same offsets: a job's relocations differ only in the BO), weights (the
 const buffers its jobs read, uploaded once) and regcmd (its jobs' kicks). Context 0 holds the
