@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import rockjit
+from graphs_testutil import run_sim
 from rockjit import cost
 from rockjit.cost import CostJob, CostTask
 from rockjit.lowering.loaded_graph import LoadedGraph
@@ -129,8 +130,6 @@ def _where(report: str, op: str) -> list[str]:
 
 
 def test_one_row_op_runs_on_the_host_where_the_model_says_it_is_cheaper(monkeypatch) -> None:
-    from tests.lowering.graphs_testutil import run_sim
-
     n = 512
     rng = np.random.default_rng(11)
     c = cost.calibrated()
