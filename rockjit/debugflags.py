@@ -169,6 +169,13 @@ UPDATE_GOLDEN = flag(
     "the diff with the reason for the change.",
     "0")
 
+NPU_FIRST = flag(
+    "ROCKJIT_NPU_FIRST",
+    "on: every op the NPU has a form for runs on the NPU, as before the cost model took the "
+    "host-or-NPU decision for one-row ops (rockjit/lowering/host_or_npu.py). For tests that "
+    "exercise an NPU path at one row, and to compare both placements.",
+    "0")
+
 # Flags of the C table that Python reads too (described there).
 FAKE_ROCKET = "RJ_FAKE_ROCKET"
 SIM_FAITHFUL = "RJ_SIM_FAITHFUL"

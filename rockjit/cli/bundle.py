@@ -290,6 +290,11 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"\n# placement: where each op ran and why "
               f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})")
         print(img.report())
+        if img.core_placement:
+            moved = sum(1 for c in img.core_placement if c.cores != c.rule_cores)
+            print(f"\n# cores per NPU step, by modelled cost ({len(img.core_placement)} steps "
+                  f"could spread; {moved} use fewer cores than round-robin over all)")
+            print(img.core_report())
     return EXIT_OK
 
 

@@ -19,11 +19,30 @@ from typing import Any
 from .description import CostHostStep, CostJob, CostNpuStep, CostProgram, CostTask
 
 
+def cost_jobs(job: Any, core: int, per_task_macs: float) -> list[CostJob]:
+    """One scheduled ``op_lowering.NpuJob`` on ``core`` as the runtime's jobs (a self-chained
+    kick is one job of one kick, a run of single-task kicks one job with a kick per task); a
+    task's DMA bytes are its kick's declared streams shared evenly over the kick's tasks."""
+    from ..lowering.schedule import runtime_jobs
+
+    prec = "int8" if job.integer else "fp16"
+    out: list[CostJob] = []
+    for kicks, chained in runtime_jobs(job):
+        tasks = []
+        for k in kicks:
+            n = max(1, k.task_number)
+            rd = sum(a.nbytes for a in k.reads) / n
+            wr = sum(a.nbytes for a in k.writes) / n
+            tasks.extend(CostTask({prec: int(per_task_macs)}, int(rd), int(wr))
+                         for _ in range(k.task_number))
+        out.append(CostJob(core, tasks, kicks=1 if chained else len(tasks)))
+    return out
+
+
 def describe(prog: Any) -> CostProgram:
     """``prog``: a built ``rockjit.lowering.loaded_graph.LoadedGraph`` (its ImageBuilder's schedule
     and the image's static counts)."""
     from ..lowering.image_builder import ImageBuilder
-    from ..lowering.schedule import runtime_jobs
 
     calls = prog.lowered.calls
     ncores = max(1, prog.ncores)
@@ -44,16 +63,7 @@ def describe(prog: Any) -> CostProgram:
             pc = calls[jr.call]
             nodes.append(pc.node)
             per_task_macs = pc.call.lowering.macs / max(1, call_tasks[jr.call])
-            prec = "int8" if jr.job.integer else "fp16"
-            for kicks, chained in runtime_jobs(jr.job):
-                tasks = []
-                for k in kicks:
-                    n = max(1, k.task_number)
-                    rd = sum(a.nbytes for a in k.reads) / n
-                    wr = sum(a.nbytes for a in k.writes) / n
-                    tasks.extend(CostTask({prec: int(per_task_macs)}, int(rd), int(wr))
-                                 for _ in range(k.task_number))
-                jobs.append(CostJob(jr.core % ncores, tasks, kicks=1 if chained else len(tasks)))
+            jobs.extend(cost_jobs(jr.job, jr.core % ncores, per_task_macs))
         label = ", ".join(dict.fromkeys(nodes))
         steps.append(CostNpuStep(jobs, label=f"step {si}: {label}"))
     s = prog.image.stats

@@ -5,7 +5,8 @@ which the runtime loads (runtime/program.py: LoadedImage) and a bundle stores.
   * ``_schedule``: the calls in step order (schedule.py);
   * ``_liveness`` + ``_plan_arena``: each arena buffer's live interval in steps, the arena
     (memory.py);
-  * ``_assign_contexts``: jobs dealt over the device contexts;
+  * ``_assign_contexts``: how many contexts (cores) each NPU step uses, by modelled cost
+    (placement.py), its jobs dealt round-robin over them;
   * ``_lay_out_weights`` / ``_lay_out_regcmd``: per context, the const buffers its jobs read
     and the regcmd regions of the calls whose jobs run there;
   * ``_make_bos``, ``_uploads``: BOs (one arena, weights and regcmd per used context) and what
@@ -17,8 +18,8 @@ which the runtime loads (runtime/program.py: LoadedImage) and a bundle stores.
   * ``_stats``, then the image.
 The image holds no compiler object.
 
-Multicore: the jobs of one NPU step are independent and are dealt over the device's contexts
-(schedule.py). The rocket driver gives each fd its own IOVA space and a job may only touch BOs
+Multicore: the jobs of one NPU step are independent and are dealt over as many of the
+device's contexts as the cost model finds cheapest, copies included (placement.py). The rocket driver gives each fd its own IOVA space and a job may only touch BOs
 of its own context (notes: perf/iova-and-multicore.md), so every used context gets its own
 arena (a mirror at the same offsets: a job's relocations differ only in the BO), weights (the
 const buffers its jobs read, uploaded once) and regcmd (its jobs' kicks). Context 0 holds the
@@ -41,8 +42,9 @@ from typing import Any
 import numpy as np
 
 from ..ir.types import DType
+from ..cost.from_program import cost_jobs
 from ..progress import progress
-from ..runtime.image import (BoSpec, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
+from ..runtime.image import (BoSpec, CorePlacement, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
                              StepSpec, TensorSig, Upload, Words, ZeroFill)
 from .bounds import check_bo
 from .host_rules import DESC_BYTES, HostView, host_op_step
@@ -51,6 +53,7 @@ from .lowered import Boundary, LoweredGraph
 from .arith import round_up
 from .memory import ArenaPlan, BufReq, check_plan, plan_arena
 from .op_lowering import HostStep
+from .placement import CoreChoice, StepJob, choose
 from .schedule import JobRef, ScheduledStep, call_spans, runtime_jobs, schedule
 
 _ARENA_SLACK = 4096  # emitters may read a padded span past the last tensor
@@ -90,7 +93,9 @@ class ImageBuilder:
             outputs=[self._sig(bd, "out") for bd in lowered.outputs], sources=self.sources,
             placement=[Placement(d.node, d.loc, d.where, d.how, d.why or "")
                        for d in lowered.decisions],
-            stats=self._stats(), arrays=self.arrays)
+            stats=self._stats(), arrays=self.arrays,
+            core_placement=[CorePlacement(c.label, c.jobs, c.cores, c.rule_cores, c.describe())
+                            for c in self.core_choices])
         self.image.check()
 
     # ------------------------------------------------------------------ memory plan
@@ -119,13 +124,35 @@ class ImageBuilder:
         check_plan(reqs, self.plan)
 
     def _assign_contexts(self, contexts: int | None) -> None:
-        # a core is one device context (rocket: one fd) with its own IOVA space, so every BO a
-        # job touches must live in the job's context
+        """How many cores each NPU step uses, by modelled cost (placement.py), its jobs dealt
+        round-robin over them. A core is one device context (rocket: one fd) with its own IOVA
+        space, so every BO a job touches must live in the job's context."""
         self.ncores = max(1, min(self.cores, contexts if contexts is not None else self.cores))
+        self._host_scratch: set[tuple[int, str]] = set()
         for st in self.steps:
-            if st.kind == "npu":
-                for jr in st.jobs:
-                    jr.core = jr.core % self.ncores
+            if st.kind == "host":
+                ci, hs = st.host
+                self._host_scratch.update((ci, sl.buffer) for sl in hs.operands.values())
+        call_tasks: dict[int, int] = {}
+        for st in self.steps:
+            for jr in st.jobs:
+                call_tasks[jr.call] = call_tasks.get(jr.call, 0) + jr.job.tasks
+        self.core_choices: list[CoreChoice] = []
+        for si, st in enumerate(self.steps):
+            if st.kind != "npu":
+                continue
+            k = 1
+            if self.ncores > 1 and len(st.jobs) > 1:
+                sjs = [StepJob(tuple(cost_jobs(jr.job, 0, self.calls[jr.call].call.lowering.macs
+                                               / max(1, call_tasks[jr.call]))),
+                               tuple(self._ranges(jr, "r")), tuple(self._ranges(jr, "w")))
+                       for jr in st.jobs]
+                label = ", ".join(dict.fromkeys(self.calls[jr.call].node for jr in st.jobs))
+                choice = choose(sjs, self.ncores, si, label)
+                self.core_choices.append(choice)
+                k = choice.cores
+            for i, jr in enumerate(st.jobs):
+                jr.core = i % k
         self.used = sorted({jr.core for st in self.steps for jr in st.jobs} | {0})
 
     def _lay_out_weights(self) -> None:
@@ -283,8 +310,8 @@ class ImageBuilder:
 
     def _ranges(self, jr: JobRef, which: str) -> list[tuple[int, int, int, int]]:
         """The arena bytes a job's DMA reads or writes, as (start, pieces, pitch, chunk)
-        strided runs (its op-private scratch excluded: only the job touches it)."""
-        names = self._names_for(jr.call, jr.core)
+        strided runs (its op-private scratch excluded: only the job touches it). The arenas
+        of all contexts mirror each other, so the runs do not depend on the job's core."""
         out = []
         for kick in jr.job.kicks:
             for a in (kick.reads if which == "r" else kick.writes):
@@ -293,7 +320,8 @@ class ImageBuilder:
                 bid = self.calls[jr.call].binding.get(a.buffer)
                 if bid is None or self.bufs[bid[0]].kind != "arena":
                     continue
-                out.append((names[a.buffer][1] + a.offset, a.pieces, a.pitch, a.chunk))
+                out.append((self.plan.offsets[bid[0]] + bid[1] + a.offset, a.pieces, a.pitch,
+                            a.chunk))
         return out
 
     def _cross_context_copy(self, src_core: int, dst_core: int,
@@ -320,11 +348,6 @@ class ImageBuilder:
                                      "copy_steps"), 0)
         self._desc_bufs: list[np.ndarray] = []
         self._pending: list[tuple] = []
-        self._host_scratch: set[tuple[int, str]] = set()
-        for st in self.steps:
-            if st.kind == "host":
-                ci, hs = st.host
-                self._host_scratch.update((ci, sl.buffer) for sl in hs.operands.values())
         n = self._count
         for st in progress(self.steps, "laying out the program image"):
             if st.kind != "npu":
@@ -436,6 +459,11 @@ class ImageBuilder:
             "host_ops": sum(1 for d in decisions if d.where == "host"),
             "view_ops": sum(1 for d in decisions if d.where == "view"),
             "cores_used": len(set(self.job_cores)),
+            # placement.py: steps whose jobs could spread, and how many the model kept on
+            # fewer cores than the round-robin rule
+            "placement_steps": len(self.core_choices),
+            "placement_single_core_steps": sum(1 for c in self.core_choices if c.cores == 1),
+            "placement_rule_overruled": sum(1 for c in self.core_choices if not c.agrees),
         }
         for c in range(self.ncores):
             stats[f"jobs_core{c}"] = sum(1 for x in self.job_cores if x == c)

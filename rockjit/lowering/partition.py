@@ -5,7 +5,9 @@ Order of preference, per node:
   1. the NPU rule, if the op has one and the rule finds a legal form at this node's shapes and
      dtypes (floats run as fp16 with fp32 accumulation; int8 stays int8);
   2. the host rule, when the NPU has no form (the rule raised NoNpuForm, or the op has no NPU
-     rule): the row max / 1/sum / rsqrt tails, gathers, strided transforms, f32 math;
+     rule): the row max / 1/sum / rsqrt tails, gathers, strided transforms, f32 math; or when
+     both have one and the cost model says the host is cheaper (host_or_npu.py: a one-row op
+     whose NPU steps cost a submit each for a few hundred bytes);
   3. otherwise ``UnsupportedError`` naming the op, its source line and why each side refused.
 
 Every decision is recorded (``Decision``) so a program can report where each op ran and why.
@@ -15,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
+from .. import debugflags
 from ..errors import UnsupportedError
 from ..ir.graph import Node
 from ..ir.ops import Op
@@ -84,7 +87,26 @@ def lower_node(ctx: RuleContext) -> tuple[RuleResult, str]:
         why = f"the NPU has no {node.op.text} operation"
     else:
         try:
-            return rule(ctx), ""
+            res = rule(ctx)
         except NoNpuForm as e:
             why = str(e)
+        else:
+            return _cheaper_side(ctx, res)
     return host_result(node, ctx, why), why
+
+
+def _cheaper_side(ctx: RuleContext, res: RuleResult) -> tuple[RuleResult, str]:
+    """The NPU rule's result, or the host rule's where the cost model says the host is cheaper
+    (host_or_npu.py); a host rule that refuses the node leaves it on the NPU."""
+    if res.view is not None or ctx.node.op not in host_rules() or \
+            debugflags.enabled(debugflags.NPU_FIRST.name):
+        return res, ""
+    from .host_or_npu import host_is_cheaper
+
+    cheaper, why = host_is_cheaper(ctx, res.calls)
+    if not cheaper:
+        return res, ""
+    try:
+        return host_result(ctx.node, ctx, why), why
+    except UnsupportedError:
+        return res, ""

@@ -5,7 +5,8 @@
   matmuls) whose programs have the same shape of steps are merged position by position: their
   host steps run back to back and their NPU steps become one step whose jobs are independent.
 * The jobs of an NPU step are dealt round-robin over the cores (``core`` = job index mod
-  cores): attention heads and a matmul's N tiles run side by side.
+  cores): attention heads and a matmul's N tiles run side by side. This is the default; the
+  image builder then chooses how many cores each step uses by modelled cost (placement.py).
 * A job's kicks stay in order on its core. Self-chained kicks (several tasks in one kick) come
   from the emitters (fp16 only; regcmd.link refuses integer tasks); a run of single-task kicks
   is one unchained job (one kick per task).

@@ -135,6 +135,18 @@ class Placement:
     why: str = ""
 
 
+@dataclass(frozen=True)
+class CorePlacement:
+    """How many cores one NPU step's jobs use and the modelled costs that chose it
+    (lowering/placement.py). Informational: the jobs' ``core`` fields are what runs."""
+
+    node: str
+    jobs: int
+    cores: int
+    rule_cores: int     # round-robin over every core (the fixed rule)
+    why: str            # the modelled cost of each number of cores tried
+
+
 @dataclass
 class ProgramImage:
     profile: str
@@ -153,6 +165,7 @@ class ProgramImage:
     stats: dict[str, int]
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     version: int = IMAGE_VERSION
+    core_placement: list[CorePlacement] = field(default_factory=list)
 
     # ---------------------------------------------------------------- checks
     def check(self) -> None:
@@ -274,6 +287,7 @@ class ProgramImage:
             "outputs": [dict(flat(t), shape=list(t.shape)) for t in self.outputs],
             "sources": [flat(x) for x in self.sources],
             "placement": [flat(x) for x in self.placement],
+            "core_placement": [flat(x) for x in self.core_placement],
             "stats": dict(self.stats),
         }
 
@@ -314,7 +328,10 @@ class ProgramImage:
                 placement=[Placement(str(p["node"]), str(p["loc"]), str(p["where"]),
                                      str(p["how"]), str(p["why"])) for p in d["placement"]],
                 stats={str(k): _int(v) for k, v in d["stats"].items()},
-                arrays=dict(arrays), version=_int(d["version"]))
+                arrays=dict(arrays), version=_int(d["version"]),
+                core_placement=[CorePlacement(str(p["node"]), _int(p["jobs"]), _int(p["cores"]),
+                                              _int(p["rule_cores"]), str(p["why"]))
+                                for p in d.get("core_placement", [])])
         except ImageError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
@@ -335,6 +352,10 @@ class ProgramImage:
             why = f"  [{d.why}]" if d.why else ""
             lines.append(f"{d.node:<28} {d.where:<5} {d.how:<32} {d.loc}{why}")
         return "\n".join(lines)
+
+    def core_report(self) -> str:
+        """One line per NPU step whose jobs could spread: the cores it uses and why."""
+        return "\n".join(f"{c.node:<28} {c.cores} core(s)  {c.why}" for c in self.core_placement)
 
     def step_list(self) -> str:
         """One line per step: NPU jobs/tasks or the host step kind, and the op's source."""
