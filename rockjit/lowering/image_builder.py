@@ -2,10 +2,11 @@
 which the runtime loads (runtime/program.py: LoadedImage) and a bundle stores.
 
 ``ImageBuilder`` runs named steps, each filling the attributes the next ones read:
-  * ``_schedule``: the calls in step order (schedule.py);
+  * ``_schedule``: the calls in step order (schedule.py); ``_assign_contexts``: jobs dealt
+    over the device contexts; ``_coalesce``: independent host steps hoisted and adjacent
+    context-0 NPU steps merged (coalesce.py);
   * ``_liveness`` + ``_plan_arena``: each arena buffer's live interval in steps, the arena
     (memory.py);
-  * ``_assign_contexts``: jobs dealt over the device contexts;
   * ``_lay_out_weights`` / ``_lay_out_regcmd``: per context, the const buffers its jobs read
     and the regcmd regions of the calls whose jobs run there;
   * ``_make_bos``, ``_uploads``: BOs (one arena, weights and regcmd per used context) and what
@@ -40,11 +41,13 @@ from typing import Any
 
 import numpy as np
 
+from .. import debugflags
 from ..ir.types import DType
 from ..progress import progress
 from ..runtime.image import (BoSpec, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
                              StepSpec, TensorSig, Upload, Words, ZeroFill)
 from .bounds import check_bo
+from .coalesce import coalesce
 from .host_rules import DESC_BYTES, HostView, host_op_step
 from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
@@ -67,9 +70,10 @@ class ImageBuilder:
         self.bufs = lowered.bufs
         self.cores = cores or lowered.profile.cores
         self._schedule()
+        self._assign_contexts(contexts)
+        self._coalesce()
         self._liveness()
         self._plan_arena()
-        self._assign_contexts(contexts)
         self._lay_out_weights()
         self._lay_out_regcmd()
         self._check_sizes()
@@ -96,6 +100,12 @@ class ImageBuilder:
     # ------------------------------------------------------------------ memory plan
     def _schedule(self) -> None:
         self.steps: list[ScheduledStep] = schedule(self.calls, self.cores)
+
+    def _coalesce(self) -> None:
+        # after the contexts are final (only context-0 steps merge), before liveness (the
+        # memory plan follows the new order)
+        if debugflags.enabled(debugflags.COALESCE.name):
+            self.steps = coalesce(self.steps, self.calls)
 
     def _liveness(self) -> None:
         spans = call_spans(self.steps, len(self.calls))
