@@ -193,8 +193,14 @@ def merge(steps: Sequence[ScheduledStep]) -> list[ScheduledStep]:
     return out
 
 
-def coalesce(steps: Sequence[ScheduledStep], calls: Sequence) -> list[ScheduledStep]:
-    """``steps``: the schedule with each job's context already final (``JobRef.core``);
-    ``calls``: the placed calls (their bindings name the buffers)."""
-    order = reorder(steps, dependencies(steps, calls))
-    return merge([steps[i] for i in order])
+def coalesce(steps: Sequence[ScheduledStep],
+             calls: Sequence) -> tuple[list[ScheduledStep], list[ScheduledStep]]:
+    """(merged steps, the same steps reordered but not merged). ``steps``: the schedule with
+    each job's context already final (``JobRef.core``); ``calls``: the placed calls (their
+    bindings name the buffers).
+
+    Liveness belongs on the unmerged order: the parts of a merged step run one after the other
+    (every context-0 job writes the arena BO, so each waits for the one before), so a buffer
+    dead after one part may share bytes with one born in a later part."""
+    ordered = [steps[i] for i in reorder(steps, dependencies(steps, calls))]
+    return merge(ordered), ordered

@@ -104,11 +104,13 @@ class ImageBuilder:
     def _coalesce(self) -> None:
         # after the contexts are final (only context-0 steps merge), before liveness (the
         # memory plan follows the new order)
+        self._live_steps = self.steps
         if debugflags.enabled(debugflags.COALESCE.name):
-            self.steps = coalesce(self.steps, self.calls)
+            self.steps, self._live_steps = coalesce(self.steps, self.calls)
 
     def _liveness(self) -> None:
-        spans = call_spans(self.steps, len(self.calls))
+        # in the unmerged order: a merged step's parts run one after the other (coalesce.py)
+        spans = call_spans(self._live_steps, len(self.calls))
         for b in self.bufs:
             b.first, b.last = 1 << 60, -1
         for ci, pc in enumerate(self.calls):
