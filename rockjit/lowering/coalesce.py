@@ -128,6 +128,12 @@ def dependencies(steps: Sequence[ScheduledStep], calls: Sequence) -> list[set[in
         for t in reads:
             seen_r[t.key].append((si, t.lo, t.hi))
         for t in writes:
+            # an access inside this write's bytes needs no edge of its own any more: whatever
+            # later overlaps it overlaps the write too, which follows it
+            for seen in (seen_r, seen_w):
+                old = seen[t.key]
+                if old:
+                    seen[t.key] = [a for a in old if a[0] == si or not t.lo <= a[1] < a[2] <= t.hi]
             seen_w[t.key].append((si, t.lo, t.hi))
         p.discard(si)
         preds.append(p)
