@@ -179,9 +179,9 @@ PROGRESS = flag(
     "is not a terminal; off: never. Unset: only on a terminal (rockjit/progress.py).",
     "")
 
-COALESCE = flag(
-    "ROCKJIT_COALESCE",
-    "off: keep the schedule's step order and one NPU step per op step (no reordering of "
+NO_COALESCE = flag(
+    "ROCKJIT_NO_COALESCE",
+    "on: keep the schedule's step order and one NPU step per op step (no hoisting of "
     "independent host steps, no merging of adjacent context-0 NPU steps: "
-    "rockjit/lowering/coalesce.py), for A/B comparisons. On by default.",
-    "1")
+    "rockjit/lowering/coalesce.py), for A/B comparisons.",
+    "0")

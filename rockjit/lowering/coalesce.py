@@ -24,7 +24,7 @@ new order.
   cross-context copies around a step from that step's jobs, so a merged step could hand a job
   stale data.
 
-``ROCKJIT_COALESCE=0`` (debugflags.COALESCE) turns the pass off, for A/B comparisons.
+``ROCKJIT_NO_COALESCE=1`` (debugflags.NO_COALESCE) turns the pass off, for A/B comparisons.
 """
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ class ImageBuilder:
         # after the contexts are final (only context-0 steps merge), before liveness (the
         # memory plan follows the new order)
         self._live_steps = self.steps
-        if debugflags.enabled(debugflags.COALESCE.name):
+        if not debugflags.enabled(debugflags.NO_COALESCE.name):
             self.steps, self._live_steps = coalesce(self.steps, self.calls)
 
     def _liveness(self) -> None:
