@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Sequence
 
 from .op_lowering import HostStep
@@ -39,29 +38,25 @@ from .schedule import JobRef, ScheduledStep
 _WHOLE = 1 << 62
 
 
-@dataclass(frozen=True)
-class Touch:
-    """A byte range [lo, hi) of a lowered buffer (or a call-private name without a buffer)."""
-
-    key: object
-    lo: int
-    hi: int
+# (key, lo, hi): bytes [lo, hi) of a lowered buffer id (or of a call-private name without a
+# buffer); a plain tuple, since a whole model makes ~10^5 of them
+Touch = tuple[object, int, int]
 
 
 def _range(binding: dict, ci: int, name: str, offset: int, nbytes: int) -> Touch:
     bound = binding.get(name)
     if bound is None:
         # not bound by the pipeline (the call's regcmd): private to the call
-        return Touch(("call", ci, name), 0, _WHOLE)
+        return ("call", ci, name), 0, _WHOLE
     bid, base = bound
     if nbytes <= 0:
-        return Touch(bid, 0, _WHOLE)
-    return Touch(bid, base + offset, base + offset + nbytes)
+        return bid, 0, _WHOLE
+    return bid, base + offset, base + offset + nbytes
 
 
 def _whole(binding: dict, ci: int, name: str) -> Touch:
     bound = binding.get(name)
-    return Touch(bound[0] if bound is not None else ("call", ci, name), 0, _WHOLE)
+    return (bound[0] if bound is not None else ("call", ci, name)), 0, _WHOLE
 
 
 def job_touches(jr: JobRef, binding: dict) -> tuple[list[Touch], list[Touch]]:
@@ -119,22 +114,23 @@ def dependencies(steps: Sequence[ScheduledStep], calls: Sequence) -> list[set[in
     preds: list[set[int]] = []
     for si, st in enumerate(steps):
         reads, writes = step_touches(st, calls)
+        reads, writes = set(reads), set(writes)   # a job's tasks often repeat a stream
         p: set[int] = set()
-        for t in reads:
-            p.update(j for j, lo, hi in seen_w[t.key] if lo < t.hi and t.lo < hi)
-        for t in writes:
-            p.update(j for j, lo, hi in seen_w[t.key] if lo < t.hi and t.lo < hi)
-            p.update(j for j, lo, hi in seen_r[t.key] if lo < t.hi and t.lo < hi)
-        for t in reads:
-            seen_r[t.key].append((si, t.lo, t.hi))
-        for t in writes:
+        for key, tlo, thi in reads:
+            p.update(j for j, lo, hi in seen_w[key] if lo < thi and tlo < hi)
+        for key, tlo, thi in writes:
+            p.update(j for j, lo, hi in seen_w[key] if lo < thi and tlo < hi)
+            p.update(j for j, lo, hi in seen_r[key] if lo < thi and tlo < hi)
+        for key, tlo, thi in reads:
+            seen_r[key].append((si, tlo, thi))
+        for key, tlo, thi in writes:
             # an access inside this write's bytes needs no edge of its own any more: whatever
             # later overlaps it overlaps the write too, which follows it
             for seen in (seen_r, seen_w):
-                old = seen[t.key]
+                old = seen.get(key)
                 if old:
-                    seen[t.key] = [a for a in old if a[0] == si or not t.lo <= a[1] < a[2] <= t.hi]
-            seen_w[t.key].append((si, t.lo, t.hi))
+                    seen[key] = [a for a in old if a[0] == si or not tlo <= a[1] < a[2] <= thi]
+            seen_w[key].append((si, tlo, thi))
         p.discard(si)
         preds.append(p)
     return preds
