@@ -185,3 +185,10 @@ PROGRESS = flag(
     "on: progress bars on stderr for lowering and image layout of whole models even when stderr "
     "is not a terminal; off: never. Unset: only on a terminal (rockjit/progress.py).",
     "")
+
+NO_COALESCE = flag(
+    "ROCKJIT_NO_COALESCE",
+    "on: keep the schedule's step order and one NPU step per op step (no hoisting of "
+    "independent host steps, no merging of adjacent context-0 NPU steps: "
+    "rockjit/lowering/coalesce.py), for A/B comparisons.",
+    "0")

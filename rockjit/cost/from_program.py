@@ -2,7 +2,9 @@
 plain ``description.CostProgram``. The only module of rockjit.cost that knows the compiler's types;
 retarget it here when the program becomes a plain-data image.
 
-What it reads, per schedule step: every NPU step is one submit; each of its jobs splits into the
+What it reads, per schedule step (after lowering/coalesce.py: adjacent context-0 ops share one
+NPU step, their jobs in order on core 0): every NPU step is one submit per context it uses, its
+jobs on one context one after another; each of its jobs splits into the
 runtime's jobs exactly as the program builds them (schedule.runtime_jobs: a self-chained kick is
 one job of one kick, a run of single-task kicks is one job with one kick per task). A task's DMA
 bytes are its kick's declared streams (regcmd.Access, what the registers make the hardware move)

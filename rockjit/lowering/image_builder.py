@@ -3,10 +3,12 @@ which the runtime loads (runtime/program.py: LoadedImage) and a bundle stores.
 
 ``ImageBuilder`` runs named steps, each filling the attributes the next ones read:
   * ``_schedule``: the calls in step order (schedule.py);
-  * ``_liveness`` + ``_plan_arena``: each arena buffer's live interval in steps, the arena
-    (memory.py);
   * ``_assign_contexts``: how many contexts (cores) each NPU step uses, by modelled cost
     (placement.py), its jobs dealt round-robin over them;
+  * ``_coalesce``: independent host steps hoisted and adjacent context-0 NPU steps merged
+    (coalesce.py);
+  * ``_liveness`` + ``_plan_arena``: each arena buffer's live interval in steps, the arena
+    (memory.py);
   * ``_lay_out_weights`` / ``_lay_out_regcmd``: per context, the const buffers its jobs read
     and the regcmd regions of the calls whose jobs run there;
   * ``_make_bos``, ``_uploads``: BOs (one arena, weights and regcmd per used context) and what
@@ -41,12 +43,14 @@ from typing import Any
 
 import numpy as np
 
+from .. import debugflags
 from ..ir.types import DType
 from ..cost.from_program import cost_jobs
 from ..progress import progress
 from ..runtime.image import (BoSpec, CorePlacement, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
                              StepSpec, TensorSig, Upload, Words, ZeroFill)
 from .bounds import check_bo
+from .coalesce import coalesce
 from .host_rules import DESC_BYTES, HostView, host_op_step
 from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
@@ -70,9 +74,10 @@ class ImageBuilder:
         self.bufs = lowered.bufs
         self.cores = cores or lowered.profile.cores
         self._schedule()
+        self._assign_contexts(contexts)
+        self._coalesce()
         self._liveness()
         self._plan_arena()
-        self._assign_contexts(contexts)
         self._lay_out_weights()
         self._lay_out_regcmd()
         self._check_sizes()
@@ -102,8 +107,16 @@ class ImageBuilder:
     def _schedule(self) -> None:
         self.steps: list[ScheduledStep] = schedule(self.calls, self.cores)
 
+    def _coalesce(self) -> None:
+        # after the contexts are final (only context-0 steps merge), before liveness (the
+        # memory plan follows the new order)
+        self._live_steps = self.steps
+        if not debugflags.enabled(debugflags.NO_COALESCE.name):
+            self.steps, self._live_steps = coalesce(self.steps, self.calls)
+
     def _liveness(self) -> None:
-        spans = call_spans(self.steps, len(self.calls))
+        # in the unmerged order: a merged step's parts run one after the other (coalesce.py)
+        spans = call_spans(self._live_steps, len(self.calls))
         for b in self.bufs:
             b.first, b.last = 1 << 60, -1
         for ci, pc in enumerate(self.calls):
@@ -145,7 +158,8 @@ class ImageBuilder:
             if self.ncores > 1 and len(st.jobs) > 1:
                 sjs = [StepJob(tuple(cost_jobs(jr.job, 0, self.calls[jr.call].call.lowering.macs
                                                / max(1, call_tasks[jr.call]))),
-                               tuple(self._ranges(jr, "r")), tuple(self._ranges(jr, "w")))
+                               tuple(self._ranges(jr, "r", placed=False)),
+                               tuple(self._ranges(jr, "w", placed=False)))
                        for jr in st.jobs]
                 label = ", ".join(dict.fromkeys(self.calls[jr.call].node for jr in st.jobs))
                 choice = choose(sjs, self.ncores, si, label)
@@ -308,10 +322,12 @@ class ImageBuilder:
             return (ci, name) not in self._host_scratch
         return sp.role in ("regcmd", "const")
 
-    def _ranges(self, jr: JobRef, which: str) -> list[tuple[int, int, int, int]]:
+    def _ranges(self, jr: JobRef, which: str, placed: bool = True) -> list[tuple[int, int, int, int]]:
         """The arena bytes a job's DMA reads or writes, as (start, pieces, pitch, chunk)
         strided runs (its op-private scratch excluded: only the job touches it). The arenas
-        of all contexts mirror each other, so the runs do not depend on the job's core."""
+        of all contexts mirror each other, so the runs do not depend on the job's core.
+        ``placed=False`` (before the arena plan): ``start`` only identifies the run (buffer
+        and offset), for counting bytes."""
         out = []
         for kick in jr.job.kicks:
             for a in (kick.reads if which == "r" else kick.writes):
@@ -320,8 +336,8 @@ class ImageBuilder:
                 bid = self.calls[jr.call].binding.get(a.buffer)
                 if bid is None or self.bufs[bid[0]].kind != "arena":
                     continue
-                out.append((self.plan.offsets[bid[0]] + bid[1] + a.offset, a.pieces, a.pitch,
-                            a.chunk))
+                base = self.plan.offsets[bid[0]] if placed else (bid[0] + 1) << 40
+                out.append((base + bid[1] + a.offset, a.pieces, a.pitch, a.chunk))
         return out
 
     def _cross_context_copy(self, src_core: int, dst_core: int,

@@ -12,6 +12,8 @@
          concat's result cube (_plan_slots / _slot_tensor), so the concat is a view
       -> memory plan (memory.py): one arena, liveness reuse, views share bytes, zero tails
       -> schedule (schedule.py): step order, parallel jobs over the cores
+      -> coalesce (coalesce.py, in image_builder before the memory plan's liveness): host steps
+         that do not wait for an NPU step run first, adjacent context-0 NPU steps merge
       -> image (image_builder.py): BOs, relocations, jobs, host steps -> runtime Program
 
 Broadcasts of run-time values are lowered lazily: a per-row operand is consumed by its user's

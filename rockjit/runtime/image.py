@@ -370,8 +370,9 @@ class ProgramImage:
                 what = f"npu  {len(s.jobs)} job(s) {tasks} task(s) cores {cores}"
                 ops = {self.jobs[j].source for j in s.jobs}
                 if len(ops) > 1:
-                    # a merged step (attention heads, batched matmuls): one line per step
-                    at += f"  (+{len(ops) - 1} more op(s) in parallel)"
+                    # a merged step (attention heads, batched matmuls side by side; adjacent
+                    # context-0 steps in order, lowering/coalesce.py): one line per step
+                    at += f"  (+{len(ops) - 1} more op(s) in this step)"
             else:
                 what = f"host {s.host.kind}"
             lines.append(f"{i:5d}  {what:<42} {at}")

@@ -1,0 +1,208 @@
+"""Coalesce: reorder the scheduled steps so NPU steps become adjacent, then merge adjacent NPU
+steps into one step (one SUBMIT per context and one fence wait instead of one per op).
+
+Runs on the schedule (schedule.py) before the memory plan, so liveness and placement follow the
+new order.
+
+* What a step touches: every access is (lowered buffer id, byte range). A buffer bound to a
+  value is shared by every call that binds it; scratch and const buffers are fresh buffers of
+  their call (residency.py), so they are private by construction. NPU jobs: their kicks'
+  declared DMA streams (regcmd.Access: the registers' own geometry); a name the job lists in
+  ``reads``/``writes`` or a relocation target with no declared stream counts as the whole
+  buffer, read and written. Host steps: their operand slices; ``dst`` is the only operand the
+  runtime writes (csrc/runtime/program.c run_host_step marks only its BO dirty), but it counts
+  as read too, since a step may accumulate into it. A slice without bytes is the whole buffer.
+* Order: a list scheduler over the RAW / WAR / WAW edges between steps (every earlier step
+  whose accesses overlap). It emits every ready host step first, then every ready NPU step,
+  so the host steps that do not depend on an NPU step no longer split NPU steps. Ties go to the
+  original order.
+* Merge: adjacent NPU steps whose jobs all run in context 0 become one step, their jobs in
+  order. One SUBMIT's jobs are ordered by the BOs they share: the kernel adds each job's
+  implicit dependencies on its in/out BOs before queueing the next (rocket's submit path,
+  drivers/accel/rocket/rocket_job.c in torvalds/linux), and every context-0 job writes the
+  context's arena. A step with a job on another context stays alone: image_builder inserts the
+  cross-context copies around a step from that step's jobs, so a merged step could hand a job
+  stale data.
+
+``ROCKJIT_NO_COALESCE=1`` (debugflags.NO_COALESCE) turns the pass off, for A/B comparisons.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from typing import Sequence
+
+from .op_lowering import HostStep
+from .schedule import JobRef, ScheduledStep
+
+_WHOLE = 1 << 62
+
+
+# (key, lo, hi): bytes [lo, hi) of a lowered buffer id (or of a call-private name without a
+# buffer); a plain tuple, since a whole model makes ~10^5 of them
+Touch = tuple[object, int, int]
+
+
+def _range(binding: dict, ci: int, name: str, offset: int, nbytes: int) -> Touch:
+    bound = binding.get(name)
+    if bound is None:
+        # not bound by the pipeline (the call's regcmd): private to the call
+        return ("call", ci, name), 0, _WHOLE
+    bid, base = bound
+    if nbytes <= 0:
+        return bid, 0, _WHOLE
+    return bid, base + offset, base + offset + nbytes
+
+
+def _whole(binding: dict, ci: int, name: str) -> Touch:
+    bound = binding.get(name)
+    return (bound[0] if bound is not None else ("call", ci, name)), 0, _WHOLE
+
+
+def job_touches(jr: JobRef, binding: dict) -> tuple[list[Touch], list[Touch]]:
+    """(reads, writes) of one scheduled job."""
+    reads: list[Touch] = []
+    writes: list[Touch] = []
+    declared: set[str] = set()
+    for kick in jr.job.kicks:
+        for a in kick.reads:
+            reads.append(_range(binding, jr.call, a.buffer, a.offset, a.extent))
+            declared.add(a.buffer)
+        for a in kick.writes:
+            writes.append(_range(binding, jr.call, a.buffer, a.offset, a.extent))
+            declared.add(a.buffer)
+    # a buffer the job addresses without a declared stream: assume it reads and writes it all
+    undeclared = {n for n in (*jr.job.reads, *jr.job.writes) if n not in declared}
+    for kick in jr.job.kicks:
+        undeclared.update(r.buffer for r in kick.relocs.values() if r.buffer not in declared)
+    for name in sorted(undeclared):
+        if name in binding:
+            t = _whole(binding, jr.call, name)
+            reads.append(t)
+            writes.append(t)
+    return reads, writes
+
+
+def host_touches(ci: int, hs: HostStep, binding: dict) -> tuple[list[Touch], list[Touch]]:
+    reads: list[Touch] = []
+    writes: list[Touch] = []
+    for opname, sl in hs.operands.items():
+        t = _range(binding, ci, sl.buffer, sl.offset, sl.nbytes)
+        reads.append(t)
+        if opname == "dst":
+            writes.append(t)
+    return reads, writes
+
+
+def step_touches(st: ScheduledStep, calls: Sequence) -> tuple[list[Touch], list[Touch]]:
+    if st.kind == "host":
+        ci, hs = st.host
+        return host_touches(ci, hs, calls[ci].binding)
+    reads: list[Touch] = []
+    writes: list[Touch] = []
+    for jr in st.jobs:
+        r, w = job_touches(jr, calls[jr.call].binding)
+        reads += r
+        writes += w
+    return reads, writes
+
+
+def dependencies(steps: Sequence[ScheduledStep], calls: Sequence) -> list[set[int]]:
+    """For every step, the earlier steps it must follow (RAW, WAR and WAW on overlapping bytes)."""
+    seen_r: dict[object, list[tuple[int, int, int]]] = defaultdict(list)
+    seen_w: dict[object, list[tuple[int, int, int]]] = defaultdict(list)
+    preds: list[set[int]] = []
+    for si, st in enumerate(steps):
+        reads, writes = step_touches(st, calls)
+        reads, writes = set(reads), set(writes)   # a job's tasks often repeat a stream
+        p: set[int] = set()
+        for key, tlo, thi in reads:
+            p.update(j for j, lo, hi in seen_w[key] if lo < thi and tlo < hi)
+        for key, tlo, thi in writes:
+            p.update(j for j, lo, hi in seen_w[key] if lo < thi and tlo < hi)
+            p.update(j for j, lo, hi in seen_r[key] if lo < thi and tlo < hi)
+        for key, tlo, thi in reads:
+            seen_r[key].append((si, tlo, thi))
+        for key, tlo, thi in writes:
+            # an access inside this write's bytes needs no edge of its own any more: whatever
+            # later overlaps it overlaps the write too, which follows it
+            for seen in (seen_r, seen_w):
+                old = seen.get(key)
+                if old:
+                    seen[key] = [a for a in old if a[0] == si or not tlo <= a[1] < a[2] <= thi]
+            seen_w[key].append((si, tlo, thi))
+        p.discard(si)
+        preds.append(p)
+    return preds
+
+
+def _mergeable(st: ScheduledStep) -> bool:
+    return st.kind == "npu" and all(jr.core == 0 for jr in st.jobs)
+
+
+def reorder(steps: Sequence[ScheduledStep], preds: list[set[int]]) -> list[int]:
+    """A topological order of the steps: every ready host step before the next NPU step, and
+    among ready NPU steps those that can join the open merged step first."""
+    n = len(steps)
+    waiting = [len(p) for p in preds]
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for si, p in enumerate(preds):
+        for j in p:
+            succs[j].append(si)
+    host: list[int] = []
+    single: list[int] = []   # NPU steps all in context 0
+    multi: list[int] = []
+
+    def push(i: int) -> None:
+        st = steps[i]
+        heapq.heappush(host if st.kind == "host" else single if _mergeable(st) else multi, i)
+
+    for i in range(n):
+        if not waiting[i]:
+            push(i)
+    order: list[int] = []
+
+    def emit(i: int) -> None:
+        order.append(i)
+        for s in succs[i]:
+            waiting[s] -= 1
+            if not waiting[s]:
+                push(s)
+
+    while host or single or multi:
+        if host:
+            emit(heapq.heappop(host))
+            continue
+        # one NPU run: the context-0 steps that become ready inside it keep joining it
+        while single:
+            emit(heapq.heappop(single))
+        if multi and not host:
+            emit(heapq.heappop(multi))
+    if len(order) != n:
+        raise AssertionError(f"coalesce: {n - len(order)} steps never became ready "
+                             f"(a dependency cycle: a bug in rockjit/lowering/coalesce.py)")
+    return order
+
+
+def merge(steps: Sequence[ScheduledStep]) -> list[ScheduledStep]:
+    """Adjacent context-0 NPU steps -> one step (jobs in order)."""
+    out: list[ScheduledStep] = []
+    for st in steps:
+        if out and _mergeable(st) and _mergeable(out[-1]):
+            out[-1] = ScheduledStep("npu", out[-1].jobs + list(st.jobs))
+        else:
+            out.append(st)
+    return out
+
+
+def coalesce(steps: Sequence[ScheduledStep],
+             calls: Sequence) -> tuple[list[ScheduledStep], list[ScheduledStep]]:
+    """(merged steps, the same steps reordered but not merged). ``steps``: the schedule with
+    each job's context already final (``JobRef.core``); ``calls``: the placed calls (their
+    bindings name the buffers).
+
+    Liveness belongs on the unmerged order: the parts of a merged step run one after the other
+    (every context-0 job writes the arena BO, so each waits for the one before), so a buffer
+    dead after one part may share bytes with one born in a later part."""
+    ordered = [steps[i] for i in reorder(steps, dependencies(steps, calls))]
+    return merge(ordered), ordered
