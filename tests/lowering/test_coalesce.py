@@ -165,9 +165,10 @@ def test_siglip_layer_has_fewer_npu_steps_and_the_same_bits(siglip_small, monkey
         runs[flag] = ([np.asarray(o) for o in f(params, pixels)],
                       f.compiled(params, pixels).stats())
     (off, s_off), (on, s_on) = runs["1"], runs["0"]
-    # measured: 83 NPU steps without the pass, 26 with it (3 contexts: the steps whose jobs
-    # are dealt over the cores stay alone; host LayerNorm / softmax tails split the rest)
-    assert s_on["npu_steps"] <= 26 and s_on["npu_steps"] * 3 <= s_off["npu_steps"], (s_on, s_off)
+    # measured: 69 NPU steps without the pass, 25 with it (3 contexts: the steps whose jobs
+    # the cost model deals over several cores stay alone; host LayerNorm / softmax tails split
+    # the rest)
+    assert s_on["npu_steps"] <= 26 and s_on["npu_steps"] * 2.5 <= s_off["npu_steps"], (s_on, s_off)
     assert s_on["jobs"] == s_off["jobs"] and s_on["host_steps"] == s_off["host_steps"]
     for a, b in zip(off, on):
         np.testing.assert_array_equal(a, b)
