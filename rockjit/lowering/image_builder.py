@@ -336,6 +336,9 @@ class ImageBuilder:
                     n["packed"] += nb
                 elif hs.kind.startswith("unpack"):
                     n["unpacked"] += nb
+                # a one-pass strided re-layout (layout_conversion.py) says what it moves
+                n["packed"] += int(hs.params.get("packed_bytes", 0))
+                n["unpacked"] += int(hs.params.get("unpacked_bytes", 0))
                 continue
             ins: dict[int, list] = {}
             outs: dict[int, list] = {}

@@ -14,6 +14,7 @@ from .lowered import Boundary, ConversionError, PlacedCall
 from .op_lowering import BufferSpec, HostStep, OpLowering, Slice
 from .rules import forms as F
 from .rules.base import CubeForm, Form, OpCall, RowForm, Tensor, Use, WeightForm
+from . import strided_relayout as SR
 
 
 def cube_steps(kind: str, layout: CubeLayout, hwc: tuple[int, int, int], cube_offsets: list[int],
@@ -90,7 +91,7 @@ class LayoutConversion:
             cube = next((t for t in self.tensors.get(v.id, []) if isinstance(t.form, CubeForm)), None)
             if cube is None:
                 raise ConversionError(f"%{v.id} has no stored form to convert from")
-            src = self._unpack(v, cube)
+            src = self._strided_rows(v, cube, dtype) or self._unpack(v, cube)
         if src.form.dtype != dtype:
             src = self._host_convert(v, src, dtype)
         return src
@@ -200,6 +201,11 @@ class LayoutConversion:
         if key in self._conv_cache:
             return self._conv_cache[key]
         dtype = want.dtype if isinstance(want, RowForm) else DType.F16
+        direct = self._strided_weight(use, want) if isinstance(want, WeightForm) else \
+            self._strided_pack(use, want) if isinstance(want, CubeForm) else None
+        if direct is not None:
+            self._conv_cache[key] = direct
+            return direct
         rows = self._rows_of(v, dtype)
         if use.perm and tuple(use.perm) != tuple(range(len(use.perm))):
             rows = self._host_transpose(v, rows, use)
@@ -340,3 +346,169 @@ class LayoutConversion:
         t = Tensor(v.id, want, out.id, 0, want.nbytes)
         self._conv_cache[key] = t
         return t
+
+    # ------------------------------------------------------------ one-pass strided re-layouts
+    # (strided_relayout.py): a cube, the weight layout and rows are affine in the element
+    # indices once a grouped axis is split, so cube -> weights / cube -> rows / rows -> cube
+    # is one strided host copy per piece, for all batch items (heads) at once. Still a re-tile
+    # of an intermediate (counted once per tensor); its bytes count as packed / unpacked.
+
+    def _strided_copy_call(self, v: Value, label: str, pieces: list, src_dt: DType,
+                           dst_dt: DType, src_loc: tuple[int, int], src_nbytes: int, out,
+                           out_nbytes: int, moved: str) -> None:
+        from .host_rules import HostView, host_op_step
+
+        specs = [BufferSpec("src", "input", src_nbytes), BufferSpec("dst", "output", out_nbytes)]
+        binding = {"src": src_loc, "dst": (out.id, 0)}
+        steps = []
+        es = dst_dt.to_numpy().itemsize
+        for j, p in enumerate(pieces):
+            dname = f"desc{j}"
+            st, desc = host_op_step("copy", p.shape,
+                                    HostView("dst", dst_dt, p.dst_offset, p.dst_strides),
+                                    [HostView("src", src_dt, p.src_offset, p.src_strides)],
+                                    {"src": src_nbytes, "dst": out_nbytes, dname: 0}, dname,
+                                    what=label)
+            steps.append(HostStep(st.kind, st.operands,
+                                  {moved: int(np.prod(p.shape, dtype=np.int64)) * es}))
+            specs.append(desc)
+            dbuf = self.new_buf(desc.nbytes, "weights", f"{label}:{dname}", desc.data)
+            binding[dname] = (dbuf.id, 0)
+        self.group += 1
+        self.retiles += 1
+        call = OpCall(OpLowering(tuple(specs), tuple(steps)), (Use(v),), (Use(v),), label,
+                      "host", "pipeline re-tile")
+        self.calls.append(PlacedCall(call, binding, self.group, label))
+
+    @staticmethod
+    def _cube_maps(form: CubeForm) -> list:
+        return SR.cube_axis_maps(form.layout, form.roles, form.strides)
+
+    def _strided_rows(self, v: Value, cube: Tensor, dtype: DType) -> Tensor | None:
+        """The whole value as ``dtype`` rows in one pass (any number of cubes, a transposed
+        view, a dtype change on the way), or None where the per-cube unpack is as good (one
+        plain cube of the same dtype) or no strided cut fits."""
+        from .host_rules import MAX_RANK
+
+        form = cube.form
+        if form.shape != tuple(v.type.shape):
+            return None
+        if len(form.batch_items()) == 1 and self._natural(form) and form.dtype == dtype:
+            return None
+        rows = RowForm(dtype, v.type.shape)
+        es_in, es_out = form.layout.esize, dtype.to_numpy().itemsize
+        pieces = SR.relayout_pieces(v.type.shape, self._cube_maps(form),
+                                    SR.row_axis_maps(v.type.shape, es_out), es_in, es_out, MAX_RANK)
+        if pieces is None:
+            return None
+        out = self.new_buf(rows.nbytes, name=f"%{v.id}:rows")
+        self._strided_copy_call(v, f"unpack %{v.id}", pieces, form.dtype, dtype,
+                                (cube.buf, cube.offset), form.nbytes, out, rows.nbytes,
+                                "unpacked_bytes")
+        return self.add_tensor(v, rows, out)
+
+    def _use_axes(self, use: Use, maps: list, base: int) -> tuple[list, list, int] | None:
+        """The (extent, map) of each non-unit axis a use sees of the value (index fixed,
+        perm applied), and the byte offset of the index; None for a reshape that is more
+        than dropping or adding unit axes."""
+        v = use.value
+        shape = tuple(v.type.shape)
+        nb = len(use.index)
+        for k, i in enumerate(use.index):
+            base += maps[k].at(i)
+        rest = list(range(nb, len(shape)))
+        if use.perm:
+            rest = [rest[p] for p in use.perm]
+        axes = [(shape[a], maps[a]) for a in rest if shape[a] != 1]
+        if use.shape is not None and [n for n in use.shape if n != 1] != [n for n, _ in axes]:
+            return None
+        return [n for n, _ in axes], [m for _, m in axes], base
+
+    def _strided_weight(self, use: Use, want: WeightForm) -> Tensor | None:
+        """Cube -> weight layout for every batch item (head) in one pass: what unpack per
+        head + transpose + pack_weight per head did in three."""
+        from .host_rules import MAX_RANK
+
+        v = use.value
+        if v in self.graph.inputs or any(isinstance(t.form, RowForm) for t in self.tensors.get(v.id, [])):
+            return None     # rows exist already: pack_weight from them is one pass
+        cube = next((t for t in self.tensors.get(v.id, []) if isinstance(t.form, CubeForm)), None)
+        lay = want.layout
+        if cube is None or cube.form.shape != tuple(v.type.shape) or lay.kh != 1 or lay.kw != 1:
+            return None
+        seen = self._use_axes(use, self._cube_maps(cube.form), 0)
+        if seen is None:
+            return None
+        shape, src_maps, base = seen
+        wshape = list(want.shape)
+        dst_all = SR.weight_axis_maps(lay, wshape[:-2], want.stride)
+        keep = [i for i, n in enumerate(wshape) if n != 1]
+        if [wshape[i] for i in keep] != shape:
+            return None
+        es_in, es_out = cube.form.layout.esize, lay.dtype.itemsize
+        pieces = SR.relayout_pieces(shape, src_maps, [dst_all[i] for i in keep], es_in, es_out,
+                                    MAX_RANK)
+        if pieces is None:
+            return None
+        if base % es_in:
+            return None
+        pieces = [SR.CopyPiece(p.shape, p.src_offset + base // es_in, p.src_strides,
+                               p.dst_offset, p.dst_strides) for p in pieces]
+        out = self.new_buf(want.nbytes, name=f"%{v.id}:weights")
+        n, k = wshape[-2:]
+        items = int(np.prod(wshape[:-2], dtype=np.int64)) if len(wshape) > 2 else 1
+        if lay.kernels > n or lay.channels > k or lay.padded_kernels > n or \
+                lay.padded_channels > k or (items > 1 and want.stride > lay.nbytes):
+            # the copy writes real elements only: padding kernels/channels (read by the
+            # matmul into its padding outputs, and through a later ones-vector row sum into
+            # real ones: 0 * stale NaN) are zero-filled once and never shared
+            out.pinned = out.zero = True
+        self._strided_copy_call(v, f"pack_weight %{v.id}", pieces, cube.form.dtype,
+                                DType.from_numpy(lay.dtype), (cube.buf, cube.offset),
+                                cube.form.nbytes, out, want.nbytes, "packed_bytes")
+        return Tensor(v.id, want, out.id, 0, want.nbytes)
+
+    def _strided_pack(self, use: Use, want: CubeForm) -> Tensor | None:
+        """Rows -> cube for the whole value at once: one item per index of the use's leading
+        axes (e.g. a per-head row max packed for 12 heads) in one pass, with any dtype change
+        on the way; the other items' uses then find it as a view."""
+        from .host_rules import MAX_RANK
+
+        v = use.value
+        if v in self.graph.inputs or use.perm or not self._natural(want):
+            return None
+        rows = [t for t in self.tensors.get(v.id, []) if isinstance(t.form, RowForm)
+                and t.form.shape == tuple(v.type.shape)]
+        if not rows:
+            return None
+        src = next((t for t in rows if t.form.dtype == want.dtype), rows[0])
+        if not use.index and src.form.dtype == want.dtype and len(want.batch_items()) == 1:
+            return None     # one pack_cube is already one pass
+        nb = len(use.index)
+        step = round_up(want.nbytes, 64)
+        bstrides, acc = [], step
+        for n in reversed(v.type.shape[:nb]):
+            bstrides.append(acc)
+            acc *= n
+        batched = CubeForm(want.layout, ("b",) * nb + want.roles,
+                           tuple(reversed(bstrides)) + want.strides,
+                           tuple(v.type.shape[:nb]) + tuple(want.shape))
+        full = F.reshape(batched, tuple(v.type.shape))
+        if not isinstance(full, CubeForm):
+            return None
+        es_in, es_out = src.form.dtype.to_numpy().itemsize, want.layout.esize
+        pieces = SR.relayout_pieces(v.type.shape, SR.row_axis_maps(v.type.shape, es_in),
+                                    self._cube_maps(full), es_in, es_out, MAX_RANK)
+        if pieces is None:
+            return None
+        out = self.new_buf(full.nbytes, name=f"%{v.id}:retile")
+        if full.nbytes != v.type.size * es_out:
+            # the copy writes real elements only; padding lanes, groups and rows the reader
+            # takes must be zero: zero-filled once, never shared
+            out.pinned = out.zero = True
+        self._strided_copy_call(v, f"pack %{v.id}", pieces, src.form.dtype, want.dtype,
+                                (src.buf, src.offset), src.form.nbytes, out, full.nbytes,
+                                "packed_bytes")
+        self.tensors[v.id].append(Tensor(v.id, full, out.id, 0, full.nbytes))
+        sub, off = batched.sub(use.index)
+        return Tensor(v.id, want, out.id, off, want.nbytes)
