@@ -155,6 +155,8 @@ def relayout_pieces(shape: Sequence[int], src: Sequence[AxisMap], dst: Sequence[
         if any(x % src_esize for _, x, _ in dims) or any(y % dst_esize for _, _, y in dims) \
                 or so % src_esize or do % dst_esize:
             return None
+        # walk the destination in address order (writes stream; the source is the gather)
+        dims.sort(key=lambda d: (-abs(d[2]), -abs(d[1])))
         shp, ss, ds = _merge([c for c, _, _ in dims], [x // src_esize for _, x, _ in dims],
                              [y // dst_esize for _, _, y in dims])
         if len(shp) > max_rank:
