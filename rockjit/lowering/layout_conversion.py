@@ -3,6 +3,8 @@ value's stored form is not the one its reader asks for; each is a counted re-til
 from __future__ import annotations
 
 
+import itertools
+
 import numpy as np
 
 from .arith import ceil_div, round_up
@@ -10,6 +12,7 @@ from ..ir.graph import Node, Value
 from ..ir.ops import Op
 from ..ir.types import DType
 from .layouts import CubeLayout
+from ..runtime.host_abi import DESC_DTYPE
 from .lowered import Boundary, ConversionError, PlacedCall
 from .op_lowering import BufferSpec, HostStep, OpLowering, Slice
 from .rules import forms as F
@@ -512,3 +515,106 @@ class LayoutConversion:
         self.tensors[v.id].append(Tensor(v.id, full, out.id, 0, full.nbytes))
         sub, off = batched.sub(use.index)
         return Tensor(v.id, want, out.id, off, want.nbytes)
+
+    def _host_call_on_cube(self, call: OpCall) -> OpCall:
+        """A host ``reduce_max`` whose operand is held only as a cube reads the cube through a
+        strided view (the channel axis split into group and lane, real channels only) instead
+        of an unpacked copy: no pass writing the whole operand. A reduced axis the cut splits
+        in two (channels not a multiple of the lane count) is reduced per part and the parts
+        combined with a host max, which is exact in any order (a sum would round differently,
+        so sums keep the unpack)."""
+        from .host_rules import HostView, MAX_RANK, BINARY_CODES, REDUCE_CODES, host_op_step
+
+        from .host_rules import row_major_strides
+
+        prog = call.lowering
+        if call.where != "host" or len(prog.steps) != 1 or prog.steps[0].kind != "reduce" or \
+                len(call.operands) != 1:
+            return call
+        v = call.operands[0].value
+        use = call.operands[0]
+        if use.index or use.perm or use.shape or v.id in self.consts or v in self.graph.inputs:
+            return call
+        have = self.tensors.get(v.id, [])
+        cube = next((t for t in have if isinstance(t.form, CubeForm)), None)
+        if cube is None or any(isinstance(t.form, RowForm) for t in have) or \
+                cube.form.shape != tuple(v.type.shape):
+            return call
+        descs = [b for b in prog.buffers if b.role == "const"]
+        d = np.frombuffer(descs[0].data.tobytes(), DESC_DTYPE)[0]
+        rank = int(d["rank"])
+        shape = [int(n) for n in d["shape"][:rank]]
+        mask = int(d["axis_mask"])
+        out_strides = [int(s) for s in d["view"][0]["stride"][:rank]]
+        ins = [b for b in prog.buffers if b.role == "input"]
+        if shape != list(v.type.shape) or int(d["code"]) != REDUCE_CODES[Op.REDUCE_MAX] or \
+                int(d["ninputs"]) != 1 or len(ins) != 1 or int(d["view"][1]["offset"]) or \
+                tuple(int(x) for x in d["view"][1]["stride"][:rank]) != row_major_strides(shape):
+            return call     # only a max over the whole operand read densely is re-pointed
+        out_spec = next(b for b in prog.buffers if b.role == "output")
+        out_dt = DType(out_spec.dtype)
+        maps = self._cube_maps(cube.form)
+        cuts = []
+        for n, m in zip(shape, maps):
+            c = SR.axis_cuts(n, m.mod)
+            if c is None:
+                return call
+            cuts.append(c)
+        kept = [a for a in range(rank) if not (mask >> a) & 1]
+        red = [a for a in range(rank) if (mask >> a) & 1]
+        es = cube.form.layout.esize
+        sizes = {ins[0].name: cube.form.nbytes, out_spec.name: out_spec.nbytes,
+                 "tmp": out_spec.nbytes}
+        iname = ins[0].name
+        steps, specs = [], [BufferSpec(iname, "input", cube.form.nbytes, layout=cube.form.layout,
+                                       bind=0), out_spec]
+        code = REDUCE_CODES[Op.REDUCE_MAX]
+        for kcombo in itertools.product(*[cuts[a] for a in kept]):
+            for j, rcombo in enumerate(itertools.product(*[cuts[a] for a in red])):
+                pieces = dict(zip(kept, kcombo)) | dict(zip(red, rcombo))
+                dims, ioff, ooff, rmask = [], 0, 0, 0
+                for a in range(rank):
+                    start, digits = pieces[a]
+                    ioff += maps[a].at(start)
+                    ooff += out_strides[a] * start
+                    for cnt, w in digits:
+                        if cnt == 1:
+                            continue
+                        if (mask >> a) & 1:
+                            rmask |= 1 << len(dims)
+                        dims.append((cnt, SR.digit_stride(maps[a], w), out_strides[a] * w))
+                if len(dims) > MAX_RANK or ioff % es or any(s % es for _, s, _ in dims):
+                    return call
+                if not dims:
+                    dims = [(1, 0, 0)]
+                dshape = [c for c, _, _ in dims]
+                dst = out_spec.name if j == 0 else "tmp"
+                name = f"desc{len(specs)}"
+                st, desc = host_op_step(
+                    "reduce", dshape, HostView(dst, out_dt, ooff, [o for _, _, o in dims]),
+                    [HostView(iname, cube.form.dtype, ioff // es, [s // es for _, s, _ in dims])],
+                    {**sizes, name: 0}, name, code=code, axis_mask=rmask,
+                    what=f"reduce_max of %{v.id} on its cube")
+                steps.append(st)
+                specs.append(desc)
+                if j:
+                    # out = max(out, tmp) over this part's outputs
+                    kdims = [(c, o) for c, _, o in dims if o]
+                    kshape = [c for c, _ in kdims] or [1]
+                    kst = [o for _, o in kdims] or [0]
+                    name = f"desc{len(specs)}"
+                    st, desc = host_op_step(
+                        "binary", kshape, HostView(out_spec.name, out_dt, ooff, kst),
+                        [HostView(out_spec.name, out_dt, ooff, kst),
+                         HostView("tmp", out_dt, ooff, kst)],
+                        {**sizes, name: 0}, name, code=BINARY_CODES[Op.MAX],
+                        what=f"reduce_max of %{v.id} on its cube")
+                    steps.append(st)
+                    specs.append(desc)
+        if len(steps) > SR.MAX_PIECES:
+            return call
+        if any(sl.buffer == "tmp" for s in steps for sl in s.operands.values()):
+            specs.append(BufferSpec("tmp", "scratch", out_spec.nbytes))
+        return OpCall(OpLowering(tuple(specs), tuple(steps)), call.operands, call.results,
+                      label=call.label, where="host", emitter=call.emitter,
+                      forms_in=(cube.form,), forms_out=call.forms_out)

@@ -111,6 +111,18 @@ def _axis_pieces(extent: int, mods: list[int]) -> list[tuple[int, list[tuple[int
     return go(0, extent, mods)
 
 
+def axis_cuts(extent: int, mod: int) -> list[tuple[int, list[tuple[int, int]]]] | None:
+    """The pieces of one axis read through one map (see _axis_pieces)."""
+    return _axis_pieces(extent, [mod])
+
+
+def digit_stride(m: AxisMap, w: int) -> int:
+    """Byte step of a digit of index weight ``w`` inside a piece whose start is aligned."""
+    if not m.mod or w < m.mod:
+        return w * m.inner
+    return (w // m.mod) * m.outer
+
+
 def _merge(shape, a, b) -> tuple[list[int], list[int], list[int]]:
     """Drop unit dims and fuse neighbours that step as one (both sides' outer == inner * n)."""
     dims = [(n, x, y) for n, x, y in zip(shape, a, b) if n != 1]
@@ -140,18 +152,13 @@ def relayout_pieces(shape: Sequence[int], src: Sequence[AxisMap], dst: Sequence[
     if len(combos) > MAX_PIECES:
         return None
 
-    def contrib(m: AxisMap, start: int, w: int) -> int:
-        if not m.mod or w < m.mod:
-            return w * m.inner          # the digit stays inside one group (start is aligned)
-        return (w // m.mod) * m.outer
-
     pieces = []
     for combo in combos:
         dims, so, do = [], 0, 0
         for (start, digits), s, d in zip(combo, src, dst):
             so += s.at(start)
             do += d.at(start)
-            dims += [(cnt, contrib(s, start, w), contrib(d, start, w)) for cnt, w in digits]
+            dims += [(cnt, digit_stride(s, w), digit_stride(d, w)) for cnt, w in digits]
         if any(x % src_esize for _, x, _ in dims) or any(y % dst_esize for _, _, y in dims) \
                 or so % src_esize or do % dst_esize:
             return None
