@@ -111,6 +111,11 @@ def _axis_pieces(extent: int, mods: list[int]) -> list[tuple[int, list[tuple[int
     return go(0, extent, mods)
 
 
+def axis_pieces(extent: int, mods: list[int]) -> list[tuple[int, list[tuple[int, int]]]] | None:
+    """The pieces of one axis read through several maps (see _axis_pieces)."""
+    return _axis_pieces(extent, mods)
+
+
 def axis_cuts(extent: int, mod: int) -> list[tuple[int, list[tuple[int, int]]]] | None:
     """The pieces of one axis read through one map (see _axis_pieces)."""
     return _axis_pieces(extent, [mod])
