@@ -470,6 +470,8 @@ class ImageBuilder:
     @staticmethod
     def _host_bytes(hs: HostStep) -> int:
         p = hs.params
+        if "bytes" in p:    # a strided step over part of its buffers says what it moves
+            return int(p["bytes"])
         if "height" in p:
             return int(p["height"] * p["width"] * p["channels"] * p["esize"])
         if "kernels" in p:

@@ -372,8 +372,8 @@ class LayoutConversion:
                                     [HostView("src", src_dt, p.src_offset, p.src_strides)],
                                     {"src": src_nbytes, "dst": out_nbytes, dname: 0}, dname,
                                     what=label)
-            steps.append(HostStep(st.kind, st.operands,
-                                  {moved: int(np.prod(p.shape, dtype=np.int64)) * es}))
+            nb = int(np.prod(p.shape, dtype=np.int64)) * es
+            steps.append(HostStep(st.kind, st.operands, {moved: nb, "bytes": nb}))
             specs.append(desc)
             dbuf = self.new_buf(desc.nbytes, "weights", f"{label}:{dname}", desc.data)
             binding[dname] = (dbuf.id, 0)
@@ -616,7 +616,9 @@ class LayoutConversion:
                                      axis_mask=int(d["axis_mask"]),
                                      iparams=[int(x) for x in d["iparam"]],
                                      what=f"{call.label} on a cube")
-            steps.append(st_)
+            n = int(np.prod(counts, dtype=np.int64)) if counts else 1
+            moved = sum(n * dt.to_numpy().itemsize for dt in dts)
+            steps.append(HostStep(st_.kind, st_.operands, {"bytes": moved}))
             descs.append(desc)
         if len(steps) > SR.MAX_PIECES:
             return call
@@ -716,7 +718,10 @@ class LayoutConversion:
                     [HostView(iname, cube.form.dtype, ioff // es, [s // es for _, s, _ in dims])],
                     {**sizes, name: 0}, name, code=code, axis_mask=rmask,
                     what=f"reduce_max of %{v.id} on its cube")
-                steps.append(st)
+                n_in = int(np.prod(dshape, dtype=np.int64))
+                n_out = int(np.prod([c for c, _, o in dims if o], dtype=np.int64))
+                steps.append(HostStep(st.kind, st.operands,
+                                      {"bytes": n_in * es + n_out * out_dt.to_numpy().itemsize}))
                 specs.append(desc)
                 if j:
                     # out = max(out, tmp) over this part's outputs
@@ -730,7 +735,8 @@ class LayoutConversion:
                          HostView("tmp", out_dt, ooff, kst)],
                         {**sizes, name: 0}, name, code=BINARY_CODES[Op.MAX],
                         what=f"reduce_max of %{v.id} on its cube")
-                    steps.append(st)
+                    steps.append(HostStep(st.kind, st.operands,
+                                          {"bytes": 3 * n_out * out_dt.to_numpy().itemsize}))
                     specs.append(desc)
         if len(steps) > SR.MAX_PIECES:
             return call
