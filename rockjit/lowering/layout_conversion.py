@@ -358,20 +358,29 @@ class LayoutConversion:
 
     def _strided_copy_call(self, v: Value, label: str, pieces: list, src_dt: DType,
                            dst_dt: DType, src_loc: tuple[int, int], src_nbytes: int, out,
-                           out_nbytes: int, moved: str) -> None:
+                           out_nbytes: int, moved: str, zero_pieces: list = ()) -> None:
+        """One host call of strided copies ``pieces`` (src -> dst) and ``zero_pieces``
+        (a broadcast zero -> the padding of dst the reader takes, rewritten every run so the
+        buffer needs no load-time zeroing and may share arena space)."""
         from .host_rules import HostView, host_op_step
 
         specs = [BufferSpec("src", "input", src_nbytes), BufferSpec("dst", "output", out_nbytes)]
         binding = {"src": src_loc, "dst": (out.id, 0)}
+        if zero_pieces:
+            zb = self.new_buf(64, "weights", f"{label}:zero", np.zeros(64, np.uint8))
+            specs.append(BufferSpec("zero", "const", 64))
+            binding["zero"] = (zb.id, 0)
         steps = []
         es = dst_dt.to_numpy().itemsize
-        for j, p in enumerate(pieces):
+        for j, (p, srcname) in enumerate([(p, "src") for p in pieces] +
+                                         [(p, "zero") for p in zero_pieces]):
             dname = f"desc{j}"
             st, desc = host_op_step("copy", p.shape,
                                     HostView("dst", dst_dt, p.dst_offset, p.dst_strides),
-                                    [HostView("src", src_dt, p.src_offset, p.src_strides)],
-                                    {"src": src_nbytes, "dst": out_nbytes, dname: 0}, dname,
-                                    what=label)
+                                    [HostView(srcname, src_dt if srcname == "src" else dst_dt,
+                                              p.src_offset, p.src_strides)],
+                                    {"src": src_nbytes, "dst": out_nbytes, "zero": 64, dname: 0},
+                                    dname, what=label)
             nb = int(np.prod(p.shape, dtype=np.int64)) * es
             steps.append(HostStep(st.kind, st.operands, {moved: nb, "bytes": nb}))
             specs.append(desc)
@@ -459,16 +468,24 @@ class LayoutConversion:
                                p.dst_offset, p.dst_strides) for p in pieces]
         out = self.new_buf(want.nbytes, name=f"%{v.id}:weights")
         n, k = wshape[-2:]
-        items = int(np.prod(wshape[:-2], dtype=np.int64)) if len(wshape) > 2 else 1
-        if lay.kernels > n or lay.channels > k or lay.padded_kernels > n or \
-                lay.padded_channels > k or (items > 1 and want.stride > lay.nbytes):
-            # the copy writes real elements only: padding kernels/channels (read by the
-            # matmul into its padding outputs, and through a later ones-vector row sum into
-            # real ones: 0 * stale NaN) are zero-filled once and never shared
-            out.pinned = out.zero = True
+        # the copy writes real elements only; the padding kernels/channels the matmul reads
+        # (into its padding outputs, and through a later ones-vector row sum into real ones:
+        # 0 * stale NaN) get zeros every run, as pack_weight's block fill gave them
+        bshape = list(wshape[:-2])
+        npad, kpad = lay.padded_kernels, lay.padded_channels
+        zmaps = [SR.AxisMap(0)] * len(wshape)
+        zero = []
+        for box, first in (((*bshape, npad - n, kpad), (*[0] * len(bshape), n, 0)),
+                           ((*bshape, n, kpad - k), (*[0] * len(bshape), 0, k))):
+            if min(box) <= 0:
+                continue
+            zp = SR.relayout_pieces(box, zmaps, dst_all, es_out, es_out, MAX_RANK, first)
+            if zp is None:
+                return None
+            zero += zp
         self._strided_copy_call(v, f"pack_weight %{v.id}", pieces, cube.form.dtype,
                                 DType.from_numpy(lay.dtype), (cube.buf, cube.offset),
-                                cube.form.nbytes, out, want.nbytes, "packed_bytes")
+                                cube.form.nbytes, out, want.nbytes, "packed_bytes", zero)
         return Tensor(v.id, want, out.id, 0, want.nbytes)
 
     def _strided_pack(self, use: Use, want: CubeForm) -> Tensor | None:

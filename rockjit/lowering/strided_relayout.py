@@ -85,30 +85,32 @@ def row_axis_maps(shape: Sequence[int], esize: int) -> list[AxisMap]:
     return out[::-1]
 
 
-def _axis_pieces(extent: int, mods: list[int]) -> list[tuple[int, list[tuple[int, int]]]] | None:
-    """(first index, [(count, weight) digits]) pieces covering 0..extent, inside each of
-    which every modulus in ``mods`` cuts the index affinely; None when the moduli do not nest."""
+def _axis_pieces(extent: int, mods: list[int], first: int = 0
+                 ) -> list[tuple[int, list[tuple[int, int]]]] | None:
+    """(first index, [(count, weight) digits]) pieces covering first..first+extent, inside
+    each of which every modulus in ``mods`` cuts the index affinely (a digit of weight below
+    a modulus never leaves one group of it); None when the moduli do not nest."""
     mods = sorted(set(m for m in mods if m > 1))
     if any(b % a for a, b in zip(mods, mods[1:])):
         return None
 
-    def go(start: int, n: int, ms: list[int]) -> list:
+    def go(lo: int, hi: int, ms: list[int]) -> list:
+        if lo >= hi:
+            return []
         if not ms:
-            return [(start, [(n, 1)])]
+            return [(lo, [(hi - lo, 1)])]
         m = ms[-1]
-        q, r = divmod(n, m)
-        out = []
-        if q:
-            digits, w = [(q, m)], m
-            for small in reversed([1] + ms[:-1]):
-                digits.append((w // small, small))
-                w = small
-            out.append((start, digits))
-        if r:
-            out += go(start + q * m, r, ms[:-1])
-        return out
+        a, b = -(-lo // m) * m, hi // m * m
+        if a >= b:              # inside one group of m (or straddling one boundary)
+            return go(lo, min(hi, a), ms[:-1]) + go(max(lo, a), hi, ms[:-1]) if a < hi \
+                else go(lo, hi, ms[:-1])
+        digits, w = [((b - a) // m, m)], m
+        for small in reversed([1] + ms[:-1]):
+            digits.append((w // small, small))
+            w = small
+        return go(lo, a, ms[:-1]) + [(a, digits)] + go(b, hi, ms[:-1])
 
-    return go(0, extent, mods)
+    return go(first, first + extent, mods)
 
 
 def axis_pieces(extent: int, mods: list[int]) -> list[tuple[int, list[tuple[int, int]]]] | None:
@@ -143,13 +145,15 @@ def _merge(shape, a, b) -> tuple[list[int], list[int], list[int]]:
 
 
 def relayout_pieces(shape: Sequence[int], src: Sequence[AxisMap], dst: Sequence[AxisMap],
-                    src_esize: int, dst_esize: int, max_rank: int) -> list[CopyPiece] | None:
-    """The strided copies moving every element of ``shape`` from its ``src`` address to its
-    ``dst`` address (bytes; element offsets/strides in the result). None when no cut of the
-    axes fits ``max_rank`` dims in at most MAX_PIECES steps."""
+                    src_esize: int, dst_esize: int, max_rank: int,
+                    first: Sequence[int] | None = None) -> list[CopyPiece] | None:
+    """The strided copies moving every element of the box ``shape`` (from index ``first``,
+    default 0) from its ``src`` address to its ``dst`` address (bytes; element offsets and
+    strides in the result). None when no cut of the axes fits ``max_rank`` dims in at most
+    MAX_PIECES steps."""
     per_axis = []
-    for n, s, d in zip(shape, src, dst):
-        p = _axis_pieces(int(n), [s.mod, d.mod])
+    for a, (n, s, d) in enumerate(zip(shape, src, dst)):
+        p = _axis_pieces(int(n), [s.mod, d.mod], int(first[a]) if first else 0)
         if p is None:
             return None
         per_axis.append(p)

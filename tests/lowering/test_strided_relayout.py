@@ -127,3 +127,23 @@ def test_row_max_reads_the_score_cube_in_place() -> None:
     np.testing.assert_allclose(got, ref, rtol=4e-3)
     st = g.compiled(x, w).stats()
     assert st["host_bytes_unpacked"] < 3 * 21 * 37 * 2, st["host_bytes_unpacked"]
+
+
+@pytest.mark.parametrize("mods", [[8], [8, 32], [4, 16], [16, 8, 32]])
+def test_axis_cut_covers_each_index_once_at_its_address(mods) -> None:
+    """Every cut of [first, first + n) visits each index once, and the digits' strides give
+    each index its grouped address (i // m) * outer + (i % m) * inner, for every map."""
+    maps = [SR.AxisMap(3, m, 1000 + m) for m in mods] + [SR.AxisMap(7)]
+    for first in (0, 1, 5, 8, 13, 31, 32, 40):
+        for n in (1, 3, 8, 9, 31, 33, 64, 77):
+            pieces = SR._axis_pieces(n, mods, first)
+            seen = []
+            for start, digits in pieces:
+                idx = [(start, {id(m): m.at(start) for m in maps})]
+                for cnt, w in digits:
+                    idx = [(i + k * w, {id(m): a[id(m)] + k * SR.digit_stride(m, w) for m in maps})
+                           for i, a in idx for k in range(cnt)]
+                for i, a in idx:
+                    seen.append(i)
+                    assert all(a[id(m)] == m.at(i) for m in maps), (first, n, start, digits, i)
+            assert sorted(seen) == list(range(first, first + n)), (first, n)
