@@ -375,6 +375,9 @@ class ImageBuilder:
                     n["packed"] += nb
                 elif hs.kind.startswith("unpack"):
                     n["unpacked"] += nb
+                # a one-pass strided re-layout (layout_conversion.py) says what it moves
+                n["packed"] += int(hs.params.get("packed_bytes", 0))
+                n["unpacked"] += int(hs.params.get("unpacked_bytes", 0))
                 continue
             ins: dict[int, list] = {}
             outs: dict[int, list] = {}
@@ -511,6 +514,8 @@ class ImageBuilder:
     @staticmethod
     def _host_bytes(hs: HostStep) -> int:
         p = hs.params
+        if "bytes" in p:    # a strided step over part of its buffers says what it moves
+            return int(p["bytes"])
         if "height" in p:
             return int(p["height"] * p["width"] * p["channels"] * p["esize"])
         if "kernels" in p:

@@ -36,6 +36,7 @@ class Residency:
     def _place_call(self, call: OpCall, group: int, label: str,
                     out_tensors: dict[int, Tensor]) -> None:
         binding: dict[str, tuple[int, int]] = {}
+        call = self._host_call_on_cube(call)     # layout_conversion.py: read a cube in place
         prog = call.lowering
         # inputs first (conversions they need are placed before this call)
         for spec in prog.buffers:
