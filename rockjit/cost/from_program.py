@@ -44,7 +44,6 @@ def cost_jobs(job: Any, core: int, per_task_macs: float) -> list[CostJob]:
 def describe(prog: Any) -> CostProgram:
     """``prog``: a built ``rockjit.lowering.loaded_graph.LoadedGraph`` (its ImageBuilder's schedule
     and the image's static counts)."""
-    from ..lowering.image_builder import ImageBuilder
 
     calls = prog.lowered.calls
     ncores = max(1, prog.ncores)
@@ -56,7 +55,7 @@ def describe(prog: Any) -> CostProgram:
     for si, st in enumerate(prog.steps):
         if st.kind == "host":
             ci, hs = st.host
-            steps.append(CostHostStep("gather", int(ImageBuilder._host_bytes(hs)),
+            steps.append(CostHostStep("gather", int(hs.moved_bytes),
                                   f"{calls[ci].node}: {hs.kind}"))
             continue
         jobs: list[CostJob] = []

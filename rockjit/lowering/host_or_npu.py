@@ -47,7 +47,6 @@ def _runtime_inputs(ctx: RuleContext) -> list[Value]:
 
 def npu_program(ctx: RuleContext, calls: Sequence[OpCall]) -> CostProgram:
     from ..cost.from_program import cost_jobs
-    from .image_builder import ImageBuilder
 
     steps: list = [CostHostStep("gather", v.type.size * FP16, f"pack %{v.id}")
                    for v in _runtime_inputs(ctx)
@@ -60,7 +59,7 @@ def npu_program(ctx: RuleContext, calls: Sequence[OpCall]) -> CostProgram:
                 steps.append(CostNpuStep([cj for j in st.jobs
                                           for cj in cost_jobs(j, 0, prog.macs / tasks)]))
             elif isinstance(st, HostStep):
-                steps.append(CostHostStep("gather", int(ImageBuilder._host_bytes(st)), st.kind))
+                steps.append(CostHostStep("gather", int(st.moved_bytes), st.kind))
     return CostProgram(steps, name=f"%{ctx.node.out.id} on the NPU")
 
 

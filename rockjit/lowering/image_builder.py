@@ -370,7 +370,7 @@ class ImageBuilder:
                 ci, hs = st.host
                 self._pending.append(("host", ci, hs))
                 n["host"] += 1
-                nb = self._host_bytes(hs)
+                nb = hs.moved_bytes
                 if hs.kind.startswith("pack"):
                     n["packed"] += nb
                 elif hs.kind.startswith("unpack"):
@@ -510,14 +510,3 @@ class ImageBuilder:
 
     def _host_step(self, ci: int, hs: HostStep) -> HostStepSpec:
         return host_step_spec(hs, self._names[ci], lambda n: self._spec(ci, n))
-
-    @staticmethod
-    def _host_bytes(hs: HostStep) -> int:
-        p = hs.params
-        if "bytes" in p:    # a strided step over part of its buffers says what it moves
-            return int(p["bytes"])
-        if "height" in p:
-            return int(p["height"] * p["width"] * p["channels"] * p["esize"])
-        if "kernels" in p:
-            return int(p["kernels"] * p["channels"] * p["kh"] * p["kw"] * p["esize"])
-        return sum(s.nbytes for s in hs.operands.values())

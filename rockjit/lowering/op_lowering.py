@@ -84,6 +84,20 @@ class HostStep:
     operands: Mapping[str, Slice]
     params: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def moved_bytes(self) -> int:
+        """The bytes the step moves, as stats and the cost model count them: a layout step's
+        tensor, or what a strided step over part of its buffers says it moves (``bytes``),
+        else every operand slice once."""
+        p = self.params
+        if "bytes" in p:
+            return int(p["bytes"])
+        if "height" in p:
+            return int(p["height"] * p["width"] * p["channels"] * p["esize"])
+        if "kernels" in p:
+            return int(p["kernels"] * p["channels"] * p["kh"] * p["kw"] * p["esize"])
+        return sum(s.nbytes for s in self.operands.values())
+
 
 Step = Union[NpuStep, HostStep]
 

@@ -1,0 +1,436 @@
+"""One-pass strided host re-layouts (strided_relayout.py gives the pieces): a cube, the
+weight layout and rows are affine in the element indices once a grouped axis is split, so
+cube -> weights / cube -> rows / rows -> cube is one strided host copy per piece for all
+batch items (heads) at once, and host element-wise ops and row maxima read a cube in place.
+A mixin of the Lowerer (pipeline.py) beside LayoutConversion, which falls back to the
+unpack / pack re-tiles where no strided form exists."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .arith import round_up
+from ..ir.graph import Value
+from ..ir.ops import Op
+from ..ir.types import DType
+from ..runtime.host_abi import DESC_DTYPE, DTYPES as DTYPE_CODES_BY_VALUE
+from .lowered import PlacedCall
+from .op_lowering import BufferSpec, HostStep, OpLowering
+from .rules import forms as F
+from .rules.base import CubeForm, OpCall, RowForm, Tensor, Use, WeightForm
+from . import strided_relayout as SR
+
+
+class StridedConversion:
+    # (strided_relayout.py): a cube, the weight layout and rows are affine in the element
+    # indices once a grouped axis is split, so cube -> weights / cube -> rows / rows -> cube
+    # is one strided host copy per piece, for all batch items (heads) at once. Still a re-tile
+    # of an intermediate (counted once per tensor); its bytes count as packed / unpacked.
+
+    def _strided_copy_call(self, v: Value, label: str, pieces: list, src_dt: DType,
+                           dst_dt: DType, src_loc: tuple[int, int], src_nbytes: int, out,
+                           out_nbytes: int, moved: str, zero_pieces: list = ()) -> None:
+        """One host call of strided copies ``pieces`` (src -> dst) and ``zero_pieces``
+        (a broadcast zero -> the padding of dst the reader takes, rewritten every run so the
+        buffer needs no load-time zeroing and may share arena space)."""
+        from .host_rules import HostView, host_op_step
+
+        specs = [BufferSpec("src", "input", src_nbytes), BufferSpec("dst", "output", out_nbytes)]
+        binding = {"src": src_loc, "dst": (out.id, 0)}
+        if zero_pieces:
+            zb = self.new_buf(64, "weights", f"{label}:zero", np.zeros(64, np.uint8))
+            specs.append(BufferSpec("zero", "const", 64))
+            binding["zero"] = (zb.id, 0)
+        steps = []
+        es = dst_dt.to_numpy().itemsize
+        for j, (p, srcname) in enumerate([(p, "src") for p in pieces] +
+                                         [(p, "zero") for p in zero_pieces]):
+            dname = f"desc{j}"
+            st, desc = host_op_step("copy", p.shape,
+                                    HostView("dst", dst_dt, p.dst_offset, p.dst_strides),
+                                    [HostView(srcname, src_dt if srcname == "src" else dst_dt,
+                                              p.src_offset, p.src_strides)],
+                                    {"src": src_nbytes, "dst": out_nbytes, "zero": 64, dname: 0},
+                                    dname, what=label)
+            nb = int(np.prod(p.shape, dtype=np.int64)) * es
+            steps.append(HostStep(st.kind, st.operands, {moved: nb, "bytes": nb}))
+            specs.append(desc)
+            dbuf = self.new_buf(desc.nbytes, "weights", f"{label}:{dname}", desc.data)
+            binding[dname] = (dbuf.id, 0)
+        self.group += 1
+        self.retiles += 1
+        call = OpCall(OpLowering(tuple(specs), tuple(steps)), (Use(v),), (Use(v),), label,
+                      "host", "pipeline re-tile")
+        self.calls.append(PlacedCall(call, binding, self.group, label))
+
+    @staticmethod
+    def _cube_maps(form: CubeForm) -> list:
+        return SR.cube_axis_maps(form.layout, form.roles, form.strides)
+
+    def _strided_rows(self, v: Value, cube: Tensor, dtype: DType) -> Tensor | None:
+        """The whole value as ``dtype`` rows in one pass (any number of cubes, a transposed
+        view, a dtype change on the way), or None where the per-cube unpack is as good (one
+        plain cube of the same dtype) or no strided cut fits."""
+        from .host_rules import MAX_RANK
+
+        form = cube.form
+        if form.shape != tuple(v.type.shape):
+            return None
+        if len(form.batch_items()) == 1 and self._natural(form) and form.dtype == dtype:
+            return None
+        rows = RowForm(dtype, v.type.shape)
+        es_in, es_out = form.layout.esize, dtype.to_numpy().itemsize
+        pieces = SR.relayout_pieces(v.type.shape, self._cube_maps(form),
+                                    SR.row_axis_maps(v.type.shape, es_out), es_in, es_out, MAX_RANK)
+        if pieces is None:
+            return None
+        out = self.new_buf(rows.nbytes, name=f"%{v.id}:rows")
+        self._strided_copy_call(v, f"unpack %{v.id}", pieces, form.dtype, dtype,
+                                (cube.buf, cube.offset), form.nbytes, out, rows.nbytes,
+                                "unpacked_bytes")
+        return self.add_tensor(v, rows, out)
+
+    def _use_axes(self, use: Use, maps: list, base: int) -> tuple[list, list, int] | None:
+        """The (extent, map) of each non-unit axis a use sees of the value (index fixed,
+        perm applied), and the byte offset of the index; None for a reshape that is more
+        than dropping or adding unit axes."""
+        v = use.value
+        shape = tuple(v.type.shape)
+        nb = len(use.index)
+        for k, i in enumerate(use.index):
+            base += maps[k].at(i)
+        rest = list(range(nb, len(shape)))
+        if use.perm:
+            rest = [rest[p] for p in use.perm]
+        axes = [(shape[a], maps[a]) for a in rest if shape[a] != 1]
+        if use.shape is not None and [n for n in use.shape if n != 1] != [n for n, _ in axes]:
+            return None
+        return [n for n, _ in axes], [m for _, m in axes], base
+
+    def _strided_weight(self, use: Use, want: WeightForm) -> Tensor | None:
+        """Cube -> weight layout for every batch item (head) in one pass: what unpack per
+        head + transpose + pack_weight per head did in three."""
+        from .host_rules import MAX_RANK
+
+        v = use.value
+        if v in self.graph.inputs or any(isinstance(t.form, RowForm) for t in self.tensors.get(v.id, [])):
+            return None     # rows exist already: pack_weight from them is one pass
+        cube = next((t for t in self.tensors.get(v.id, []) if isinstance(t.form, CubeForm)), None)
+        lay = want.layout
+        if cube is None or cube.form.shape != tuple(v.type.shape) or lay.kh != 1 or lay.kw != 1:
+            return None
+        seen = self._use_axes(use, self._cube_maps(cube.form), 0)
+        if seen is None:
+            return None
+        shape, src_maps, base = seen
+        wshape = list(want.shape)
+        dst_all = SR.weight_axis_maps(lay, wshape[:-2], want.stride)
+        keep = [i for i, n in enumerate(wshape) if n != 1]
+        if [wshape[i] for i in keep] != shape:
+            return None
+        es_in, es_out = cube.form.layout.esize, lay.dtype.itemsize
+        pieces = SR.relayout_pieces(shape, src_maps, [dst_all[i] for i in keep], es_in, es_out,
+                                    MAX_RANK)
+        if pieces is None:
+            return None
+        if base % es_in:
+            return None
+        pieces = [SR.CopyPiece(p.shape, p.src_offset + base // es_in, p.src_strides,
+                               p.dst_offset, p.dst_strides) for p in pieces]
+        out = self.new_buf(want.nbytes, name=f"%{v.id}:weights")
+        n, k = wshape[-2:]
+        # the copy writes real elements only; the padding kernels/channels the matmul reads
+        # (into its padding outputs, and through a later ones-vector row sum into real ones:
+        # 0 * stale NaN) get zeros every run, as pack_weight's block fill gave them
+        bshape = list(wshape[:-2])
+        npad, kpad = lay.padded_kernels, lay.padded_channels
+        zmaps = [SR.AxisMap(0)] * len(wshape)
+        zero = []
+        for box, first in (((*bshape, npad - n, kpad), (*[0] * len(bshape), n, 0)),
+                           ((*bshape, n, kpad - k), (*[0] * len(bshape), 0, k))):
+            if min(box) <= 0:
+                continue
+            zp = SR.relayout_pieces(box, zmaps, dst_all, es_out, es_out, MAX_RANK, first)
+            if zp is None:
+                return None
+            zero += zp
+        self._strided_copy_call(v, f"pack_weight %{v.id}", pieces, cube.form.dtype,
+                                DType.from_numpy(lay.dtype), (cube.buf, cube.offset),
+                                cube.form.nbytes, out, want.nbytes, "packed_bytes", zero)
+        return Tensor(v.id, want, out.id, 0, want.nbytes)
+
+    def _strided_pack(self, use: Use, want: CubeForm) -> Tensor | None:
+        """Rows -> cube for the whole value at once: one item per index of the use's leading
+        axes (e.g. a per-head row max packed for 12 heads) in one pass, with any dtype change
+        on the way; the other items' uses then find it as a view."""
+        from .host_rules import MAX_RANK
+
+        v = use.value
+        if v in self.graph.inputs or use.perm or not self._natural(want):
+            return None
+        rows = [t for t in self.tensors.get(v.id, []) if isinstance(t.form, RowForm)
+                and t.form.shape == tuple(v.type.shape)]
+        if not rows:
+            return None
+        src = next((t for t in rows if t.form.dtype == want.dtype), rows[0])
+        if not use.index and src.form.dtype == want.dtype and len(want.batch_items()) == 1:
+            return None     # one pack_cube is already one pass
+        nb = len(use.index)
+        step = round_up(want.nbytes, 64)
+        bstrides, acc = [], step
+        for n in reversed(v.type.shape[:nb]):
+            bstrides.append(acc)
+            acc *= n
+        batched = CubeForm(want.layout, ("b",) * nb + want.roles,
+                           tuple(reversed(bstrides)) + want.strides,
+                           tuple(v.type.shape[:nb]) + tuple(want.shape))
+        full = F.reshape(batched, tuple(v.type.shape))
+        if not isinstance(full, CubeForm):
+            return None
+        es_in, es_out = src.form.dtype.to_numpy().itemsize, want.layout.esize
+        pieces = SR.relayout_pieces(v.type.shape, SR.row_axis_maps(v.type.shape, es_in),
+                                    self._cube_maps(full), es_in, es_out, MAX_RANK)
+        if pieces is None:
+            return None
+        out = self.new_buf(full.nbytes, name=f"%{v.id}:retile")
+        if full.nbytes != v.type.size * es_out:
+            # the copy writes real elements only; padding lanes, groups and rows the reader
+            # takes must be zero: zero-filled once, never shared
+            out.pinned = out.zero = True
+        self._strided_copy_call(v, f"pack %{v.id}", pieces, src.form.dtype, want.dtype,
+                                (src.buf, src.offset), src.form.nbytes, out, full.nbytes,
+                                "packed_bytes")
+        self.tensors[v.id].append(Tensor(v.id, full, out.id, 0, full.nbytes))
+        sub, off = batched.sub(use.index)
+        return Tensor(v.id, want, out.id, off, want.nbytes)
+
+    def _host_call_on_cube(self, call: OpCall) -> OpCall:
+        """A host call reading an operand held only as a cube reads it in place where its
+        op allows (element-wise ops, a row max), instead of after an unpack pass."""
+        if call.where != "host" or len(call.lowering.steps) != 1:
+            return call
+        if call.lowering.steps[0].kind in ("unary", "binary", "compare", "copy"):
+            return self._eltwise_on_cube(call)
+        return self._reduce_max_on_cube(call)
+
+    def _only_cube(self, use: Use) -> Tensor | None:
+        """The value's cube when a use sees the whole value and no rows of it exist."""
+        v = use.value
+        if use.index or use.perm or use.shape or v.id in self.consts or v in self.graph.inputs:
+            return None
+        have = self.tensors.get(v.id, [])
+        cube = next((t for t in have if isinstance(t.form, CubeForm)), None)
+        if cube is None or any(isinstance(t.form, RowForm) for t in have) or \
+                cube.form.shape != tuple(v.type.shape):
+            return None
+        return cube
+
+    def _eltwise_on_cube(self, call: OpCall) -> OpCall:
+        """An element-wise host op reads each operand held only as a cube through the cube's
+        strided view (real lanes only); a lane tail makes it one more step over that part of
+        the output. Each element is computed alone, so the results are the same bits."""
+        from .host_rules import HostView, INPUT_SLOTS, MAX_RANK, host_op_step, row_major_strides
+
+        prog = call.lowering
+        step = prog.steps[0]
+        dname = step.operands["desc"].buffer
+        dspec = next(b for b in prog.buffers if b.name == dname)
+        d = np.frombuffer(dspec.data.tobytes(), DESC_DTYPE)[0]
+        rank, nin = int(d["rank"]), int(d["ninputs"])
+        shape = [int(n) for n in d["shape"][:rank]]
+        spec_of = {b.name: b for b in prog.buffers}
+        names = [step.operands["dst"].buffer] + [step.operands[k].buffer for k in INPUT_SLOTS[:nin]]
+        cubes: dict[int, Tensor] = {}
+        for i in range(1, nin + 1):
+            sp = spec_of[names[i]]
+            if sp.role != "input" or int(d["view"][i]["offset"]) or \
+                    tuple(int(x) for x in d["view"][i]["stride"][:rank]) != row_major_strides(shape):
+                continue
+            use = call.operands[sp.bind]
+            cube = self._only_cube(use)
+            if cube is not None and list(use.value.type.shape) == shape and \
+                    sum(1 for n in names if n == names[i]) == 1 and \
+                    DTYPE_CODES_BY_VALUE[cube.form.dtype.value] == int(d["view"][i]["dtype"]):
+                cubes[i] = cube
+        if not cubes:
+            return call
+        maps = {i: self._cube_maps(c.form) for i, c in cubes.items()}
+        cuts = []
+        for a in range(rank):
+            c = SR.axis_pieces(shape[a], [m[a].mod for m in maps.values()])
+            if c is None:
+                return call
+            cuts.append(c)
+        dts = [DType(next(k for k, c in DTYPE_CODES_BY_VALUE.items() if c == int(d["view"][i]["dtype"])))
+               for i in range(nin + 1)]
+        sizes = {n: spec_of[n].nbytes for n in names}
+        for i, c in cubes.items():
+            sizes[names[i]] = c.form.nbytes
+            dts[i] = c.form.dtype
+        steps, descs = [], []
+        for combo in itertools.product(*cuts):
+            dims = [[] for _ in range(nin + 1)]
+            offs = [0] * (nin + 1)
+            counts = []
+            for a, (start, digits) in enumerate(combo):
+                for i in range(nin + 1):
+                    if i in cubes:
+                        offs[i] += maps[i][a].at(start)
+                    else:
+                        offs[i] += int(d["view"][i]["stride"][a]) * start
+                for cnt, w in digits:
+                    if cnt == 1:
+                        continue
+                    counts.append(cnt)
+                    for i in range(nin + 1):
+                        dims[i].append(SR.digit_stride(maps[i][a], w) if i in cubes
+                                       else int(d["view"][i]["stride"][a]) * w)
+            views = []
+            for i in range(nin + 1):
+                off, st = offs[i], dims[i]
+                if i in cubes:
+                    es = cubes[i].form.layout.esize
+                    if off % es or any(x % es for x in st):
+                        return call
+                    off, st = off // es, [x // es for x in st]
+                else:
+                    off += int(d["view"][i]["offset"])
+                views.append(HostView(names[i], dts[i], off, st or [0]))
+            if len(counts) > MAX_RANK:
+                return call
+            name = f"desc{len(descs)}"
+            st_, desc = host_op_step(step.kind, counts or [1], views[0], views[1:],
+                                     {**sizes, name: 0}, name, code=int(d["code"]),
+                                     axis_mask=int(d["axis_mask"]),
+                                     iparams=[int(x) for x in d["iparam"]],
+                                     what=f"{call.label} on a cube")
+            n = int(np.prod(counts, dtype=np.int64)) if counts else 1
+            moved = sum(n * dt.to_numpy().itemsize for dt in dts)
+            steps.append(HostStep(st_.kind, st_.operands, {"bytes": moved}))
+            descs.append(desc)
+        if len(steps) > SR.MAX_PIECES:
+            return call
+        specs = []
+        for b in prog.buffers:
+            if b.name == dname:
+                continue
+            i = names.index(b.name) if b.name in names else -1
+            if i in cubes:
+                specs.append(BufferSpec(b.name, "input", cubes[i].form.nbytes,
+                                        layout=cubes[i].form.layout, bind=b.bind))
+            else:
+                specs.append(b)
+        forms_in = list(call.forms_in) if call.forms_in else [None] * len(call.operands)
+        for i, c in cubes.items():
+            forms_in[spec_of[names[i]].bind] = c.form
+        return OpCall(OpLowering(tuple(specs + descs), tuple(steps)), call.operands,
+                      call.results, label=call.label, where="host", emitter=call.emitter,
+                      forms_in=tuple(forms_in), forms_out=call.forms_out)
+
+    def _reduce_max_on_cube(self, call: OpCall) -> OpCall:
+        """A host ``reduce_max`` whose operand is held only as a cube reads the cube through a
+        strided view (the channel axis split into group and lane, real channels only) instead
+        of an unpacked copy: no pass writing the whole operand. A reduced axis the cut splits
+        in two (channels not a multiple of the lane count) is reduced per part and the parts
+        combined with a host max, which is exact in any order (a sum would round differently,
+        so sums keep the unpack)."""
+        from .host_rules import HostView, MAX_RANK, BINARY_CODES, REDUCE_CODES, host_op_step
+
+        from .host_rules import row_major_strides
+
+        prog = call.lowering
+        if call.where != "host" or len(prog.steps) != 1 or prog.steps[0].kind != "reduce" or \
+                len(call.operands) != 1:
+            return call
+        v = call.operands[0].value
+        use = call.operands[0]
+        if use.index or use.perm or use.shape or v.id in self.consts or v in self.graph.inputs:
+            return call
+        have = self.tensors.get(v.id, [])
+        cube = next((t for t in have if isinstance(t.form, CubeForm)), None)
+        if cube is None or any(isinstance(t.form, RowForm) for t in have) or \
+                cube.form.shape != tuple(v.type.shape):
+            return call
+        descs = [b for b in prog.buffers if b.role == "const"]
+        d = np.frombuffer(descs[0].data.tobytes(), DESC_DTYPE)[0]
+        rank = int(d["rank"])
+        shape = [int(n) for n in d["shape"][:rank]]
+        mask = int(d["axis_mask"])
+        out_strides = [int(s) for s in d["view"][0]["stride"][:rank]]
+        ins = [b for b in prog.buffers if b.role == "input"]
+        if shape != list(v.type.shape) or int(d["code"]) != REDUCE_CODES[Op.REDUCE_MAX] or \
+                int(d["ninputs"]) != 1 or len(ins) != 1 or int(d["view"][1]["offset"]) or \
+                tuple(int(x) for x in d["view"][1]["stride"][:rank]) != row_major_strides(shape):
+            return call     # only a max over the whole operand read densely is re-pointed
+        out_spec = next(b for b in prog.buffers if b.role == "output")
+        out_dt = DType(out_spec.dtype)
+        maps = self._cube_maps(cube.form)
+        cuts = []
+        for n, m in zip(shape, maps):
+            c = SR.axis_cuts(n, m.mod)
+            if c is None:
+                return call
+            cuts.append(c)
+        kept = [a for a in range(rank) if not (mask >> a) & 1]
+        red = [a for a in range(rank) if (mask >> a) & 1]
+        es = cube.form.layout.esize
+        sizes = {ins[0].name: cube.form.nbytes, out_spec.name: out_spec.nbytes,
+                 "tmp": out_spec.nbytes}
+        iname = ins[0].name
+        steps, specs = [], [BufferSpec(iname, "input", cube.form.nbytes, layout=cube.form.layout,
+                                       bind=0), out_spec]
+        code = REDUCE_CODES[Op.REDUCE_MAX]
+        for kcombo in itertools.product(*[cuts[a] for a in kept]):
+            for j, rcombo in enumerate(itertools.product(*[cuts[a] for a in red])):
+                pieces = dict(zip(kept, kcombo)) | dict(zip(red, rcombo))
+                dims, ioff, ooff, rmask = [], 0, 0, 0
+                for a in range(rank):
+                    start, digits = pieces[a]
+                    ioff += maps[a].at(start)
+                    ooff += out_strides[a] * start
+                    for cnt, w in digits:
+                        if cnt == 1:
+                            continue
+                        if (mask >> a) & 1:
+                            rmask |= 1 << len(dims)
+                        dims.append((cnt, SR.digit_stride(maps[a], w), out_strides[a] * w))
+                if len(dims) > MAX_RANK or ioff % es or any(s % es for _, s, _ in dims):
+                    return call
+                if not dims:
+                    dims = [(1, 0, 0)]
+                dshape = [c for c, _, _ in dims]
+                dst = out_spec.name if j == 0 else "tmp"
+                name = f"desc{len(specs)}"
+                st, desc = host_op_step(
+                    "reduce", dshape, HostView(dst, out_dt, ooff, [o for _, _, o in dims]),
+                    [HostView(iname, cube.form.dtype, ioff // es, [s // es for _, s, _ in dims])],
+                    {**sizes, name: 0}, name, code=code, axis_mask=rmask,
+                    what=f"reduce_max of %{v.id} on its cube")
+                n_in = int(np.prod(dshape, dtype=np.int64))
+                n_out = int(np.prod([c for c, _, o in dims if o], dtype=np.int64))
+                steps.append(HostStep(st.kind, st.operands,
+                                      {"bytes": n_in * es + n_out * out_dt.to_numpy().itemsize}))
+                specs.append(desc)
+                if j:
+                    # out = max(out, tmp) over this part's outputs
+                    kdims = [(c, o) for c, _, o in dims if o]
+                    kshape = [c for c, _ in kdims] or [1]
+                    kst = [o for _, o in kdims] or [0]
+                    name = f"desc{len(specs)}"
+                    st, desc = host_op_step(
+                        "binary", kshape, HostView(out_spec.name, out_dt, ooff, kst),
+                        [HostView(out_spec.name, out_dt, ooff, kst),
+                         HostView("tmp", out_dt, ooff, kst)],
+                        {**sizes, name: 0}, name, code=BINARY_CODES[Op.MAX],
+                        what=f"reduce_max of %{v.id} on its cube")
+                    steps.append(HostStep(st.kind, st.operands,
+                                          {"bytes": 3 * n_out * out_dt.to_numpy().itemsize}))
+                    specs.append(desc)
+        if len(steps) > SR.MAX_PIECES:
+            return call
+        if any(sl.buffer == "tmp" for s in steps for sl in s.operands.values()):
+            specs.append(BufferSpec("tmp", "scratch", out_spec.nbytes))
+        return OpCall(OpLowering(tuple(specs), tuple(steps)), call.operands, call.results,
+                      label=call.label, where="host", emitter=call.emitter,
+                      forms_in=(cube.form,), forms_out=call.forms_out)
