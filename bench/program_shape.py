@@ -1,5 +1,5 @@
-"""Program shape per encoder: NPU steps, jobs, kicks, host steps, host bytes, retiles, device
-and useful MACs, per layer and per forward (rockjit.compile on the ``null`` backend: lowering and
+"""Program shape per encoder: NPU steps, jobs, kicks, host steps, host bytes (packs, unpacks and
+cross-core copies; "copied MB" the copies alone), retiles, device and useful MACs, per layer and per forward (rockjit.compile on the ``null`` backend: lowering and
 program build only; the counts are the program's own Program.stats()).
 
     python bench/program_shape.py [--model siglip-224 modernbert-512 ...] [--full]
@@ -15,18 +15,20 @@ import sys
 from _encoders import ENCODERS, per_layer_and_forward
 
 COLS = [("npu_steps", "NPU steps"), ("jobs", "jobs"), ("kicks", "kicks"), ("tasks", "tasks"),
-        ("host_steps", "host steps"), ("host_bytes", "host MB"), ("retiles", "retiles"),
+        ("host_steps", "host steps"), ("host_bytes", "host MB"), ("copied", "copied MB"),
+        ("retiles", "retiles"),
         ("device_macs", "device GMAC"), ("macs", "useful GMAC")]
 
 
 def row(s: dict) -> list[str]:
     host = s["host_bytes_packed"] + s["host_bytes_unpacked"] + s["host_bytes_copied"]
-    vals = {**s, "host_bytes": host / 1e6, "device_macs": s["device_macs"] / 1e9,
+    vals = {**s, "host_bytes": host / 1e6, "copied": s["host_bytes_copied"] / 1e6,
+            "device_macs": s["device_macs"] / 1e9,
             "macs": s["macs"] / 1e9}
     out = []
     for k, _ in COLS:
         v = vals[k]
-        out.append(f"{v:.3f}" if k in ("host_bytes", "device_macs", "macs") else f"{v:.1f}"
+        out.append(f"{v:.3f}" if k in ("host_bytes", "copied", "device_macs", "macs") else f"{v:.1f}"
                    if v != int(v) else f"{int(v)}")
     return out
 
