@@ -178,3 +178,10 @@ PROGRESS = flag(
     "on: progress bars on stderr for lowering and image layout of whole models even when stderr "
     "is not a terminal; off: never. Unset: only on a terminal (rockjit/progress.py).",
     "")
+
+NO_COMPILE_CACHE = "ROCKJIT_NO_COMPILE_CACHE"
+flag(NO_COMPILE_CACHE,
+     "on: the lowering recomputes every tile plan and task list instead of reusing the answer "
+     "for a shape it already planned in the same compile (rockjit/lowering/compile_cache.py); "
+     "the program is the same either way, only slower.",
+     "0")
