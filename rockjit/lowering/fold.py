@@ -25,6 +25,10 @@ def fold_consts(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[int, np.
             if name not in params:
                 raise WeightError(f"param {name!r} ({n.out.type}) at {n.loc} is not bound")
             out[n.out.id] = np.asarray(params[name])
+        elif n.op is Op.CONSTANT:
+            # a read-only view, not the interpreter's copy: the range plan folds the graph
+            # several times, and the copies of every folded weight were most of that time
+            out[n.out.id] = _read_only(n.attrs["value"])
         elif n.op is Op.BROADCAST_IN_DIM and n.inputs[0].id in out:
             # a read-only view: a scalar broadcast to a large shape must not become a large array
             # (its users read what they need; a write into it fails loudly)
@@ -42,3 +46,9 @@ def _broadcast_view(x: np.ndarray, attrs: Mapping[str, Any], shape: tuple[int, .
         dims[dst] = x.shape[src]
     return np.broadcast_to(x.reshape(dims), shape)
 
+
+
+def _read_only(value: Any) -> np.ndarray:
+    v = np.asarray(value).view()
+    v.setflags(write=False)
+    return v

@@ -49,6 +49,7 @@ from ..layouts import CubeLayout, feature_layout, weight_layout
 from ..op_lowering import BufferSpec, NpuStep, OpLowering
 from ..profile import ChipProfile, get_profile
 from ..regcmd import LoweringError, Reloc, EmittedTask
+from ..compile_cache import memo
 from ..tiling import CbufSplit, ceil_div, round_up
 # the DPU stage records live in dpu_stages.py; LUT builders import them from here too
 from .dpu_stages import LutTables, OutCvt, SdpStage, ew_stage  # noqa: F401
@@ -125,7 +126,19 @@ def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
     real channel count there; the simulator reads them as 0, an inference).
     The CNA/CORE framing is the matmul emitter's (conformance 01/06, Mesa), with the feature
     strides generalised by the same formula the simulator decodes (pitch = 16*(SURF+LINE)).
+    A pure function of its arguments: emitted once per geometry in a compile (compile_cache.py).
     """
+    key = ("emit_conv_dpu", name, profile, feature, rows, feature_surf_pitch, weights, kernels,
+           out, out_channels, out_surf_stride, ew, real_channels)
+    return memo(key, lambda: _emit_conv_dpu(name, profile, feature, rows, feature_surf_pitch,
+                                            weights, kernels, out, out_channels,
+                                            out_surf_stride, ew, real_channels))
+
+
+def _emit_conv_dpu(name: str, profile: ChipProfile, feature: Reloc, rows: int,
+                   feature_surf_pitch: int, weights: Reloc, kernels: int, out: Reloc,
+                   out_channels: int, out_surf_stride: int, ew: tuple[str, Reloc] | None,
+                   real_channels: int | None) -> EmittedTask:
     p = profile.input(DType.F16)
     k = EW_VIEW_CHANNELS
     if rows < max(profile.min_feature_rows, 1) or rows > profile.max_feature_rows:
