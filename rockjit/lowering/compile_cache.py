@@ -16,6 +16,8 @@ import contextlib
 import contextvars
 from typing import Any, Callable, Hashable, Iterator, TypeVar
 
+import numpy as np
+
 from .. import debugflags
 
 T = TypeVar("T")
@@ -57,3 +59,18 @@ def memo(key: Hashable, compute: Callable[[], T]) -> T:
         return value
     err: Any = value
     raise type(err)(*err.args)
+
+
+def memo_of_array(tag: str, a: Any, compute: Callable[[], T], *extra: Hashable) -> T:
+    """``compute()`` (a function of the contents of array ``a`` and ``extra``), memoized per
+    compile by ``a``'s identity: the range plan and the weight checks scan the same resident
+    weights several times. Only a read-only ndarray qualifies (its contents cannot change
+    under the memo); the memo holds a reference to it, so its id is not reused meanwhile."""
+    cache = _scope.get()
+    if cache is None or not isinstance(a, np.ndarray) or a.flags.writeable:
+        return compute()
+    key = (tag, id(a), extra)
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = (a, compute())
+    return hit[1]

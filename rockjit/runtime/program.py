@@ -16,6 +16,7 @@ import numpy as np
 from ._ffi import call, ffi, lib
 from .device import BufferInfo, Device
 from .errors import ProgramError
+from ..weight_timing import timed
 
 ROLES = {"arena": lib.RJ_BO_ARENA, "weights": lib.RJ_BO_WEIGHTS, "regcmd": lib.RJ_BO_REGCMD,
          "io": lib.RJ_BO_IO}
@@ -257,8 +258,10 @@ class LoadedImage:
             got = b.add_bo(bo.size, role=bo.role, core=bo.core)
             if got != k:
                 raise ProgramError(f"the runtime numbered BO {k} as {got}")
-        for u in image.uploads:
-            b.upload(u.bo, image.arrays[u.array], u.offset)
+        with timed("upload") as uploaded:
+            for u in image.uploads:
+                b.upload(u.bo, image.arrays[u.array], u.offset)
+                uploaded[0] += image.arrays[u.array].nbytes
         for z in image.zero_fills:
             b.upload(z.bo, np.zeros(z.size, np.uint8), z.offset)
         for w in image.words:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...ir.types import DType
+from ...weight_timing import timed
 from ..layouts import (CubeLayout, WeightLayout, matrix_feature_layout, matrix_output_layout,
                        pack_matrix, unpack_matrix, weight_layout)
 from ..profile import ChipProfile
@@ -303,12 +304,14 @@ def build_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
         if bb.shape[-2:] != (n, k) or (not shared and bb.shape != (batch, n, k)):
             raise LoweringError(f"matmul B must be [{n}, {k}] or [{batch}, {n}, {k}] (one row per "
                                 f"output column), got {list(bb.shape)}")
-        blobs = [pack_matmul_b(plan, profile, bb if shared else bb[i])
-                 for i in range(1 if shared else batch)]
-        b_stride = 0 if shared else round_up(blobs[0].size, 64)
-        data = np.zeros(max(b_stride * batch, blobs[0].size), np.uint8)
-        for i, blob in enumerate(blobs):
-            data[i * b_stride:i * b_stride + blob.size] = blob
+        with timed("pack") as packed:
+            blobs = [pack_matmul_b(plan, profile, bb if shared else bb[i])
+                     for i in range(1 if shared else batch)]
+            b_stride = 0 if shared else round_up(blobs[0].size, 64)
+            data = np.zeros(max(b_stride * batch, blobs[0].size), np.uint8)
+            for i, blob in enumerate(blobs):
+                data[i * b_stride:i * b_stride + blob.size] = blob
+            packed[0] = data.nbytes
         b_spec = BufferSpec("b", "const", int(data.size), None, in_dtype.value, tuple(bb.shape), data=data)
     else:
         if plan.k_steps != 1:
