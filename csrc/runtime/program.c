@@ -288,6 +288,24 @@ int rj_program_add_reloc(rj_program *p, const rj_reloc *r, rj_err *err)
     return RJ_OK;
 }
 
+static void prefix_msg(rj_err *err, const char *prefix);
+
+int rj_program_add_relocs(rj_program *p, const rj_reloc *relocs, uint32_t count, rj_err *err)
+{
+    if (!p || (count && !relocs))
+        return rj_fail(err, RJ_EINVAL, "rj_program_add_relocs: NULL program or relocations");
+    for (uint32_t i = 0; i < count; i++) {
+        int rc = rj_program_add_reloc(p, &relocs[i], err);
+        if (rc) {
+            char where[48];
+            snprintf(where, sizeof(where), "relocation %u of %u: ", i, count);
+            prefix_msg(err, where);
+            return rc;
+        }
+    }
+    return RJ_OK;
+}
+
 int rj_program_add_job(rj_program *p, uint32_t ctx, uint32_t flags, uint32_t *out_index,
                        rj_err *err)
 {
