@@ -33,7 +33,7 @@ from rockjit import weight_timing
 
 BUCKETS = (("bind", "bind resident values (f32 copies)"),
            ("fold", "fold norm gains into weights"),
-           ("pack", "fp16 cast + tile packing"),
+           ("pack", "fp16 cast + packing (weights, consts)"),
            ("upload", "upload into weight BOs"))
 
 

@@ -7,7 +7,8 @@ the bucket; outside, ``timed`` costs one context-variable read. Buckets (one pla
 
     bind    the resident values copied to read-only float32 (api.Lowered.compile)
     fold    norm gains folded into projection weights (gain_fold.py)
-    pack    weights cast to fp16 and packed into the NPU's tile-major layout (matmul rule)
+    pack    weights and other compile-time constants cast to fp16 and packed into the form
+            their reader wants (matmul rule: tile-major weights; residency: constant tensors)
     upload  the packed weights written into the device's weight BOs (runtime LoadedImage)
 """
 from __future__ import annotations

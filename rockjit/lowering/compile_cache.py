@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import enum
+import functools
 from typing import Any, Callable, Hashable, Iterator, TypeVar
 
 import numpy as np
@@ -74,3 +76,48 @@ def memo_of_array(tag: str, a: Any, compute: Callable[[], T], *extra: Hashable) 
     if hit is None:
         hit = cache[key] = (a, compute())
     return hit[1]
+
+
+class _Unkeyable(Exception):
+    pass
+
+
+def _key_of(x: Any) -> Hashable:
+    """A key that tells apart every argument value an emitter could treat differently: the
+    type is part of it (1, 1.0 and True are equal in Python) and floats go by their bits
+    (-0.0 == 0.0). Only plain values, enums, tuples of them and the frozen descriptions named
+    in ``_PLAIN`` qualify; anything else (an array, a mutable object) is refused."""
+    if x is None or isinstance(x, (bool, int, str, enum.Enum)):
+        return (type(x).__name__, x)
+    if isinstance(x, float):
+        return ("float", x.hex())
+    if isinstance(x, tuple):
+        return ("tuple",) + tuple(_key_of(v) for v in x)
+    if type(x).__name__ in _PLAIN and getattr(type(x), "__dataclass_params__", None) is not None \
+            and type(x).__dataclass_params__.frozen:
+        return (type(x).__module__, type(x).__qualname__, x)
+    raise _Unkeyable(type(x).__name__)
+
+
+# frozen descriptions made of ints, strings and enums only (no float field whose sign could
+# hide behind ==): a layout, a chip profile, an address
+_PLAIN = frozenset({"CubeLayout", "ChipProfile", "Reloc"})
+
+
+def memoized(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` (a pure emitter: its result depends on its arguments alone and is immutable)
+    answered from the compile's memo when called again with the same arguments. Calls with an
+    argument ``_key_of`` refuses (an array of constants, say) are computed as usual."""
+    name = f"{fn.__module__}.{fn.__qualname__}"
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        if _scope.get() is None:
+            return fn(*args, **kwargs)
+        try:
+            key = (name, _key_of(args), _key_of(tuple(sorted(kwargs.items()))))
+            hash(key)
+        except (_Unkeyable, TypeError):
+            return fn(*args, **kwargs)
+        return memo(key, lambda: fn(*args, **kwargs))
+    return wrapper

@@ -80,3 +80,21 @@ def test_memo_reraises_and_is_scoped():
     assert len(calls) == 1
     # outside a scope nothing is kept
     assert compile_cache.memo(("x",), lambda: 7) == 7
+
+
+def test_memoized_tells_apart_what_equality_would_merge():
+    seen = []
+
+    @compile_cache.memoized
+    def emit(value, layout=None):
+        seen.append(value)
+        return (repr(value), layout)
+
+    with compile_cache.compile_scope():
+        for v in (0.0, -0.0, 1, 1.0, True, 0.0, (0.0,), (-0.0,)):
+            assert emit(v) == (repr(v), None)
+        # an array argument is not a key: computed every time
+        emit(np.zeros(2))
+        emit(np.zeros(2))
+    assert [repr(v) for v in seen[:7]] == ["0.0", "-0.0", "1", "1.0", "True", "(0.0,)", "(-0.0,)"]
+    assert len(seen) == 9
