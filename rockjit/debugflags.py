@@ -181,7 +181,8 @@ PROGRESS = flag(
 
 NO_COMPILE_CACHE = "ROCKJIT_NO_COMPILE_CACHE"
 flag(NO_COMPILE_CACHE,
-     "on: the lowering recomputes every tile plan and task list instead of reusing the answer "
-     "for a shape it already planned in the same compile (rockjit/lowering/compile_cache.py); "
-     "the program is the same either way, only slower.",
+     "on: the lowering plans and emits every op afresh instead of reusing the tile plan or the "
+     "program of an op of the same structure earlier in the same compile (the previous "
+     "layer's; rockjit/lowering/compile_cache.py); the program is the same either way, only "
+     "slower.",
      "0")

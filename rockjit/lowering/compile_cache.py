@@ -1,13 +1,16 @@
-"""Per-compile memo for the lowering's pure planning functions (tile plans and the like).
+"""Per-compile memo: structurally identical layers are planned and emitted once.
 
 The layers of an encoder are structurally identical: the same matmul shapes, the same
-element-wise geometries, so a pure function of shapes (``tiling.plan_conv``) is asked the
-same question twelve or twenty-two times. ``compile_scope()`` opens a memo for one compile
-(``pipeline.lower_graph``); outside a scope nothing is cached, and the memo dies with the
-scope, so memory never grows across compiles. ``ROCKJIT_NO_COMPILE_CACHE=1`` turns it off
-(the program must be identical either way: tests/lowering/test_compile_cache.py).
+element-wise geometries, so a pure function of shapes (``tiling.plan_conv``, the constant-free
+emitters) is asked the same question twelve or twenty-two times, and a matmul with resident
+weights differs from the previous layer's only in the weight and bias bytes
+(``emitters/matmul.build_matmul`` reuses the program and packs its own constants).
+``compile_scope()`` opens a memo for one compile (``pipeline.lower_graph``); outside a scope
+nothing is cached, and the memo dies with the scope, so memory never grows across compiles.
+``ROCKJIT_NO_COMPILE_CACHE=1`` turns it off (the program must be identical either way:
+tests/lowering/test_compile_cache.py).
 
-Only functions whose result depends on their (hashable) key alone may use ``memo``; a
+Only functions whose result depends on their key alone may use ``memo``/``memoized``; a
 result is shared by every hit, so it must be immutable (frozen dataclasses, tuples).
 """
 from __future__ import annotations
@@ -41,6 +44,12 @@ def compile_scope() -> Iterator[dict]:
         yield memo_dict
     finally:
         _scope.reset(token)
+
+
+def compile_scope_memo() -> dict | None:
+    """The open compile's memo (None: no scope, or ROCKJIT_NO_COMPILE_CACHE), for an emitter
+    that keeps its own kind of entry (emitters/matmul.py: a program reused with new constants)."""
+    return _scope.get()
 
 
 def memo(key: Hashable, compute: Callable[[], T]) -> T:

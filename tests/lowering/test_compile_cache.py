@@ -1,7 +1,9 @@
 """The per-compile memo (rockjit/lowering/compile_cache.py) changes compile time only: a
 2-layer SigLIP and a 4-layer ModernBERT (one global/local period) compile to the same program
-image -- regcmd words, relocations, uploads, jobs, steps -- with the memo on and off
-(ROCKJIT_NO_COMPILE_CACHE=1). Small configs, so the whole test takes a few seconds."""
+image -- regcmd words, relocations, uploaded weights and constants, jobs, steps -- with the
+memo on and off (ROCKJIT_NO_COMPILE_CACHE=1). The second layer reuses the first layer's tile
+plans, element-wise programs and matmul programs (with its own weights and biases packed), so a
+reused program that kept the first layer's bytes fails here. Small configs: a few seconds."""
 from __future__ import annotations
 
 import dataclasses
