@@ -168,7 +168,8 @@ def _b_dot(n: Node, ctx: BoundCtx) -> float:
 
 
 def _max_l1(w: np.ndarray, rc: tuple[int, ...]) -> float:
-    w = np.abs(np.asarray(w, np.float64))
+    w = np.array(w, np.float64)         # a copy of its own: made absolute in place
+    np.abs(w, out=w)
     return float(np.max(np.sum(w, axis=rc))) if w.size else 0.0
 
 
