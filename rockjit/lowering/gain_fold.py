@@ -123,6 +123,7 @@ def _scaled(w: np.ndarray, vec: np.ndarray, axis: int, dtype: np.dtype
         # correctly rounded float32 product: computed directly, without the float64 copy
         # (most of the compile's gain-fold time at ModernBERT-base)
         out = w * vec.reshape(shape)
+        out.setflags(write=False)        # a constant from here on (fold.py keeps it as is)
         top = float(np.abs(out).max(initial=0.0))
         if top != FP16_MAX:
             # rounding is monotonic and FP16_MAX is a float32: the comparison is the exact one
@@ -131,4 +132,6 @@ def _scaled(w: np.ndarray, vec: np.ndarray, axis: int, dtype: np.dtype
         exact = np.asarray(w, np.float64) * vec.astype(np.float64).reshape(shape)
         return out, not np.abs(exact).max(initial=0.0) > FP16_MAX
     exact = np.asarray(w, np.float64) * vec.astype(np.float64).reshape(shape)
-    return exact.astype(dtype), not np.abs(exact).max(initial=0.0) > FP16_MAX
+    out = exact.astype(dtype)
+    out.setflags(write=False)
+    return out, not np.abs(exact).max(initial=0.0) > FP16_MAX
