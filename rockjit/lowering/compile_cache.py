@@ -54,7 +54,7 @@ def compile_scope_memo() -> dict | None:
 
 def memo(key: Hashable, compute: Callable[[], T]) -> T:
     """``compute()``, or its earlier result for ``key`` in the open compile scope. An error it
-    raised is raised again (a fresh instance of the same type and arguments)."""
+    raised is raised again (a fresh instance of the same type, arguments and attributes)."""
     cache = _scope.get()
     if cache is None:
         return compute()
@@ -69,7 +69,12 @@ def memo(key: Hashable, compute: Callable[[], T]) -> T:
     if ok:
         return value
     err: Any = value
-    raise type(err)(*err.args)
+    try:
+        fresh = type(err)(*err.args)
+        fresh.__dict__.update(vars(err))      # attributes set after construction
+    except Exception:                         # noqa: BLE001 -- a type that cannot be remade
+        raise err from None
+    raise fresh
 
 
 def memo_of_array(tag: str, a: Any, compute: Callable[[], T], *extra: Hashable) -> T:
