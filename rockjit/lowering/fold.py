@@ -33,7 +33,9 @@ def fold_consts(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[int, np.
         elif n.op is Op.BROADCAST_IN_DIM and n.inputs[0].id in out:
             # a read-only view: a scalar broadcast to a large shape must not become a large array
             # (its users read what they need; a write into it fails loudly)
-            out[n.out.id] = _broadcast_view(out[n.inputs[0].id], n.attrs, n.out.type.shape)
+            x = out[n.inputs[0].id]
+            out[n.out.id] = _once(("broadcast", id(n), id(x)), (n, x),
+                                  lambda: _broadcast_view(x, n.attrs, n.out.type.shape))
         elif n.op in _FOLDABLE and all(v.id in out for v in n.inputs):
             ins = [out[v.id] for v in n.inputs]
             out[n.out.id] = _once(("fold", id(n), tuple(id(a) for a in ins)), (n, ins),

@@ -58,8 +58,19 @@ def saturate(a: np.ndarray) -> np.ndarray:
 
 
 def saturate_consts(consts: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-    """The compile-time values with fp16-unrepresentable floats saturated (a new dict)."""
-    return {k: saturate(v) for k, v in consts.items()}
+    """The compile-time values with fp16-unrepresentable floats saturated (a new dict); each
+    read-only value once per compile (the range plan saturates its folds up to five times)."""
+    return {k: memo_of_array("saturate", v, lambda v=v: _saturated_copy_read_only(v))
+            for k, v in consts.items()}
+
+
+def _saturated_copy_read_only(a: np.ndarray) -> np.ndarray:
+    """``saturate(a)``; a copy it made is marked read-only (so later scans of it are
+    memoized too), ``a`` itself is returned untouched."""
+    out = saturate(a)
+    if out is not a and isinstance(out, np.ndarray):
+        out.setflags(write=False)
+    return out
 
 
 # The bound the range plan (range_plan.py) assumes for every float graph input: a float32
