@@ -37,6 +37,7 @@ from .ir.types import DType, TensorType
 from .backends import BACKENDS, Runner, resolve_backend
 from .signature import (LeafSpec, Signature, arg_location, arg_name, bind_kwargs, graph_name,
                         leaf_dtype, make_signature, resident_dtype, trace)
+from .weight_timing import timed
 
 # ------------------------------------------------------------------ Lowered / Compiled
 
@@ -374,7 +375,9 @@ class Lowered(_Traced):
                 items.append((name, leaf, self.signature.args[i].leaves[j]))
             else:
                 missing = True
-        binding.update(items)
+        with timed("bind") as bound:
+            binding.update(items)
+            bound[0] = sum(v.nbytes for v in binding.values.values())
         compiled = Compiled(self.graph, self.signature, self.out_tree, self.backend, binding)
         if not missing:
             compiled._build()

@@ -192,3 +192,11 @@ NO_COALESCE = flag(
     "independent host steps, no merging of adjacent context-0 NPU steps: "
     "rockjit/lowering/coalesce.py), for A/B comparisons.",
     "0")
+
+NO_COMPILE_CACHE = "ROCKJIT_NO_COMPILE_CACHE"
+flag(NO_COMPILE_CACHE,
+     "on: the lowering plans and emits every op afresh instead of reusing the tile plan or the "
+     "program of an op of the same structure earlier in the same compile (the previous "
+     "layer's; rockjit/lowering/compile_cache.py); the program is the same either way, only "
+     "slower.",
+     "0")

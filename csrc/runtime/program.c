@@ -288,6 +288,24 @@ int rj_program_add_reloc(rj_program *p, const rj_reloc *r, rj_err *err)
     return RJ_OK;
 }
 
+static void prefix_msg(rj_err *err, const char *prefix);
+
+int rj_program_add_relocs(rj_program *p, const rj_reloc *relocs, uint32_t count, rj_err *err)
+{
+    if (!p || (count && !relocs))
+        return rj_fail(err, RJ_EINVAL, "rj_program_add_relocs: NULL program or relocations");
+    for (uint32_t i = 0; i < count; i++) {
+        int rc = rj_program_add_reloc(p, &relocs[i], err);
+        if (rc) {
+            char where[48];
+            snprintf(where, sizeof(where), "relocation %u of %u: ", i, count);
+            prefix_msg(err, where);
+            return rc;
+        }
+    }
+    return RJ_OK;
+}
+
 int rj_program_add_job(rj_program *p, uint32_t ctx, uint32_t flags, uint32_t *out_index,
                        rj_err *err)
 {
@@ -440,7 +458,42 @@ static int apply_reloc(rj_program *p, const rj_reloc *r, uint32_t idx, rj_err *e
     return RJ_OK;
 }
 
-static int resolve_job(rj_program *p, uint32_t ji, rj_err *err)
+/* Relocations ordered by (regcmd BO, word offset): resolve_job finds a task's relocations by
+ * binary search instead of scanning all of them per job (a whole encoder has ~10^5 relocations
+ * and ~10^4 jobs). */
+typedef struct reloc_key {
+    uint64_t word_offset;
+    uint32_t regcmd_bo;
+    uint32_t index;     /* into p->relocs */
+} reloc_key;
+
+static int reloc_cmp(const void *a, const void *b)
+{
+    const reloc_key *x = a, *y = b;
+    if (x->regcmd_bo != y->regcmd_bo)
+        return x->regcmd_bo < y->regcmd_bo ? -1 : 1;
+    if (x->word_offset != y->word_offset)
+        return x->word_offset < y->word_offset ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* The first position in ``order`` at or after (bo, offset). */
+static uint32_t reloc_lower_bound(const reloc_key *order, uint32_t n, uint32_t bo,
+                                  uint64_t offset)
+{
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        const reloc_key *k = &order[mid];
+        if (k->regcmd_bo < bo || (k->regcmd_bo == bo && k->word_offset < offset))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static int resolve_job(rj_program *p, const reloc_key *order, uint32_t ji, rj_err *err)
 {
     prog_job *j = &p->jobs[ji];
     if (j->ntasks == 0)
@@ -521,13 +574,14 @@ static int resolve_job(rj_program *p, uint32_t ji, rj_err *err)
     }
     /* Every BO a task's words address must be in the job's lists: the kernel orders jobs by
      * those lists (implicit fences) and the runtime hands exactly those BOs to the device. */
-    for (uint32_t r = 0; r < p->nrelocs; r++) {
-        const rj_reloc *rl = &p->relocs[r];
-        for (uint32_t t = 0; t < j->ntasks; t++) {
-            const prog_task *pt = &j->tasks[t];
-            if (rl->regcmd_bo != pt->bo || rl->word_offset < pt->offset ||
-                rl->word_offset >= pt->offset + 8ull * pt->words)
-                continue;
+    for (uint32_t t = 0; t < j->ntasks; t++) {
+        const prog_task *pt = &j->tasks[t];
+        uint64_t end = pt->offset + 8ull * pt->words;
+        for (uint32_t k = reloc_lower_bound(order, p->nrelocs, pt->bo, pt->offset);
+             k < p->nrelocs; k++) {
+            const rj_reloc *rl = &p->relocs[order[k].index];
+            if (rl->regcmd_bo != pt->bo || rl->word_offset >= end)
+                break;
             rj_bo *target = p->bos[rl->target_bo].bo;
             int listed = 0;
             for (uint32_t i = 0; i < n && !listed; i++)
@@ -594,9 +648,19 @@ int rj_program_load(rj_program *p, rj_err *err)
         p->bos[p->relocs[i].regcmd_bo].cpu_dirty = 1;
     }
     p->stats.relocs_applied += p->nrelocs;
-    for (uint32_t i = 0; i < p->njobs; i++)
-        if ((rc = resolve_job(p, i, err)))
-            return rc;
+    reloc_key *order = malloc((p->nrelocs ? p->nrelocs : 1) * sizeof(*order));
+    if (!order)
+        return rj_fail(err, RJ_ENOMEM, "rj_program_load: out of memory for %u relocations",
+                       p->nrelocs);
+    for (uint32_t i = 0; i < p->nrelocs; i++)
+        order[i] = (reloc_key){p->relocs[i].word_offset, p->relocs[i].regcmd_bo, i};
+    qsort(order, p->nrelocs, sizeof(*order), reloc_cmp);
+    rc = RJ_OK;
+    for (uint32_t i = 0; i < p->njobs && !rc; i++)
+        rc = resolve_job(p, order, i, err);
+    free(order);
+    if (rc)
+        return rc;
     const char *dump = rj_env_get(RJ_ENV_DUMP_REGCMD);
     if (dump && (rc = dump_regcmd(p, dump, err)))
         return rc;

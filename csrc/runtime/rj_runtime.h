@@ -207,6 +207,9 @@ int rj_program_read(rj_program *prog, uint32_t bo, uint64_t offset, void *data,
                     uint64_t size, rj_err *err);
 
 int rj_program_add_reloc(rj_program *prog, const rj_reloc *reloc, rj_err *err);
+/* ``count`` relocations at once (each checked as by rj_program_add_reloc; the first refused one
+ * fails the call, its index in the message): a whole encoder has ~10^5 of them. */
+int rj_program_add_relocs(rj_program *prog, const rj_reloc *relocs, uint32_t count, rj_err *err);
 
 /* Jobs: tasks are (regcmd BO, byte offset, word count); the IOVA is resolved at load. */
 int rj_program_add_job(rj_program *prog, uint32_t ctx, uint32_t flags, uint32_t *out_index,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,7 +71,7 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(int(d) for d in self.shape)   # exact; np.prod costs ~us per call
 
     def __str__(self) -> str:
         return f"{self.dtype.value}[{','.join(str(d) for d in self.shape)}]"

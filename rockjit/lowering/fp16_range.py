@@ -18,9 +18,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from .compile_cache import memo_of_array
+
 FP16_MAX = float(np.finfo(np.float16).max)     # 65504
 U16 = 2.0 ** -11                               # fp16's unit roundoff (11-bit significand)
 MASK_MAGNITUDE = 2.0 ** 15
+
+
+def extremes(a: np.ndarray) -> tuple[float, float]:
+    """(min, max) of a non-empty array (NaN if it holds one), computed once per read-only
+    array in a compile (compile_cache.py): weights are scanned by the weight check, every
+    constant fold and every bound pass."""
+    return memo_of_array("extremes", a, lambda: (float(np.min(a)), float(np.max(a))))
 
 
 def needs_saturation(a: np.ndarray) -> bool:
@@ -28,7 +37,8 @@ def needs_saturation(a: np.ndarray) -> bool:
     a = np.asarray(a)
     if a.dtype.kind != "f" or a.size == 0:
         return False
-    if float(a.min()) >= -FP16_MAX and float(a.max()) <= FP16_MAX:
+    lo, hi = extremes(a)
+    if lo >= -FP16_MAX and hi <= FP16_MAX:
         return False          # the common case, without a temporary the size of a weight
     with np.errstate(invalid="ignore"):
         return bool(np.any(np.abs(a) > FP16_MAX))   # NaN compares False: left alone
@@ -48,8 +58,19 @@ def saturate(a: np.ndarray) -> np.ndarray:
 
 
 def saturate_consts(consts: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-    """The compile-time values with fp16-unrepresentable floats saturated (a new dict)."""
-    return {k: saturate(v) for k, v in consts.items()}
+    """The compile-time values with fp16-unrepresentable floats saturated (a new dict); each
+    read-only value once per compile (the range plan saturates its folds up to five times)."""
+    return {k: memo_of_array("saturate", v, lambda v=v: _saturated_copy_read_only(v))
+            for k, v in consts.items()}
+
+
+def _saturated_copy_read_only(a: np.ndarray) -> np.ndarray:
+    """``saturate(a)``; a copy it made is marked read-only (so later scans of it are
+    memoized too), ``a`` itself is returned untouched."""
+    out = saturate(a)
+    if out is not a and isinstance(out, np.ndarray):
+        out.setflags(write=False)
+    return out
 
 
 # The bound the range plan (range_plan.py) assumes for every float graph input: a float32

@@ -1,6 +1,7 @@
 """A lowering HostStep -> the image's plain ``HostStepSpec`` (runtime/image.py)."""
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -19,8 +20,14 @@ def _spec_dtype(spec) -> str:
     if spec.dtype:
         return spec.dtype
     if spec.layout is not None:
-        return np.dtype(spec.layout.dtype).name
+        return _dtype_name(np.dtype(spec.layout.dtype))
     return "f16"
+
+
+@lru_cache(maxsize=None)
+def _dtype_name(dt: np.dtype) -> str:
+    # np.dtype.name is computed in Python on every access (thousands of host steps per model)
+    return dt.name
 
 
 def host_step_spec(hs: HostStep, names: Mapping[str, tuple[int, int]],

@@ -271,6 +271,9 @@ class ImageBuilder:
                     for c in self.used}
         relocs: list[tuple[int, int, int, int, int]] = []
         written: set[tuple[int, int, int]] = set()
+        # a kick reused by several calls (compile_cache.py: the layers share programs) is
+        # converted to words once
+        as_words: dict[int, tuple[object, np.ndarray]] = {}
         for st in self.steps:
             for jr in st.jobs:
                 names = self._names_for(jr.call, jr.core)
@@ -282,7 +285,10 @@ class ImageBuilder:
                     bo, base = names[kick.regcmd_buffer]
                     start = base + kick.base_offset
                     assert start % 8 == 0 and bo == self.regcmd_c[jr.core]
-                    w = np.asarray(kick.words, dtype="<u8")
+                    hit = as_words.get(id(kick))
+                    if hit is None:
+                        hit = as_words[id(kick)] = (kick, np.asarray(kick.words, dtype="<u8"))
+                    w = hit[1]
                     words_of[jr.core][start // 8:start // 8 + w.size] = w
                     for wi, rel in kick.relocs.items():
                         tbo, toff = names[rel.buffer]

@@ -30,6 +30,7 @@ from ..errors import UnsupportedError
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import Op
 from .bounds import CompileBoundError, check_graph
+from .compile_cache import compile_scope
 from .concat_slots import ConcatSlots
 from .fold import fold_consts
 from .fp16_range import saturate_consts
@@ -206,7 +207,16 @@ def lower_graph(graph: Graph, params: Mapping[str, np.ndarray], *,
 
     The result depends on the graph, the resident ``params`` and the profile only: no run-time
     value is looked at (LUT domains come from the functions, calibrate.py), so compiling from
-    ``jax.ShapeDtypeStruct`` inputs and after a call give the same program."""
+    ``jax.ShapeDtypeStruct`` inputs and after a call give the same program.
+
+    One compile scope (compile_cache.py) spans the lowering: a tile plan asked again for the
+    same shape (the next layer) is reused."""
+    with compile_scope():
+        return _lower_graph(graph, params, profile)
+
+
+def _lower_graph(graph: Graph, params: Mapping[str, np.ndarray],
+                 profile: ChipProfile | str) -> LoweredGraph:
     from ..ir.composites import expand
     from ..ir.passes.epilogue import fuse_matmul_epilogue
     from ..ir.passes.fuse import fuse

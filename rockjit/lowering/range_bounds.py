@@ -11,7 +11,8 @@ import numpy as np
 
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import Op
-from .fp16_range import INPUT_BOUND
+from .compile_cache import memo_of_array
+from .fp16_range import INPUT_BOUND, extremes
 
 INF = math.inf
 # |c| at or below this squares within fp16 with room: 128^2 = 16384, a quarter of 65504 (the
@@ -56,8 +57,9 @@ def absmax(a: np.ndarray) -> float:
     if a.dtype.kind == "b":
         return 1.0
     # the extremes in the array's own dtype (exact), widened only as two scalars: a float64
-    # copy of every weight, once per bound query, was most of compute_bounds' time
-    hi, lo = float(np.max(a)), float(np.min(a))
+    # copy of every weight, once per bound query, was most of compute_bounds' time; once per
+    # weight and compile (fp16_range.extremes)
+    lo, hi = extremes(a)
     if not (math.isfinite(hi) and math.isfinite(lo)):
         return INF
     return max(abs(hi), abs(lo))
@@ -159,10 +161,16 @@ def _b_dot(n: Node, ctx: BoundCtx) -> float:
     if w is None:
         k = int(np.prod([lhs.type.shape[i] for i in n.attrs["lhs_contract"]], dtype=np.int64))
         return a * ctx.of(rhs) * k
-    w = np.abs(np.asarray(w, np.float64))
     rc = tuple(n.attrs["rhs_contract"])
-    # the largest L1 norm over the contracted axes, over every output column (and batch)
-    return a * float(np.max(np.sum(w, axis=rc))) if w.size else 0.0
+    # the largest L1 norm over the contracted axes, over every output column (and batch);
+    # once per weight and compile (the range plan bounds the graph several times)
+    return a * memo_of_array("l1_dot", w, lambda: _max_l1(w, rc), rc)
+
+
+def _max_l1(w: np.ndarray, rc: tuple[int, ...]) -> float:
+    w = np.array(w, np.float64)         # a copy of its own: made absolute in place
+    np.abs(w, out=w)
+    return float(np.max(np.sum(w, axis=rc))) if w.size else 0.0
 
 
 def _b_conv(n: Node, ctx: BoundCtx) -> float:

@@ -9,6 +9,7 @@ import numpy as np
 from .arith import round_up
 from ..ir.graph import Value
 from ..ir.types import DType
+from ..weight_timing import timed
 from .layouts import WeightLayout
 from .lowered import Buf, ConversionError, PlacedCall
 from .op_lowering import BufferSpec
@@ -250,16 +251,18 @@ class Residency:
 
     def _const_tensor(self, use: Use, want: Form) -> Tensor:
         """A compile-time value in the asked form: packed now, uploaded with the weights."""
-        a = np.asarray(self.consts[use.value.id])
-        if use.index:
-            a = a[use.index]
-        if use.perm:
-            a = np.transpose(a, use.perm)
-        a = a.reshape(use.shape or a.shape)
-        if isinstance(want, RowForm):
-            data = np.ascontiguousarray(a.astype(want.dtype.to_numpy())).reshape(-1).view(np.uint8)
-        else:
-            data = np.zeros(want.nbytes, np.uint8)
-            self._pack_into(data, want, a)
+        with timed("pack") as packed:
+            a = np.asarray(self.consts[use.value.id])
+            if use.index:
+                a = a[use.index]
+            if use.perm:
+                a = np.transpose(a, use.perm)
+            a = a.reshape(use.shape or a.shape)
+            if isinstance(want, RowForm):
+                data = np.ascontiguousarray(a.astype(want.dtype.to_numpy())).reshape(-1).view(np.uint8)
+            else:
+                data = np.zeros(want.nbytes, np.uint8)
+                self._pack_into(data, want, a)
+            packed[0] = data.nbytes
         b = self.new_buf(data.size, "weights", f"const%{use.value.id}", data)
         return Tensor(use.value.id, want, b.id, 0, want.nbytes)

@@ -49,6 +49,7 @@ from functools import lru_cache
 from ..ir.types import DType
 from . import registers as R
 from .arith import ceil_div, round_up
+from .compile_cache import memo
 from .profile import ChipProfile
 from .regcmd import LoweringError
 
@@ -236,7 +237,17 @@ def plan_conv(shape: ConvShape, profile: ChipProfile, *, max_rows: int | None = 
               max_kernels: int | None = None, max_channels: int | None = None,
               max_k_steps: int | None = None) -> ConvPlan:
     """The cheapest tiling of ``shape`` (module docstring). ``max_*`` cap the tile sizes (tests,
-    and matching a foreign program's forced tiling); they never lift a hardware limit."""
+    and matching a foreign program's forced tiling); they never lift a hardware limit.
+    A pure function of its arguments: planned once per shape in a compile (compile_cache.py),
+    since every layer of an encoder asks for the same shapes."""
+    caps = (max_rows, max_kernels, max_channels, max_k_steps)
+    return memo(("plan_conv", shape, profile, caps),
+                lambda: _plan_conv(shape, profile, *caps))
+
+
+def _plan_conv(shape: ConvShape, profile: ChipProfile, max_rows: int | None,
+               max_kernels: int | None, max_channels: int | None,
+               max_k_steps: int | None) -> ConvPlan:
     if profile.encoding != "rk3588":
         raise LoweringError(f"the tile planner knows the RK3588 register encoding; chip "
                             f"{profile.name!r} uses {profile.encoding!r}")

@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import InputRangeError, WeightError
 from ..ir.graph import Graph
 from ..ir.ops import Op
+from .fp16_range import extremes
 
 FP16_MAX = float(np.finfo(np.float16).max)     # 65504
 
@@ -45,8 +46,8 @@ def fp16_problem(a: np.ndarray) -> str | None:
     a = np.asarray(a)
     if a.dtype.kind != "f" or a.size == 0:
         return None
-    m = float(np.max(np.abs(a)))      # one pass: NaN and Inf propagate into the max
-    if m <= FP16_MAX:
+    lo, hi = extremes(a)       # NaN propagates into both; memoized per compile (fp16_range)
+    if lo >= -FP16_MAX and hi <= FP16_MAX:
         return None
     idx, v = _first_bad(a)
     with np.errstate(invalid="ignore"):

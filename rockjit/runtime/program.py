@@ -16,9 +16,19 @@ import numpy as np
 from ._ffi import call, ffi, lib
 from .device import BufferInfo, Device
 from .errors import ProgramError
+from ..weight_timing import timed
 
 ROLES = {"arena": lib.RJ_BO_ARENA, "weights": lib.RJ_BO_WEIGHTS, "regcmd": lib.RJ_BO_REGCMD,
          "io": lib.RJ_BO_IO}
+
+# rj_reloc (rj_runtime.h) as a numpy record, so a whole relocation table crosses in one call
+RELOC_DTYPE = np.dtype({"names": ["regcmd_bo", "target_bo", "word_offset", "target_offset",
+                                  "keep_mask", "reserved"],
+                        "formats": ["<u4", "<u4", "<u8", "<u8", "<u4", "<u4"],
+                        "offsets": [ffi.offsetof("rj_reloc", f) for f in (
+                            "regcmd_bo", "target_bo", "word_offset", "target_offset",
+                            "keep_mask", "reserved")],
+                        "itemsize": ffi.sizeof("rj_reloc")})
 
 PROGRAM_STATS_FIELDS = ("runs", "steps", "npu_steps", "jobs", "tasks", "kicks", "host_steps",
                         "host_bytes", "upload_bytes", "readback_bytes", "relocs_applied")
@@ -132,6 +142,17 @@ class ProgramBuilder(_Access):
         r.regcmd_bo, r.target_bo = regcmd_bo, target_bo
         r.word_offset, r.target_offset, r.keep_mask = 8 * word_index, target_offset, keep_mask
         call(lib.rj_program_add_reloc, self._h.get(), r)
+
+    def add_relocs(self, table: np.ndarray) -> None:
+        """``add_reloc`` for every row (regcmd BO, word index, target BO, target offset, keep
+        mask) of an integer table, in one C call."""
+        t = np.asarray(table).reshape(-1, 5)
+        if t.size and (t.min() < 0 or t[:, [0, 2, 4]].max() > 0xFFFFFFFF):
+            raise ProgramError("a relocation field is negative or does not fit its C field")
+        rec = np.zeros(len(t), RELOC_DTYPE)
+        rec["regcmd_bo"], rec["word_offset"], rec["target_bo"] = t[:, 0], 8 * t[:, 1], t[:, 2]
+        rec["target_offset"], rec["keep_mask"] = t[:, 3], t[:, 4]
+        call(lib.rj_program_add_relocs, self._h.get(), ffi.from_buffer("rj_reloc[]", rec), len(rec))
 
     def add_job(self, tasks: Sequence[PlacedTask | tuple[int, int, int]], reads: Iterable[int] = (),
                 writes: Iterable[int] = (), core: int = 0, chained: bool = False) -> int:
@@ -257,14 +278,15 @@ class LoadedImage:
             got = b.add_bo(bo.size, role=bo.role, core=bo.core)
             if got != k:
                 raise ProgramError(f"the runtime numbered BO {k} as {got}")
-        for u in image.uploads:
-            b.upload(u.bo, image.arrays[u.array], u.offset)
+        with timed("upload") as uploaded:
+            for u in image.uploads:
+                b.upload(u.bo, image.arrays[u.array], u.offset)
+                uploaded[0] += image.arrays[u.array].nbytes
         for z in image.zero_fills:
             b.upload(z.bo, np.zeros(z.size, np.uint8), z.offset)
         for w in image.words:
             b.write_words(w.bo, image.arrays[w.array], w.word_index)
-        for rbo, wi, tbo, toff, keep in image.arrays[image.relocs].tolist():
-            b.add_reloc(rbo, wi, tbo, toff, keep)
+        b.add_relocs(image.arrays[image.relocs])
         ids = [b.add_job([PlacedTask(*t) for t in j.tasks], reads=j.reads, writes=j.writes,
                          core=j.core, chained=j.chained) for j in image.jobs]
         for s in image.steps:

@@ -49,6 +49,7 @@ from ..layouts import CubeLayout, feature_layout, weight_layout
 from ..op_lowering import BufferSpec, NpuStep, OpLowering
 from ..profile import ChipProfile, get_profile
 from ..regcmd import LoweringError, Reloc, EmittedTask
+from ..compile_cache import memo, memoized
 from ..tiling import CbufSplit, ceil_div, round_up
 # the DPU stage records live in dpu_stages.py; LUT builders import them from here too
 from .dpu_stages import LutTables, OutCvt, SdpStage, ew_stage  # noqa: F401
@@ -125,7 +126,19 @@ def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
     real channel count there; the simulator reads them as 0, an inference).
     The CNA/CORE framing is the matmul emitter's (conformance 01/06, Mesa), with the feature
     strides generalised by the same formula the simulator decodes (pitch = 16*(SURF+LINE)).
+    A pure function of its arguments: emitted once per geometry in a compile (compile_cache.py).
     """
+    key = ("emit_conv_dpu", name, profile, feature, rows, feature_surf_pitch, weights, kernels,
+           out, out_channels, out_surf_stride, ew, real_channels)
+    return memo(key, lambda: _emit_conv_dpu(name, profile, feature, rows, feature_surf_pitch,
+                                            weights, kernels, out, out_channels,
+                                            out_surf_stride, ew, real_channels))
+
+
+def _emit_conv_dpu(name: str, profile: ChipProfile, feature: Reloc, rows: int,
+                   feature_surf_pitch: int, weights: Reloc, kernels: int, out: Reloc,
+                   out_channels: int, out_surf_stride: int, ew: tuple[str, Reloc] | None,
+                   real_channels: int | None) -> EmittedTask:
     p = profile.input(DType.F16)
     k = EW_VIEW_CHANNELS
     if rows < max(profile.min_feature_rows, 1) or rows > profile.max_feature_rows:
@@ -221,7 +234,15 @@ def _check_op(op: str) -> None:
 def full_ew_tasks(op: str, a: str, b: str, out: str, weights: str, nbytes: int,
                   profile: ChipProfile, prefix: str = "ew") -> tuple[list[EmittedTask], int]:
     """Tasks computing out = a OP b over the flat view of ``nbytes``; returns (tasks, padded
-    span). ``weights`` names a const buffer holding the 32x32 identity (-identity for sub)."""
+    span). ``weights`` names a const buffer holding the 32x32 identity (-identity for sub).
+    Emitted once per geometry in a compile (compile_cache.py); each caller gets its own list."""
+    tasks, span = memo(("full_ew_tasks", op, a, b, out, weights, nbytes, profile, prefix),
+                       lambda: _full_ew_tasks(op, a, b, out, weights, nbytes, profile, prefix))
+    return list(tasks), span
+
+
+def _full_ew_tasks(op: str, a: str, b: str, out: str, weights: str, nbytes: int,
+                   profile: ChipProfile, prefix: str) -> tuple[tuple[EmittedTask, ...], int]:
     _check_op(op)
     chunks, span = ew_chunks(nbytes, profile)
     # sub: the conv main feed is -b, the ERDMA operand a, the EW unit adds them
@@ -233,7 +254,7 @@ def full_ew_tasks(op: str, a: str, b: str, out: str, weights: str, nbytes: int,
             feature_surf_pitch=rows * profile.atom_bytes, weights=Reloc(weights),
             kernels=EW_VIEW_CHANNELS, out=Reloc(out, off), out_channels=EW_VIEW_CHANNELS,
             out_surf_stride=rows * profile.atom_bytes, ew=(ew_op, Reloc(opnd, off))))
-    return tasks, span
+    return tuple(tasks), span
 
 
 def weights_buffer(op: str, profile: ChipProfile, name: str = "weights") -> BufferSpec:
@@ -245,6 +266,7 @@ def weights_buffer(op: str, profile: ChipProfile, name: str = "weights") -> Buff
 # lower_* entry points
 # ---------------------------------------------------------------------------------------------
 
+@memoized
 def build_binary(op: str, layout: CubeLayout, profile: ChipProfile | str | None = None) -> OpLowering:
     """out = a OP b for two fp16 cubes of the same dense ``layout``.
 
@@ -282,6 +304,7 @@ def scalar_stages(op: str, value: float, reverse: bool) -> tuple[SdpStage | None
     return SdpStage(alu=(algo, fp32_bits(c))), None
 
 
+@memoized
 def build_binary_scalar(op: str, layout: CubeLayout, value: float, reverse: bool = False,
                         profile: ChipProfile | str | None = None) -> OpLowering:
     """out = x OP c (or c OP x with ``reverse``) for a constant ``c`` (rounded to fp16).
@@ -398,6 +421,7 @@ def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, o
     return tasks
 
 
+@memoized
 def build_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
                      profile: ChipProfile | str | None = None) -> OpLowering:
     """out[p, c] = x[p, c] OP s[p] (s OP x with ``reverse``) with s a run-time vector, one

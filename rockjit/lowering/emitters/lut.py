@@ -51,6 +51,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..compile_cache import memoized
 from ..layouts import CubeLayout
 from ..op_lowering import BufferSpec, OpLowering
 from ..profile import ChipProfile
@@ -153,6 +154,7 @@ def _lut_tasks(t: LT.LutTable, src: str, dst: str, nbytes: int, profile: ChipPro
             for i, (off, n) in enumerate(flying_chunks(nbytes, profile))]
 
 
+@memoized
 def build_activation(kind: str, layout: CubeLayout, x_range: tuple[float, float] | None = None,
                      profile: ChipProfile | str | None = None) -> OpLowering:
     """out = kind(x) for an fp16 cube ``layout`` whose values lie in ``x_range`` (lo, hi);

@@ -22,11 +22,13 @@ chip profile (profile.py), which cites them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ...ir.types import DType
+from ...weight_timing import timed
+from ..compile_cache import compile_scope_memo
 from ..layouts import (CubeLayout, WeightLayout, matrix_feature_layout, matrix_output_layout,
                        pack_matrix, unpack_matrix, weight_layout)
 from ..profile import ChipProfile
@@ -286,7 +288,81 @@ def build_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
            views) for int8 K partials; "regcmd".
     Jobs: one per (batch element, M tile, N tile), independent, in one NpuStep; an fp16 job's K
     steps are one self-chained kick, an int8 job's K steps separate kicks.
+
+    In a compile (compile_cache.py) the program is built once per structure -- every argument
+    but the values of ``b`` and the bias, and ``name`` (task names reach error messages only,
+    and an error is never reused) -- and a matmul of the same structure (the next layer's)
+    reuses its tasks and jobs with its own ``b`` and bias packed into the const buffers.
     """
+    key = _structure_key(m, k, n, in_dtype, out_dtype, profile, batch, b, out_channel_align,
+                         max_m, max_k, max_n, epilogue)
+    cache = compile_scope_memo()
+    args = (m, k, n, in_dtype, out_dtype, profile, batch, b, out_channel_align, name, max_m,
+            max_k, max_n, epilogue)
+    if key is None or cache is None:
+        return _build_matmul(*args)
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = _build_matmul(*args)     # an error propagates, never stored
+        return hit
+    return _with_constants(hit, *args)
+
+
+def _structure_key(m, k, n, in_dtype, out_dtype, profile, batch, b, out_channel_align, max_m,
+                   max_k, max_n, epilogue) -> tuple | None:
+    """What the tasks and jobs of a matmul depend on (None: not reusable -- an activation
+    epilogue carries its LUT in the registers)."""
+    if epilogue is not None and epilogue.act is not None:
+        return None
+    bkey = None if b is None else (np.shape(b), np.asarray(b).dtype.str)
+    bias = None if epilogue is None or epilogue.bias is None else \
+        (np.shape(epilogue.bias), np.asarray(epilogue.bias).dtype.str)
+    return ("build_matmul", m, k, n, in_dtype, out_dtype, profile, batch, bkey,
+            out_channel_align, max_m, max_k, max_n, epilogue is not None, bias)
+
+
+def _with_constants(low: OpLowering, m, k, n, in_dtype, out_dtype, profile, batch, b,
+                    out_channel_align, name, max_m, max_k, max_n, epilogue) -> OpLowering:
+    """``low`` (a matmul of the same structure) with this call's ``b`` and bias packed."""
+    plan, lay = plan_matmul(m, k, n, in_dtype, out_dtype, profile,
+                            out_channel_align=out_channel_align, single_k=b is None,
+                            max_m=max_m, max_k=max_k, max_n=max_n)
+    bufs = []
+    for spec in low.buffers:
+        if spec.name == "b" and spec.role == "const":
+            data, _ = _packed_b(plan, profile, b, batch, n, k)
+            spec = replace(spec, data=data)
+        elif spec.name == "bias" and spec.role == "const":
+            _, ep_bufs = _epilogue(epilogue, plan, lay, n, in_dtype, out_dtype, profile, name)
+            spec = replace(spec, data=ep_bufs[0].data)
+        bufs.append(spec)
+    return replace(low, buffers=tuple(bufs))
+
+
+def _packed_b(plan: ConvPlan, profile: ChipProfile, b: np.ndarray, batch: int, n: int,
+              k: int) -> tuple[np.ndarray, int]:
+    """A given B packed tile-major (per batch element ``b_stride`` apart) and that stride."""
+    bb = np.asarray(b)
+    shared = bb.ndim == 2
+    if bb.shape[-2:] != (n, k) or (not shared and bb.shape != (batch, n, k)):
+        raise LoweringError(f"matmul B must be [{n}, {k}] or [{batch}, {n}, {k}] (one row per "
+                            f"output column), got {list(bb.shape)}")
+    with timed("pack") as packed:
+        blobs = [pack_matmul_b(plan, profile, bb if shared else bb[i])
+                 for i in range(1 if shared else batch)]
+        b_stride = 0 if shared else round_up(blobs[0].size, 64)
+        data = np.zeros(max(b_stride * batch, blobs[0].size), np.uint8)
+        for i, blob in enumerate(blobs):
+            data[i * b_stride:i * b_stride + blob.size] = blob
+        packed[0] = data.nbytes
+    return data, b_stride
+
+
+def _build_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
+                  profile: ChipProfile, batch: int, b: np.ndarray | None,
+                  out_channel_align: int | None, name: str, max_m: int | None,
+                  max_k: int | None, max_n: int | None,
+                  epilogue: MatmulEpilogue | None) -> OpLowering:
     if batch < 1:
         raise LoweringError(f"batch must be >= 1, got {batch}")
     plan, lay = plan_matmul(m, k, n, in_dtype, out_dtype, profile,
@@ -298,18 +374,9 @@ def build_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
     host = host_partials(plan, c_total)
     offs = _b_offsets(plan, profile)
     if b is not None:
-        bb = np.asarray(b)
-        shared = bb.ndim == 2
-        if bb.shape[-2:] != (n, k) or (not shared and bb.shape != (batch, n, k)):
-            raise LoweringError(f"matmul B must be [{n}, {k}] or [{batch}, {n}, {k}] (one row per "
-                                f"output column), got {list(bb.shape)}")
-        blobs = [pack_matmul_b(plan, profile, bb if shared else bb[i])
-                 for i in range(1 if shared else batch)]
-        b_stride = 0 if shared else round_up(blobs[0].size, 64)
-        data = np.zeros(max(b_stride * batch, blobs[0].size), np.uint8)
-        for i, blob in enumerate(blobs):
-            data[i * b_stride:i * b_stride + blob.size] = blob
-        b_spec = BufferSpec("b", "const", int(data.size), None, in_dtype.value, tuple(bb.shape), data=data)
+        data, b_stride = _packed_b(plan, profile, b, batch, n, k)
+        b_spec = BufferSpec("b", "const", int(data.size), None, in_dtype.value,
+                            tuple(np.shape(b)), data=data)
     else:
         if plan.k_steps != 1:
             raise LoweringError("internal: an activation B needs a single K step")

@@ -18,6 +18,7 @@ forms disagree.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -46,7 +47,7 @@ class RowForm:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.to_numpy().itemsize
+        return math.prod(int(d) for d in self.shape) * self.dtype.to_numpy().itemsize
 
     def sub(self, index: tuple[int, ...]) -> tuple["RowForm", int]:
         """The contiguous sub-array at ``index`` of the leading axes and its byte offset."""

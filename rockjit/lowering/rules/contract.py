@@ -16,6 +16,7 @@ import numpy as np
 
 from ...ir.ops import Op
 from ...ir.types import DType
+from ...weight_timing import timed
 from ..regcmd import LoweringError
 from .base import NoNpuForm, OpCall, RuleContext, RuleResult, Use, npu_dtype_of
 
@@ -109,10 +110,11 @@ def _matmul_call(ctx: RuleContext, lhs, rhs, out, attrs, bias: np.ndarray | None
     b_perm = None if rc[0] == len(rs) - 1 else tuple(range(nb)) + (len(rs) - 1, len(rs) - 2)
     w = ctx.const(rhs)
     if w is not None:
-        w = np.asarray(w)
-        if b_perm:
-            w = np.transpose(w, b_perm)
-        w = w.reshape((batch, n, k) if batch > 1 else (n, k)).astype(np.float16)
+        with timed("pack"):      # its bytes are counted once, packed (emitters/matmul.py)
+            w = np.asarray(w)
+            if b_perm:
+                w = np.transpose(w, b_perm)
+            w = w.reshape((batch, n, k) if batch > 1 else (n, k)).astype(np.float16)
     bshape = (batch,) if batch > 1 else ()
     try:
         # N padded to the K atom: the output cube is then the next matmul's A (K%32,

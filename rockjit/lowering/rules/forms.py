@@ -9,6 +9,7 @@ transpose permutes the roles.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -67,7 +68,7 @@ def _drop_units(f: CubeForm) -> CubeForm:
 def reshape(form: Form, shape: tuple[int, ...]) -> Form | None:
     """``form`` seen with a new logical shape, or None when that is not a view."""
     shape = tuple(int(s) for s in shape)
-    if int(np.prod(shape, dtype=np.int64)) != int(np.prod(form.shape, dtype=np.int64)):
+    if math.prod(shape) != math.prod(int(d) for d in form.shape):
         return None
     if isinstance(form, RowForm):
         return RowForm(form.dtype, shape)
