@@ -51,6 +51,7 @@ from ..runtime.image import (BoSpec, CorePlacement, HostStepSpec, JobSpec, Place
                              StepSpec, TensorSig, Upload, Words, ZeroFill)
 from .bounds import check_bo
 from .coalesce import coalesce
+from .image_stats import program_stats
 from .host_rules import DESC_BYTES, HostView, host_op_step
 from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
@@ -98,7 +99,7 @@ class ImageBuilder:
             outputs=[self._sig(bd, "out") for bd in lowered.outputs], sources=self.sources,
             placement=[Placement(d.node, d.loc, d.where, d.how, d.why or "")
                        for d in lowered.decisions],
-            stats=self._stats(), arrays=self.arrays,
+            stats=program_stats(self), arrays=self.arrays,
             core_placement=[CorePlacement(c.label, c.jobs, c.cores, c.rule_cores, c.describe())
                             for c in self.core_choices])
         self.image.check()
@@ -466,37 +467,6 @@ class ImageBuilder:
         return step_specs
 
     # ------------------------------------------------------------------ stats and signatures
-    def _stats(self) -> dict[str, int]:
-        n, calls, decisions = self._count, self.calls, self.lowered.decisions
-        useful = sum(pc.call.lowering.macs for pc in calls if pc.call.where == "npu"
-                     and pc.call.emitter.startswith(("matmul", "conv")))
-        stats = {
-            "npu_steps": n["npu_steps"], "jobs": n["jobs"], "tasks": n["tasks"],
-            "kicks": n["kicks"], "host_steps": n["host"], "host_bytes_packed": n["packed"],
-            "host_bytes_unpacked": n["unpacked"], "host_copy_steps": n["copy_steps"],
-            "host_bytes_copied": n["copied"], "retiles": self.lowered.retiles,
-            "device_bytes_read": n["dev_read"], "device_bytes_written": n["dev_written"],
-            "macs": useful,
-            "device_macs": sum(pc.call.lowering.macs for pc in calls if pc.call.where == "npu"),
-            "arena_bytes": self.plan.size, "arena_bytes_without_reuse": self.plan.naive_size,
-            "weights_bytes": self.weights_bytes, "regcmd_bytes": self.regcmd_bytes,
-            "npu_ops": sum(1 for d in decisions if d.where == "npu"),
-            "host_ops": sum(1 for d in decisions if d.where == "host"),
-            "view_ops": sum(1 for d in decisions if d.where == "view"),
-            "cores_used": len(set(self.job_cores)),
-            # placement.py: steps whose jobs could spread, and how many the model kept on
-            # fewer cores than the round-robin rule
-            "placement_steps": len(self.core_choices),
-            "placement_single_core_steps": sum(1 for c in self.core_choices if c.cores == 1),
-            "placement_rule_overruled": sum(1 for c in self.core_choices if not c.agrees),
-        }
-        for c in range(self.ncores):
-            stats[f"jobs_core{c}"] = sum(1 for x in self.job_cores if x == c)
-        # numerics: how many values the range plan prescaled / keeps in fp32 / on the host
-        if self.lowered.range_plan is not None:
-            stats.update(self.lowered.range_plan.counts())
-        return {k: int(v) for k, v in stats.items()}
-
     def _sig(self, bd: Boundary, prefix: str) -> TensorSig:
         t = bd.tensor
         bo, base = self._where(t.buf)
