@@ -335,9 +335,8 @@ class StridedConversion:
         in two (channels not a multiple of the lane count) is reduced per part and the parts
         combined with a host max, which is exact in any order (a sum would round differently,
         so sums keep the unpack)."""
-        from .host_rules import HostView, MAX_RANK, BINARY_CODES, REDUCE_CODES, host_op_step
-
-        from .host_rules import row_major_strides
+        from .host_rules import (BINARY_CODES, MAX_RANK, REDUCE_CODES, HostView, host_op_step,
+                                 row_major_strides)
 
         prog = call.lowering
         if call.where != "host" or len(prog.steps) != 1 or prog.steps[0].kind != "reduce" or \
@@ -345,12 +344,8 @@ class StridedConversion:
             return call
         v = call.operands[0].value
         use = call.operands[0]
-        if use.index or use.perm or use.shape or v.id in self.consts or v in self.graph.inputs:
-            return call
-        have = self.tensors.get(v.id, [])
-        cube = next((t for t in have if isinstance(t.form, CubeForm)), None)
-        if cube is None or any(isinstance(t.form, RowForm) for t in have) or \
-                cube.form.shape != tuple(v.type.shape):
+        cube = self._only_cube(use)
+        if cube is None:
             return call
         descs = [b for b in prog.buffers if b.role == "const"]
         d = np.frombuffer(descs[0].data.tobytes(), DESC_DTYPE)[0]
