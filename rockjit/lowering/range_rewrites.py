@@ -187,7 +187,7 @@ def rewrite_square_sums(graph: Graph, consts: Mapping[int, np.ndarray],
 
       m~ = the fp16 mean the NPU subtracts, c_i = fp16(x_i - m~), mu = S1 / H, S1 = sum x_i
       sum (x_i - m~)^2 = S2 - S1^2 / H + H (mu - m~)^2            (exact, any m~)
-      S2 <= U2 = 4^s0 (1 + 2^-9) r1 + H 2^(2 s0 - 24)              (as pass 1 on c)
+      S2 <= U2 = 2^s0 2^s0 (1 + 2^-9) r1 + H 2^(2 s0 - 24)         (as pass 1 on c)
       |Sx - S1| <= e = (H 2^-23 + 2^-20) sqrt(H U2)    (fp32 sum of H terms, any order, even
                                                           with truncation; sum|x| <= sqrt(H S2))
       S1^2 / H >= L = max(|Sx| - e, 0)^2 / H (1 - 2^-20)
@@ -200,12 +200,15 @@ def rewrite_square_sums(graph: Graph, consts: Mapping[int, np.ndarray],
     its absolute error is a few 2^-24 U2). The floor is pass 1 on c's. An overflowed c
     (inf) still gives NaN downstream, never the bias: c2 = inf * t.
 
-    Precision: V >= sum(c^2) only loosely when |mean| >> std: V ~ 2^-8 H m^2 once
-    std < 2^-4 |m|, and t is smaller than ideal by ~2^-4 |m| / std. t is exact, so c t and
-    the result stay bit-identical unless c t or its square falls into fp16's subnormals: a
-    row element of typical size ROW_TARGET / sqrt(H) (~3.8 at H 1152) squares below 2^-14
-    only if t is ~2^-9 below ideal, i.e. std < 2^-13 |m| -- finer than fp16 can hold x's
-    deviations in at all (its ulp is 2^-10 |m|). So the old pass on c is not kept."""
+    Precision: V is loose when |mean| >> std: its slacks (2^-9 S2 from U2, ~2 e |Sx| / H from
+    the fp32 sum) are ~2^-9 H m^2, so t falls below ideal by ~2^-4.5 |m| / std. t stays a power
+    of two, so c t and the result are bit-identical wherever c t and (c t)^2 stay normal fp16;
+    at H 768 the squares reach fp16's subnormals (< 2^-14) once std < ~2^-12.7 |m| -- within
+    a few ulps of fp16's resolution of x itself (2^-10 |m|) -- and pass 2's variance is still
+    within 2^-9 there, down to std = 2^-15 |m| (tests/lowering/test_norm_stat_bound.py). So
+    the pass on c is not kept for mean-centred squares. 4^s0 is applied as two factors 2^s0:
+    a host constant past 65504 would be saturated to 2^15 like every compile-time float
+    (fp16_range.saturate)."""
     producers = graph.producers()
     users = graph.users()
     outputs = {v.id for v in graph.outputs}
