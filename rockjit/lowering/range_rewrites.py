@@ -13,8 +13,8 @@ from ..ir.ops import Op
 from ..ir.rules import infer_type
 from ..ir.types import DType, TensorType
 from .fp16_range import FP16_MAX
-from .range_bounds import (INF, _through, MAX_PRESCALE, ROW_TARGET, SQUARE_SAFE, T_MAX_LOG2, T_MIN_LOG2, absmax,
-                           is_square, last_axis_sum, row_factor)
+from .range_bounds import (INF, MAX_PRESCALE, ROW_TARGET, SQUARE_SAFE, T_MAX_LOG2, T_MIN_LOG2,
+                           _through, absmax, is_square, last_axis_sum, row_factor)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,21 +142,20 @@ def _square_sum_bound(hb: _Host, r1: Value, s0: int, h: int) -> Value:
     return hb.op(Op.ADD, u, h * 2.0 ** (2 * s0 - 24))
 
 
-def _centred_bound(hb: _Host, u2: Value, sx: Value, s0: int, h: int) -> Value:
-    """An upper bound of sum(c^2) per row, c = fp16(x - m~) as the NPU computes it, from an
-    upper bound U2 of S2 = sum(x^2) and the NPU's fp32 row sum Sx of x (module docstring of
-    ``rewrite_square_sums``)."""
-    e = hb.op(Op.MUL, hb.op(Op.SQRT, hb.op(Op.MUL, u2, float(h))), h * 2.0 ** -23 + 2.0 ** -20)
-    ax = hb.op(Op.ABS, sx)
-    a = hb.op(Op.MAX, hb.op(Op.SUB, ax, e), 0.0)
-    low = hb.op(Op.MUL, hb.op(Op.MUL, a, a), (1 - 2.0 ** -20) / h)
-    dm = hb.op(Op.ADD, hb.op(Op.MUL, hb.op(Op.ADD, e, hb.op(Op.MUL, ax, 2.0 ** -9)), 1.0 / h),
-               2.0 ** -23)
-    mm = hb.op(Op.MUL, hb.op(Op.MUL, dm, dm), h * (1 + 2.0 ** -20))
-    d = hb.op(Op.ADD, hb.op(Op.ADD, hb.op(Op.SUB, u2, low), mm), hb.op(Op.MUL, u2, 2.0 ** -20))
-    v = hb.op(Op.ADD, hb.op(Op.MUL, d, 1 + 2.0 ** -8), h * 2.0 ** -39)
+def _centred_bound(hb: _Host, r1: Value, sx: Value, s0: int, h: int) -> Value:
+    """An upper bound of sum(c^2) per row, c = fp16(x - m~) as the NPU computes it, from x's
+    pass 1 r1 and the NPU's fp32 row sum Sx of x: V = A U2 - B Sx^2 + C, U2 as
+    ``_square_sum_bound`` (derivation: ``rewrite_square_sums``' docstring). Seven host ops:
+    every slack folds into the constants A, B, C."""
+    k = h * 2.0 ** -23 + 2.0 ** -20
+    a = (1 + 2.0 ** -8) * (1 + 2 * k * (1 + k) + 2 * (k + 2.0 ** -9 * (1 + k)) ** 2 + 2.0 ** -20)
+    floor = h * 2.0 ** (2 * s0 - 24)
+    c = floor * a + (1 + 2.0 ** -8) * h * 2.0 ** -45 + h * 2.0 ** -39
+    au2 = hb.op(Op.MUL, hb.op(Op.MUL, r1, 2.0 ** s0), 2.0 ** s0 * (1 + 2.0 ** -9) * a)
+    sq = hb.op(Op.MUL, hb.op(Op.MUL, sx, sx), (1 + 2.0 ** -8) / h)
+    v = hb.op(Op.SUB, hb.op(Op.ADD, au2, c), sq)
     # the same floor as pass 1 on c (t never above ROW_TARGET / sqrt(H 2^(2 s0 - 24)))
-    return hb.op(Op.MAX, v, h * 2.0 ** (2 * s0 - 24))
+    return hb.op(Op.MAX, v, floor)
 
 
 def _row_scale(hb: _Host, v: Value) -> Value:
@@ -188,20 +187,24 @@ def rewrite_square_sums(graph: Graph, consts: Mapping[int, np.ndarray],
       m~ = the fp16 mean the NPU subtracts, c_i = fp16(x_i - m~), mu = S1 / H, S1 = sum x_i
       sum (x_i - m~)^2 = S2 - S1^2 / H + H (mu - m~)^2            (exact, any m~)
       S2 <= U2 = 2^s0 2^s0 (1 + 2^-9) r1 + H 2^(2 s0 - 24)         (as pass 1 on c)
-      |Sx - S1| <= e = (H 2^-23 + 2^-20) sqrt(H U2)    (fp32 sum of H terms, any order, even
-                                                          with truncation; sum|x| <= sqrt(H S2))
-      S1^2 / H >= L = max(|Sx| - e, 0)^2 / H (1 - 2^-20)
-      |mu - m~| <= dm = (e + 2^-9 |Sx|) / H + 2^-23   (Sx/H's f32 rounding and m~'s fp16
-                                                         rounding, < 2^-10 even truncating)
-      c_i^2 <= (1 + 2^-8) (x_i - m~)^2 + 2^-39          (c's own fp16 rounding: relative
-                                                         2^-11, or 2^-25 among subnormals)
-      V = max((1 + 2^-8) (U2 - L + H dm^2 (1 + 2^-20) + 2^-20 U2) + H 2^-39, H 2^(2 s0 - 24))
-    The 2^-20 terms cover the host's own f32 rounding (U2 - L cancels when |mean| >> std:
-    its absolute error is a few 2^-24 U2). The floor is pass 1 on c's. An overflowed c
-    (inf) still gives NaN downstream, never the bias: c2 = inf * t.
+      |Sx - S1| <= e = k sqrt(H U2),  k = H 2^-23 + 2^-20   (fp32 sum of H terms, any order,
+                                          even truncating; sum |x| <= sqrt(H S2))
+      S1^2 >= Sx^2 - 2 e |Sx|  and  |Sx| <= sqrt(H U2) + e, so
+      S1^2 / H >= Sx^2 / H - 2 k (1 + k) U2
+      |mu - m~| <= (e + 2^-9 |Sx|) / H + 2^-23   (Sx/H's f32 and m~'s fp16 rounding, < 2^-10
+                                                    even truncating), so with (a+b)^2 <= 2a^2+2b^2
+      H (mu - m~)^2 <= 2 (k + 2^-9 (1 + k))^2 U2 + H 2^-45
+      c_i^2 <= (1 + 2^-8) (x_i - m~)^2 + 2^-39    (c's own fp16 rounding: relative 2^-11, or
+                                                    2^-25 among subnormals)
+      V = max(A U2 - B Sx^2 + C', H 2^(2 s0 - 24)),  B = (1 + 2^-8) / H,
+          A = (1 + 2^-8) (1 + 2 k (1 + k) + 2 (k + 2^-9 (1 + k))^2 + 2^-20),
+          C' = (1 + 2^-8) H 2^-45 + H 2^-39
+    The 2^-20 in A covers the host's own f32 rounding (A U2 - B Sx^2 cancels when
+    |mean| >> std: its absolute error is a few 2^-24 U2). The floor is pass 1 on c's. An
+    overflowed c (inf) still gives NaN downstream, never the bias: c2 = inf * t.
 
-    Precision: V is loose when |mean| >> std: its slacks (2^-9 S2 from U2, ~2 e |Sx| / H from
-    the fp32 sum) are ~2^-9 H m^2, so t falls below ideal by ~2^-4.5 |m| / std. t stays a power
+    Precision: V is loose when |mean| >> std: its slacks (2^-9 S2 from U2, 2 k U2 from the
+    fp32 sum) are ~2^-9 H m^2, so t falls below ideal by ~2^-4.5 |m| / std. t stays a power
     of two, so c t and the result are bit-identical wherever c t and (c t)^2 stay normal fp16;
     at H 768 the squares reach fp16's subnormals (< 2^-14) once std < ~2^-12.7 |m| -- within
     a few ulps of fp16's resolution of x itself (2^-10 |m|) -- and pass 2's variance is still
@@ -273,7 +276,7 @@ def rewrite_square_sums(graph: Graph, consts: Mapping[int, np.ndarray],
             bound = bounds.get(c.id, INF)
             if mc is not None:
                 s0, v1, r1 = pass1_x[n.out.id]
-                v = _centred_bound(hb, _square_sum_bound(hb, r1, s0, h), mc[1].out, s0, h)
+                v = _centred_bound(hb, r1, mc[1].out, s0, h)
                 op_bound = bounds.get(mc[0].id, INF)
             else:
                 s0 = _prescale_shift(bound)

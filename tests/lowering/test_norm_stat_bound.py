@@ -51,8 +51,7 @@ def _bound_and_exact(x: np.ndarray, s0: int) -> tuple[np.ndarray, np.ndarray]:
         x1 = (x.astype(F32) * F32(2.0 ** -s0)).astype(F16)
         q1 = (x1.astype(F32) * x1.astype(F32)).astype(F16)
         for r1 in _fp32_sums(q1):
-            u2 = rr._square_sum_bound(hb, r1, s0, h)
-            worst_v = np.minimum(worst_v, rr._centred_bound(hb, u2, sx, s0, h))
+            worst_v = np.minimum(worst_v, rr._centred_bound(hb, r1, sx, s0, h))
         m = (sx / F32(h)).astype(F32).astype(F16)[..., None]  # the fp16 mean the NPU subtracts
         for c in ((x.astype(np.float64) - m.astype(np.float64)).astype(F16),
                   (x.astype(F32) - m.astype(F32)).astype(F16)):
