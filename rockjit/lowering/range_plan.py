@@ -29,6 +29,9 @@ fp16 input, and prescales by a bound only where the bound is tight enough to use
               becomes c2 * (g / t), so the output is computed from the same c2 the
               statistics saw.
 
+  Where c = x - mean(x) (LayerNorm), pass 1 squares x instead (s0 from x's bound) and the host
+  bounds sum(c^2) from sum(x^2) and the mean's own sum of x (``rewrite_square_sums``): pass 1
+  then runs in the mean's NPU step, one host round trip fewer per norm.
   The floor (H 2^(2 s0 - 24)) covers the squares pass 1 flushed to zero, so |c2| <= ROW_TARGET
   for every element of every row: no square overflows whatever the row holds, and a row of
   small values is scaled *up* (no fp16 underflow of its squares either). t is a power of two,
@@ -148,7 +151,7 @@ def plan_ranges(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, 
         for s in sites:
             # pass 2's operand is <= ROW_TARGET by construction (no bound rule can see it)
             known[s.scaled.id] = ROW_TARGET
-            known[s.prescaled.id] = min(bounds.get(s.c.id, INF), FP16_MAX) * 2.0 ** -s.shift
+            known[s.prescaled.id] = min(s.operand_bound, FP16_MAX) * 2.0 ** -s.shift
         consts = saturate_consts(fold_consts(g2, params))
         bounds = compute_bounds(g2, consts, known)
     g3, products = rewrite_matmul_inputs(g2, consts, bounds)
