@@ -16,13 +16,13 @@ new order.
   whose accesses overlap). It emits every ready host step first, then every ready NPU step,
   so the host steps that do not depend on an NPU step no longer split NPU steps. Ties go to the
   original order.
-* Merge: adjacent NPU steps whose jobs all run in context 0 become one step, their jobs in
-  order. One SUBMIT's jobs are ordered by the BOs they share: the kernel adds each job's
-  implicit dependencies on its in/out BOs before queueing the next (rocket's submit path,
-  drivers/accel/rocket/rocket_job.c in torvalds/linux), and every context-0 job writes the
-  context's arena. A step with a job on another context stays alone: image_builder inserts the
-  cross-context copies around a step from that step's jobs, so a merged step could hand a job
-  stale data.
+* Merge: adjacent NPU steps become one step, their jobs in order, unless a job would read or
+  write bytes a job of the merged step writes on another context (``merge``). One SUBMIT's
+  jobs are ordered by the BOs they share: the kernel adds each job's implicit dependencies on
+  its in/out BOs before queueing the next (rocket's submit path, drivers/accel/rocket/
+  rocket_job.c in torvalds/linux), and every job writes its context's arena. image_builder
+  inserts the cross-context copies before and after a whole merged step, so data crosses
+  contexts only between steps.
 
 ``ROCKJIT_NO_COALESCE=1`` (debugflags.NO_COALESCE) turns the pass off, for A/B comparisons.
 """
@@ -184,25 +184,61 @@ def reorder(steps: Sequence[ScheduledStep], preds: list[set[int]]) -> list[int]:
     return order
 
 
-def merge(steps: Sequence[ScheduledStep]) -> list[ScheduledStep]:
-    """Adjacent context-0 NPU steps -> one step (jobs in order)."""
+def _overlaps(spans: dict, touches) -> bool:
+    return any(lo < thi and tlo < hi for key, tlo, thi in touches for lo, hi in spans.get(key, ()))
+
+
+def merge(steps: Sequence[ScheduledStep], calls: Sequence) -> tuple[list[ScheduledStep],
+                                                                     list[range]]:
+    """Adjacent NPU steps -> one step (jobs in order), and for every merged step whose jobs use
+    more than one context the range of unmerged positions it covers.
+
+    A step joins the open one unless one of its jobs, on context c, reads or writes bytes that
+    a job of the open step on another context writes: the image builder copies a merged step's
+    inputs into contexts > 0 before it and their outputs back to context 0 after it, so data
+    may cross contexts only between steps. Within a context the jobs keep their order (one
+    SUBMIT per context, ordered by the arena BO's implicit fences). Bytes another context only
+    reads may be rewritten: that context reads its copy, made before the step."""
     out: list[ScheduledStep] = []
-    for st in steps:
-        if out and _mergeable(st) and _mergeable(out[-1]):
+    parts: list[list[int]] = []
+    writes: dict[int, dict] = {}        # the open step's writes: context -> key -> [(lo, hi)]
+    for i, st in enumerate(steps):
+        touches = []
+        if st.kind == "npu":
+            for jr in st.jobs:
+                r, w = job_touches(jr, calls[jr.call].binding)
+                touches.append((jr.core, r, w))
+        joins = bool(out) and st.kind == "npu" and out[-1].kind == "npu" and not any(
+            _overlaps(spans, r) or _overlaps(spans, w)
+            for c, r, w in touches for c2, spans in writes.items() if c2 != c)
+        if joins:
             out[-1] = ScheduledStep("npu", out[-1].jobs + list(st.jobs))
+            parts[-1].append(i)
         else:
             out.append(st)
-    return out
+            parts.append([i])
+            writes = {}
+        for c, _, w in touches:
+            for key, lo, hi in w:
+                writes.setdefault(c, {}).setdefault(key, []).append((lo, hi))
+    multi = [range(p[0], p[-1] + 1) for p, st in zip(parts, out)
+             if len(p) > 1 and len({jr.core for jr in st.jobs}) > 1]
+    return out, multi
 
 
-def coalesce(steps: Sequence[ScheduledStep],
-             calls: Sequence) -> tuple[list[ScheduledStep], list[ScheduledStep]]:
-    """(merged steps, the same steps reordered but not merged). ``steps``: the schedule with
-    each job's context already final (``JobRef.core``); ``calls``: the placed calls (their
-    bindings name the buffers).
+def coalesce(steps: Sequence[ScheduledStep], calls: Sequence
+             ) -> tuple[list[ScheduledStep], list[ScheduledStep], list[range]]:
+    """(merged steps, the same steps reordered but not merged, the unmerged positions each
+    merged step over several contexts covers). ``steps``: the schedule with each job's context
+    already final (``JobRef.core``); ``calls``: the placed calls (their bindings name the
+    buffers).
 
     Liveness belongs on the unmerged order: the parts of a merged step run one after the other
-    (every context-0 job writes the arena BO, so each waits for the one before), so a buffer
-    dead after one part may share bytes with one born in a later part."""
+    in a context (every job writes its context's arena BO, so each waits for the one before),
+    so a buffer dead after one part may share bytes with one born in a later part. Not so
+    across contexts: a merged step's cross-context copies run before and after all of it, so
+    the calls of a step over several contexts must keep their bytes for its whole range
+    (ImageBuilder._liveness widens them)."""
     ordered = [steps[i] for i in reorder(steps, dependencies(steps, calls))]
-    return merge(ordered), ordered
+    merged, multi = merge(ordered, calls)
+    return merged, ordered, multi

@@ -111,13 +111,16 @@ class ImageBuilder:
     def _coalesce(self) -> None:
         # after the contexts are final (only context-0 steps merge), before liveness (the
         # memory plan follows the new order)
-        self._live_steps = self.steps
+        self._live_steps, self._multi_spans = self.steps, []
         if not debugflags.enabled(debugflags.NO_COALESCE.name):
-            self.steps, self._live_steps = coalesce(self.steps, self.calls)
+            self.steps, self._live_steps, self._multi_spans = coalesce(self.steps, self.calls)
 
     def _liveness(self) -> None:
         # in the unmerged order: a merged step's parts run one after the other (coalesce.py)
         spans = call_spans(self._live_steps, len(self.calls))
+        for r in self._multi_spans:     # a step over several contexts: copies around all of it
+            for ci in {c for si in r for c in self._live_steps[si].calls}:
+                spans[ci] = (min(spans[ci][0], r.start), max(spans[ci][1], r.stop - 1))
         for b in self.bufs:
             b.first, b.last = 1 << 60, -1
         for ci, pc in enumerate(self.calls):

@@ -109,18 +109,33 @@ def test_war_on_a_scratch_region_is_kept_and_a_disjoint_write_is_hoisted() -> No
     assert preds[4] == set() and preds[5] == {1}      # RAW on s[0:64); reads of 0 are no edge
     order = reorder(steps, preds)
     assert order == [2, 4, 0, 3, 1, 5]
-    merged, ordered = coalesce(steps, CALLS)
-    assert [s.kind for s in merged] == ["host", "host", "npu", "host", "npu"]
+    merged, ordered, multi = coalesce(steps, CALLS)
+    assert [s.kind for s in merged] == ["host", "host", "npu", "host", "npu"] and not multi
     assert len(merged[2].jobs) == 2 and [s for s in ordered] == [steps[i] for i in order]
 
 
-def test_a_step_on_another_context_is_not_merged() -> None:
-    # a chain through "out": 0 -> 1 (on context 1) -> 2
+def test_data_crossing_contexts_splits_merged_steps() -> None:
+    # a chain through "out": 0 -> 1 (on context 1) -> 2: each hand-over needs a copy between
+    # steps, so nothing merges
     steps = [_npu(0, reads=[Access("in", 0, 64, 64)], writes=[Access("out", 0, 64, 64)]),
              _npu(0, reads=[Access("out", 0, 64, 64)], writes=[Access("out", 64, 64, 64)], core=1),
              _npu(0, reads=[Access("out", 64, 64, 64)], writes=[Access("out", 128, 64, 64)])]
-    merged, _ = coalesce(steps, CALLS)
-    assert [len(s.jobs) for s in merged] == [1, 1, 1]
+    merged, _, multi = coalesce(steps, CALLS)
+    assert [len(s.jobs) for s in merged] == [1, 1, 1] and not multi
+    # the same on context 1 throughout, a context-0 job beside it on other bytes, and a
+    # context-2 job that only reads what context 0 wrote before: one merged step over three
+    # contexts, whose calls keep their bytes for all of it
+    steps = [_npu(0, reads=[Access("in", 0, 64, 64)], writes=[Access("out", 0, 64, 64)], core=1),
+             _npu(0, reads=[Access("out", 0, 64, 64)], writes=[Access("out", 64, 64, 64)], core=1),
+             _npu(1, reads=[Access("in", 0, 64, 64)], writes=[Access("out", 0, 64, 64)]),
+             _npu(0, reads=[Access("in", 0, 64, 64)], writes=[Access("out", 128, 64, 64)], core=2)]
+    merged, ordered, multi = coalesce(steps, CALLS)
+    assert [len(s.jobs) for s in merged] == [4] and multi == [range(0, 4)]
+    # context 2 reading bytes context 1 wrote in the open step: a new step
+    steps[3] = _npu(0, reads=[Access("out", 64, 64, 64)], writes=[Access("out", 128, 64, 64)],
+                    core=2)
+    merged, _, multi = coalesce(steps, CALLS)
+    assert [len(s.jobs) for s in merged] == [3, 1] and multi == [range(0, 3)]
     one_context = [_npu(0, reads=[Access("in", 0, 64, 64)], writes=[Access("out", 0, 64, 64)]),
                    _npu(1, reads=[Access("in", 0, 64, 64)], writes=[Access("out", 0, 64, 64)])]
     assert [len(s.jobs) for s in coalesce(one_context, CALLS)[0]] == [2]
