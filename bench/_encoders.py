@@ -75,9 +75,12 @@ def setup(enc: Encoder, depth: int):
     return enc.entry.forward(cfg), params, inputs
 
 
-def compile_stats(enc: Encoder, depth: int, backend: str = "null") -> tuple[dict, float]:
+def compile_stats(enc: Encoder, depth: int, backend: str = "null",
+                  contexts: int | None = None) -> tuple[dict, float]:
     """Program.stats() of the encoder at ``depth`` layers and the wall time of its first call
-    (trace + lowering + program build + one run)."""
+    (trace + lowering + program build + one run). ``contexts``: lay the same lowered program
+    out for that many device contexts (cores) instead of the profile's, and return that
+    image's counts (one context: no job spreads, no cross-core copies)."""
     import rockjit
 
     fn, params, inputs = setup(enc, depth)
@@ -85,20 +88,26 @@ def compile_stats(enc: Encoder, depth: int, backend: str = "null") -> tuple[dict
     t0 = time.perf_counter()
     f(params, *inputs)
     dt = time.perf_counter() - t0
-    return f.compiled(params, *inputs).stats(), dt
+    c = f.compiled(params, *inputs)
+    if contexts is None:
+        return c.stats(), dt
+    from rockjit.lowering.image_builder import ImageBuilder
+
+    return dict(ImageBuilder(c._runner.lowered, contexts).image.stats), dt
 
 
-def per_layer_and_forward(enc: Encoder, full: bool, log=print) -> tuple[dict, dict, str]:
+def per_layer_and_forward(enc: Encoder, full: bool, log=print,
+                          contexts: int | None = None) -> tuple[dict, dict, str]:
     """(per-layer stats, per-forward stats, how the forward was obtained)."""
-    s1, t1 = compile_stats(enc, enc.n1)
+    s1, t1 = compile_stats(enc, enc.n1, contexts=contexts)
     log(f"  [{enc.name}: {enc.n1} layer(s) lowered in {t1:.1f} s]")
-    s2, t2 = compile_stats(enc, enc.n2)
+    s2, t2 = compile_stats(enc, enc.n2, contexts=contexts)
     log(f"  [{enc.name}: {enc.n2} layer(s) lowered in {t2:.1f} s]")
     keys = [k for k in s1 if isinstance(s1[k], (int, float)) and not k.startswith(("rt_", "jobs_core"))]
     span = enc.n2 - enc.n1
     per = {k: (s2[k] - s1[k]) / span for k in keys}
     if full:
-        sf, tf = compile_stats(enc, enc.layers)
+        sf, tf = compile_stats(enc, enc.layers, contexts=contexts)
         log(f"  [{enc.name}: {enc.layers} layers lowered in {tf:.1f} s]")
         return per, {k: sf[k] for k in keys}, f"compiled at full depth ({enc.layers} layers)"
     fwd = {k: s1[k] + (enc.layers - enc.n1) * per[k] for k in keys}

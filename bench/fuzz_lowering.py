@@ -29,7 +29,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 from hypothesis import HealthCheck, Phase, given, seed as hseed, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 import fuzz_graphs as FG  # noqa: E402
 

@@ -40,7 +40,7 @@ def main() -> int:
         enc = ENCODERS[m]
         per, fwd, how = per_layer_and_forward(enc, args.full, log=lambda s: print(s, file=sys.stderr))
         rows.append((m, enc, per, fwd, how))
-    print(f"\nMODELLED ms per forward at 600 MHz (rockjit.cost)")
+    print("\nMODELLED ms per forward at 600 MHz (rockjit.cost)")
     print(f"{'':46s}{'modelled':>10s}{'dispatch':>10s}{'dma':>10s}{'mac':>10s}{'host':>10s}"
           f"{'steps':>8s}{'kicks':>8s}")
     for m, enc, per, fwd, how in rows:

@@ -3,6 +3,7 @@ cross-core copies; "copied MB" the copies alone), retiles, device and useful MAC
 program build only; the counts are the program's own Program.stats()).
 
     python bench/program_shape.py [--model siglip-224 modernbert-512 ...] [--full]
+                                  [--contexts N]
 
 Default: every encoder of bench/_encoders.py except whisper-tiny, forward extrapolated from two
 reduced depths (see _encoders.py); --full lowers the full depth.
@@ -38,14 +39,20 @@ def main() -> int:
     ap.add_argument("--model", nargs="+", default=["siglip-224", "siglip-1024", "modernbert-512",
                                                    "whisper-base"], choices=sorted(ENCODERS))
     ap.add_argument("--full", action="store_true", help="lower the full depth (slow)")
+    ap.add_argument("--contexts", type=int, default=None,
+                    help="lay the program out for N device contexts (cores) instead of the "
+                         "profile's 3; 1: no job spreads over cores, no cross-core copies")
     args = ap.parse_args()
     header = f"{'':46s}" + "".join(f"{h:>12s}" for _, h in COLS)
     results = []
     for m in args.model:
         enc = ENCODERS[m]
-        per, fwd, how = per_layer_and_forward(enc, args.full, log=lambda s: print(s, file=sys.stderr))
+        per, fwd, how = per_layer_and_forward(enc, args.full,
+                                              log=lambda s: print(s, file=sys.stderr),
+                                              contexts=args.contexts)
         results.append((enc, per, fwd, how))
-    print("program shape (rockjit Program.stats(), null backend)")
+    where = f", laid out for {args.contexts} context(s)" if args.contexts else ""
+    print(f"program shape (rockjit Program.stats(), null backend{where})")
     print(header)
     for enc, per, fwd, how in results:
         print(f"{enc.name + ', per layer':46s}" + "".join(f"{v:>12s}" for v in row(per)))
