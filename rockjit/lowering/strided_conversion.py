@@ -7,7 +7,6 @@ unpack / pack re-tiles where no strided form exists."""
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 
@@ -21,13 +20,6 @@ from .op_lowering import BufferSpec, HostStep, OpLowering
 from .rules import forms as F
 from .rules.base import CubeForm, OpCall, RowForm, Tensor, Use, WeightForm
 from . import strided_relayout as SR
-
-
-# A host row max reads a cube in place only up to this many elements: the runtime's reduce
-# walks the cube one 8-lane atom at a time per output row, and for attention scores the unpack
-# kernel plus a contiguous reduce is faster (Whisper-base, 2 layers: 134-169 ms host cost per
-# forward in place vs 97-98 ms unpacked, bench/forward_vs_xla.py --backend null, same run).
-REDUCE_IN_PLACE_MAX = 1 << 16
 
 
 class StridedConversion:
@@ -359,8 +351,6 @@ class StridedConversion:
         d = np.frombuffer(descs[0].data.tobytes(), DESC_DTYPE)[0]
         rank = int(d["rank"])
         shape = [int(n) for n in d["shape"][:rank]]
-        if math.prod(shape) > REDUCE_IN_PLACE_MAX:
-            return call
         mask = int(d["axis_mask"])
         out_strides = [int(s) for s in d["view"][0]["stride"][:rank]]
         ins = [b for b in prog.buffers if b.role == "input"]

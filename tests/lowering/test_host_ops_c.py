@@ -95,6 +95,25 @@ def test_reduce_general_axes_with_strided_input():
     np.testing.assert_allclose(out, t.sum(axis=(1, 3)), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("heads,rows,groups,nan", [(2, 700, 5, False), (1, 3, 1, False),
+                                                    (3, 130, 4, True)])
+def test_row_max_over_a_cube_view_reads_whole_atoms(heads, rows, groups, nan):
+    """A row max over a score cube [head][group][row][8 lanes] (rows 8 lanes apart, the lanes
+    between them reduced: the C runtime's interleaved max path) equals numpy's max over
+    (group, lane), NaN propagating; more rows than one scratch chunk holds."""
+    x = RNG.standard_normal((heads, groups, rows, 8)).astype(np.float16)
+    if nan:
+        x[1, 2, 17, 5] = np.nan
+    x[0, 0, 0, 0] = -np.inf
+    out = np.zeros((heads, rows), np.float32)
+    e = x.strides
+    run_desc("reduce", (heads, rows, groups, 8), out, HostView("o", F32, 0, (rows, 1, 0, 0)),
+             [(x, HostView("x", DType.F16, 0, (e[0] // 2, e[2] // 2, e[1] // 2, 1)))],
+             code=2, axis_mask=0b1100)
+    want = x.astype(np.float32).max(axis=(1, 3))
+    np.testing.assert_array_equal(out, want)
+
+
 def test_row_gather_fast_path_and_scalar_broadcast_fill():
     table = RNG.standard_normal((50, 64)).astype(np.float32)
     idx = np.array([[4, 49], [0, -1]], np.int32)
