@@ -7,7 +7,6 @@ unpack / pack re-tiles where no strided form exists."""
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 
@@ -21,14 +20,6 @@ from .op_lowering import BufferSpec, HostStep, OpLowering
 from .rules import forms as F
 from .rules.base import CubeForm, OpCall, RowForm, Tensor, Use, WeightForm
 from . import strided_relayout as SR
-
-
-# An element-wise host op reads a cube in place only up to this many elements (the per-row
-# tails of LayerNorm and softmax): the strided view walks the cube one 8-lane atom per row,
-# and over a whole activation (a host softmax's scores) the unpack kernel plus contiguous rows
-# is faster (ModernBERT-512, 4 layers: 58-62 ms host cost per forward in place vs 46-53 ms
-# unpacked; bench/forward_vs_xla.py --backend null, same run).
-EW_IN_PLACE_MAX = 1 << 16
 
 
 class StridedConversion:
@@ -248,8 +239,6 @@ class StridedConversion:
         d = np.frombuffer(dspec.data.tobytes(), DESC_DTYPE)[0]
         rank, nin = int(d["rank"]), int(d["ninputs"])
         shape = [int(n) for n in d["shape"][:rank]]
-        if math.prod(shape) > EW_IN_PLACE_MAX:
-            return call
         spec_of = {b.name: b for b in prog.buffers}
         names = [step.operands["dst"].buffer] + [step.operands[k].buffer for k in INPUT_SLOTS[:nin]]
         cubes: dict[int, Tensor] = {}
