@@ -47,10 +47,6 @@ def describe(prog: Any) -> CostProgram:
 
     calls = prog.lowered.calls
     ncores = max(1, prog.ncores)
-    call_tasks: dict[int, int] = {}
-    for st in prog.steps:
-        for jr in st.jobs:
-            call_tasks[jr.call] = call_tasks.get(jr.call, 0) + jr.job.tasks
     steps: list = []
     for si, st in enumerate(prog.steps):
         if st.kind == "host":
@@ -63,8 +59,7 @@ def describe(prog: Any) -> CostProgram:
         for jr in st.jobs:
             pc = calls[jr.call]
             nodes.append(pc.node)
-            per_task_macs = pc.call.lowering.macs / max(1, call_tasks[jr.call])
-            jobs.extend(cost_jobs(jr.job, jr.core % ncores, per_task_macs))
+            jobs.extend(cost_jobs(jr.job, jr.core % ncores, pc.call.lowering.macs_per_task))
         label = ", ".join(dict.fromkeys(nodes))
         steps.append(CostNpuStep(jobs, label=f"step {si}: {label}"))
     s = prog.image.stats

@@ -94,26 +94,40 @@ def host_touches(ci: int, hs: HostStep, binding: dict) -> tuple[list[Touch], lis
     return reads, writes
 
 
-def step_touches(st: ScheduledStep, calls: Sequence) -> tuple[list[Touch], list[Touch]]:
+JobTouches = tuple[int, list[Touch], list[Touch]]   # (context, reads, writes) of one job
+
+
+def job_list_touches(st: ScheduledStep, calls: Sequence) -> list[JobTouches]:
+    """(context, reads, writes) of each job of an NPU step; a host step is one entry on
+    context 0."""
     if st.kind == "host":
         ci, hs = st.host
-        return host_touches(ci, hs, calls[ci].binding)
+        return [(0, *host_touches(ci, hs, calls[ci].binding))]
+    return [(jr.core, *job_touches(jr, calls[jr.call].binding)) for jr in st.jobs]
+
+
+def step_touches(st: ScheduledStep, calls: Sequence) -> tuple[list[Touch], list[Touch]]:
+    return _union(job_list_touches(st, calls))
+
+
+def _union(per_job: Sequence[JobTouches]) -> tuple[list[Touch], list[Touch]]:
     reads: list[Touch] = []
     writes: list[Touch] = []
-    for jr in st.jobs:
-        r, w = job_touches(jr, calls[jr.call].binding)
+    for _, r, w in per_job:
         reads += r
         writes += w
     return reads, writes
 
 
-def dependencies(steps: Sequence[ScheduledStep], calls: Sequence) -> list[set[int]]:
-    """For every step, the earlier steps it must follow (RAW, WAR and WAW on overlapping bytes)."""
+def dependencies(steps: Sequence[ScheduledStep], calls: Sequence,
+                 touches: Sequence[list[JobTouches]] | None = None) -> list[set[int]]:
+    """For every step, the earlier steps it must follow (RAW, WAR and WAW on overlapping bytes).
+    ``touches``: each step's ``job_list_touches`` when the caller has them already."""
     seen_r: dict[object, list[tuple[int, int, int]]] = defaultdict(list)
     seen_w: dict[object, list[tuple[int, int, int]]] = defaultdict(list)
     preds: list[set[int]] = []
     for si, st in enumerate(steps):
-        reads, writes = step_touches(st, calls)
+        reads, writes = _union(touches[si]) if touches is not None else step_touches(st, calls)
         reads, writes = set(reads), set(writes)   # a job's tasks often repeat a stream
         p: set[int] = set()
         for key, tlo, thi in reads:
@@ -142,7 +156,8 @@ def _mergeable(st: ScheduledStep) -> bool:
 
 def reorder(steps: Sequence[ScheduledStep], preds: list[set[int]]) -> list[int]:
     """A topological order of the steps: every ready host step before the next NPU step, and
-    among ready NPU steps those that can join the open merged step first."""
+    among ready NPU steps the context-0 ones first (they never carry data between contexts, so
+    they join the open merged step whenever their data allows)."""
     n = len(steps)
     waiting = [len(p) for p in preds]
     succs: list[list[int]] = [[] for _ in range(n)]
@@ -188,8 +203,9 @@ def _overlaps(spans: dict, touches) -> bool:
     return any(lo < thi and tlo < hi for key, tlo, thi in touches for lo, hi in spans.get(key, ()))
 
 
-def merge(steps: Sequence[ScheduledStep], calls: Sequence) -> tuple[list[ScheduledStep],
-                                                                     list[range]]:
+def merge(steps: Sequence[ScheduledStep], calls: Sequence,
+          touches: Sequence[list[JobTouches]] | None = None
+          ) -> tuple[list[ScheduledStep], list[range]]:
     """Adjacent NPU steps -> one step (jobs in order), and for every merged step whose jobs use
     more than one context the range of unmerged positions it covers.
 
@@ -198,19 +214,17 @@ def merge(steps: Sequence[ScheduledStep], calls: Sequence) -> tuple[list[Schedul
     inputs into contexts > 0 before it and their outputs back to context 0 after it, so data
     may cross contexts only between steps. Within a context the jobs keep their order (one
     SUBMIT per context, ordered by the arena BO's implicit fences). Bytes another context only
-    reads may be rewritten: that context reads its copy, made before the step."""
+    reads may be rewritten: that context reads its copy, made before the step. ``touches``: each
+    step's ``job_list_touches`` when the caller has them already."""
     out: list[ScheduledStep] = []
     parts: list[list[int]] = []
     writes: dict[int, dict] = {}        # the open step's writes: context -> key -> [(lo, hi)]
     for i, st in enumerate(steps):
-        touches = []
-        if st.kind == "npu":
-            for jr in st.jobs:
-                r, w = job_touches(jr, calls[jr.call].binding)
-                touches.append((jr.core, r, w))
+        mine = [] if st.kind != "npu" else \
+            touches[i] if touches is not None else job_list_touches(st, calls)
         joins = bool(out) and st.kind == "npu" and out[-1].kind == "npu" and not any(
             _overlaps(spans, r) or _overlaps(spans, w)
-            for c, r, w in touches for c2, spans in writes.items() if c2 != c)
+            for c, r, w in mine for c2, spans in writes.items() if c2 != c)
         if joins:
             out[-1] = ScheduledStep("npu", out[-1].jobs + list(st.jobs))
             parts[-1].append(i)
@@ -218,7 +232,7 @@ def merge(steps: Sequence[ScheduledStep], calls: Sequence) -> tuple[list[Schedul
             out.append(st)
             parts.append([i])
             writes = {}
-        for c, _, w in touches:
+        for c, _, w in mine:
             for key, lo, hi in w:
                 writes.setdefault(c, {}).setdefault(key, []).append((lo, hi))
     multi = [range(p[0], p[-1] + 1) for p, st in zip(parts, out)
@@ -239,6 +253,8 @@ def coalesce(steps: Sequence[ScheduledStep], calls: Sequence
     across contexts: a merged step's cross-context copies run before and after all of it, so
     the calls of a step over several contexts must keep their bytes for its whole range
     (ImageBuilder._liveness widens them)."""
-    ordered = [steps[i] for i in reorder(steps, dependencies(steps, calls))]
-    merged, multi = merge(ordered, calls)
+    touches = [job_list_touches(st, calls) for st in steps]
+    order = reorder(steps, dependencies(steps, calls, touches))
+    ordered = [steps[i] for i in order]
+    merged, multi = merge(ordered, calls, [touches[i] for i in order])
     return merged, ordered, multi

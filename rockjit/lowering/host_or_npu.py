@@ -53,11 +53,10 @@ def npu_program(ctx: RuleContext, calls: Sequence[OpCall]) -> CostProgram:
                    if _held(ctx, v, RowForm) and not _held(ctx, v, CubeForm)]
     for call in calls:
         prog = call.lowering
-        tasks = max(1, sum(j.tasks for j in prog.jobs()))
         for st in prog.steps:
             if isinstance(st, NpuStep):
                 steps.append(CostNpuStep([cj for j in st.jobs
-                                          for cj in cost_jobs(j, 0, prog.macs / tasks)]))
+                                          for cj in cost_jobs(j, 0, prog.macs_per_task)]))
             elif isinstance(st, HostStep):
                 steps.append(CostHostStep("gather", int(st.moved_bytes), st.kind))
     return CostProgram(steps, name=f"%{ctx.node.out.id} on the NPU")

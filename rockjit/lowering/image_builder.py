@@ -150,18 +150,14 @@ class ImageBuilder:
             if st.kind == "host":
                 ci, hs = st.host
                 self._host_scratch.update((ci, sl.buffer) for sl in hs.operands.values())
-        call_tasks: dict[int, int] = {}
-        for st in self.steps:
-            for jr in st.jobs:
-                call_tasks[jr.call] = call_tasks.get(jr.call, 0) + jr.job.tasks
         self.core_choices: list[CoreChoice] = []
         for si, st in enumerate(self.steps):
             if st.kind != "npu":
                 continue
             k = 1
             if self.ncores > 1 and len(st.jobs) > 1:
-                sjs = [StepJob(tuple(cost_jobs(jr.job, 0, self.calls[jr.call].call.lowering.macs
-                                               / max(1, call_tasks[jr.call]))),
+                sjs = [StepJob(tuple(cost_jobs(jr.job, 0,
+                                               self.calls[jr.call].call.lowering.macs_per_task)),
                                tuple(self._ranges(jr, "r", placed=False)),
                                tuple(self._ranges(jr, "w", placed=False)))
                        for jr in st.jobs]

@@ -116,3 +116,9 @@ class OpLowering:
 
     def jobs(self) -> Sequence[NpuJob]:
         return [j for s in self.steps if isinstance(s, NpuStep) for j in s.jobs]
+
+    @property
+    def macs_per_task(self) -> float:
+        """The op's MACs shared evenly over its NPU tasks (how stats and the cost model charge
+        a task: the emitters report MACs per op, not per task)."""
+        return self.macs / max(1, sum(j.tasks for j in self.jobs()))

@@ -22,6 +22,12 @@ from .rules.base import CubeForm, OpCall, RowForm, Tensor, Use, WeightForm
 from . import strided_relayout as SR
 
 
+def _descriptor(prog: OpLowering) -> np.void:
+    """The host-op descriptor of a one-step host call (its ``desc`` operand's constant bytes)."""
+    name = prog.steps[0].operands["desc"].buffer
+    return np.frombuffer(prog.buffer(name).data.tobytes(), DESC_DTYPE)[0]
+
+
 class StridedConversion:
     # (strided_relayout.py): a cube, the weight layout and rows are affine in the element
     # indices once a grouped axis is split, so cube -> weights / cube -> rows / rows -> cube
@@ -234,9 +240,7 @@ class StridedConversion:
 
         prog = call.lowering
         step = prog.steps[0]
-        dname = step.operands["desc"].buffer
-        dspec = next(b for b in prog.buffers if b.name == dname)
-        d = np.frombuffer(dspec.data.tobytes(), DESC_DTYPE)[0]
+        d = _descriptor(prog)
         rank, nin = int(d["rank"]), int(d["ninputs"])
         shape = [int(n) for n in d["shape"][:rank]]
         spec_of = {b.name: b for b in prog.buffers}
@@ -313,7 +317,7 @@ class StridedConversion:
             return call
         specs = []
         for b in prog.buffers:
-            if b.name == dname:
+            if b.name == step.operands["desc"].buffer:
                 continue
             i = names.index(b.name) if b.name in names else -1
             if i in cubes:
@@ -347,8 +351,7 @@ class StridedConversion:
         cube = self._only_cube(use)
         if cube is None:
             return call
-        descs = [b for b in prog.buffers if b.role == "const"]
-        d = np.frombuffer(descs[0].data.tobytes(), DESC_DTYPE)[0]
+        d = _descriptor(prog)
         rank = int(d["rank"])
         shape = [int(n) for n in d["shape"][:rank]]
         mask = int(d["axis_mask"])
