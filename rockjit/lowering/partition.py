@@ -66,6 +66,16 @@ def host_result(node: Node, ctx: RuleContext, why: str) -> RuleResult:
             f"(rockjit.lowering.rules.LOWER_RULES: {_op_names(LOWER_RULES)}) or a host rule "
             f"(rockjit.lowering.host_rules.HOST_RULES: {_op_names(host_rules())}), or run it "
             f"outside the compiled function.")
+    from .host_broadcast import binary_over_sources, broadcast_sources
+
+    sources = broadcast_sources(node, ctx)
+    if sources is not None:
+
+        prog = binary_over_sources(node, sources)
+        return RuleResult([OpCall(prog, tuple(Use(v) for v, _ in sources), (Use(node.out),),
+                                  label=node.op.text, where="host",
+                                  emitter=f"host_rules[{node.op.text}] (broadcast read in place)")],
+                          note=why)
     try:
         prog = rule(node)
     except NoNpuForm as e:

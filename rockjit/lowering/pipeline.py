@@ -37,6 +37,7 @@ from .fp16_range import saturate_consts
 from .layout_conversion import LayoutConversion
 from .lowered import Boundary, Buf, ConversionError, LoweredGraph, PlacedCall
 from .partition import Decision, host_result, lower_node
+from ..ir.passes.softmax_dot import is_deferred_product
 from .profile import ChipProfile, get_profile
 from .residency import Residency
 from .rules.base import CubeForm, RowForm, RuleContext, RuleResult, Tensor
@@ -69,11 +70,15 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         self.parents: dict[int, Tensor | None] = {}
         ids = [v.id for n in graph.nodes for v in n.outputs] + [v.id for v in graph.inputs]
         self._next_id = max(ids, default=0) + (1 << 20)
+        users = graph.users()
+        self.fp32_values = frozenset(n.out.id for n in graph.nodes
+                                     if is_deferred_product(n, self.producers, users))
 
     def ctx(self, node: Node) -> RuleContext:
         return RuleContext(self.profile, node, self.producers, self.consts, self.forms,
                            fresh=self.fresh_value, graph_inputs=self.graph.inputs,
-                           sliced=lambda v: v.id in self.slots and self._slot_open(v))
+                           sliced=lambda v: v.id in self.slots and self._slot_open(v),
+                           fp32_values=self.fp32_values)
 
     def fresh_value(self, t) -> Value:
         """A value id no graph node uses, for a rule's private intermediate."""
@@ -220,6 +225,7 @@ def _lower_graph(graph: Graph, params: Mapping[str, np.ndarray],
     from ..ir.composites import expand
     from ..ir.passes.epilogue import fuse_matmul_epilogue
     from ..ir.passes.fuse import fuse
+    from ..ir.passes.softmax_dot import defer_softmax_division
     from .range_plan import finish_plan, plan_ranges
     from .rules.contract import epilogue_accepts
     from .value_checks import check_weights
@@ -229,8 +235,9 @@ def _lower_graph(graph: Graph, params: Mapping[str, np.ndarray],
     check_graph(graph)  # before anything is allocated at the graph's sizes
     # composite activations as activation{kind} ops (the frontend already ran this pass; a
     # graph built by hand has not: the pass is idempotent and costs milliseconds); composites
-    # without an emitter of their own (softmax) expanded back into primitive ops
-    graph = expand(fuse(graph))
+    # without an emitter of their own (softmax) expanded back into primitive ops; a softmax
+    # feeding a value product divides that product instead (ir/passes/softmax_dot.py)
+    graph = expand(defer_softmax_division(fuse(graph)))
     # bounds, and the norm-statistics rewrite where a square could overflow fp16; the rest of
     # the lowering sees the rewritten graph (equal to the original in exact arithmetic)
     graph, plan = plan_ranges(graph, params)

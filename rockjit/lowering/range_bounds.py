@@ -91,6 +91,8 @@ def _b_div(n: Node, ctx: BoundCtx) -> float:
     x, y = n.inputs
     if _is_softmax_div(n, ctx):
         return 1.0
+    if _is_deferred_softmax_div(n, ctx):
+        return ctx.of(ctx.producers[x.id].inputs[1])
     cy = ctx.const(y)
     if cy is not None:
         m = float(np.min(np.abs(np.asarray(cy, np.float64)))) if np.size(cy) else 0.0
@@ -101,7 +103,7 @@ def _b_div(n: Node, ctx: BoundCtx) -> float:
 def _b_exp(n: Node, ctx: BoundCtx) -> float:
     from .calibrate import is_max_subtracted
 
-    if is_max_subtracted(ctx.producers.get, ctx.const, n.inputs[0]):
+    if is_max_subtracted(lambda v: ctx.producers.get(v.id), ctx.const, n.inputs[0]):
         return 1.0
     a = ctx.of(n.inputs[0])
     return math.exp(a) if a < 700 else INF
@@ -298,6 +300,24 @@ def _is_softmax_div(n: Node, ctx: BoundCtx) -> bool:
     src = _through(s, ctx.producers)
     ps = ctx.producers.get(src.id)
     return ps is not None and last_axis_sum(ps) and ps.inputs[0].id == e.id
+
+
+def _is_deferred_softmax_div(n: Node, ctx: BoundCtx) -> bool:
+    """(e @ v) / broadcast(sum(e)) with e = exp(x - max x), the dot contracting e's summed
+    axis (ir/passes/softmax_dot.py): each quotient is an average of v's entries with
+    non-negative weights, so it is bounded by v's bound."""
+    y, s = n.inputs
+    dot = ctx.producers.get(y.id)
+    if dot is None or dot.op is not Op.DOT_GENERAL:
+        return False
+    e = dot.inputs[0]
+    if list(dot.attrs["lhs_contract"]) != [e.type.rank - 1] or \
+            not _is_softmax_div(Node(Op.DIV, (e, s), n.outputs), ctx):
+        return False
+    from .calibrate import is_max_subtracted
+
+    pe = ctx.producers[e.id]
+    return is_max_subtracted(lambda v: ctx.producers.get(v.id), ctx.const, pe.inputs[0])
 
 
 def compute_bounds(graph: Graph, consts: Mapping[int, np.ndarray],

@@ -77,6 +77,7 @@ from typing import Mapping
 import numpy as np
 
 from ..ir.graph import Graph
+from ..ir.passes.softmax_dot import is_deferred_product
 from ..ir.ops import Op
 from .fp16_range import FP16_MAX
 from .range_bounds import INF, ROW_TARGET, compute_bounds
@@ -186,6 +187,7 @@ def finish_plan(plan: RangePlan, graph: Graph, decisions) -> None:
     moved = "a scaled matmul's operand: the scale moved before the product"
     pre.update({ss.scaled_operand.id: (ss.shift, moved) for ss in plan.score_scales})
     scaled = {s.scaled.id for s in plan.sites}
+    producers, users = graph.producers(), graph.users()
     recs = []
     for n in graph.nodes:
         v = n.out
@@ -199,6 +201,9 @@ def finish_plan(plan: RangePlan, graph: Graph, decisions) -> None:
             action = "host"
         elif n.op is Op.REDUCE_SUM:
             action = "fp32"       # the feature reduce's ones-matmul writes fp32
+        elif is_deferred_product(n, producers, users):
+            action = "fp32"
+            note = "a deferred softmax's e @ v (ir/passes/softmax_dot.py)"
         elif v.id in pre:
             action = f"prescale 2^-{pre[v.id][0]}"
             note = pre[v.id][1]

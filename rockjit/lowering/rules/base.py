@@ -214,6 +214,9 @@ class RuleContext:
     # the value is to be written into a channel slice of a larger cube (a channel concat's
     # piece, placed by the pipeline): its padding channels would land in the next piece
     sliced: Callable[[Value], bool] | None = None
+    # values the range plan has the NPU write in fp32 (a deferred softmax's e @ v, whose fp16
+    # form could overflow where its quotient does not: ir/passes/softmax_dot.py)
+    fp32_values: frozenset[int] = frozenset()
 
     def const(self, v: Value) -> np.ndarray | None:
         return self.consts.get(v.id)

@@ -125,7 +125,8 @@ def _matmul_call(ctx: RuleContext, lhs, rhs, out, attrs, bias: np.ndarray | None
         align = None if ctx.sliced is not None and ctx.sliced(out) else \
             ctx.profile.input(DType.F16).k_align
         ep = None if bias is None else mm.MatmulEpilogue(bias=bias.astype(np.float16))
-        prog = mm.build_matmul(m, k, n, DType.F16, DType.F16, ctx.profile, batch=batch, b=w,
+        out_dt = DType.F32 if out.id in ctx.fp32_values and bias is None else DType.F16
+        prog = mm.build_matmul(m, k, n, DType.F16, out_dt, ctx.profile, batch=batch, b=w,
                                out_channel_align=align, name=f"mm{out.id}", epilogue=ep)
         emitter = "matmul.lower_matmul"
     except LoweringError as e:

@@ -249,6 +249,9 @@ def lower_div_op(ctx: RuleContext) -> RuleResult:
     x, y = node.inputs
     if npu_dtype_of(node.out.type.dtype) is not DType.F16:
         raise NoNpuForm(f"{node.out.type.dtype.value} division runs on the host")
+    if x.id in ctx.fp32_values:
+        raise NoNpuForm("the normalisation of a deferred softmax: its e @ v is written in fp32 "
+                        "(ir/passes/softmax_dot.py), divided on the host in f32")
     prefer_host(ctx, x, y)
     shape = node.out.type.shape
     if ctx.const(x) is not None or x.type.shape != shape:

@@ -1,0 +1,138 @@
+"""Attention's softmax normalisation after the value product (issue 9: program shape).
+
+``softmax(x) @ v`` over the softmax's axis is ``(e @ v) / s`` with ``e = exp(x - max x)`` and
+``s = sum(e)`` per row: the per-row division moves from the [rows, keys] probabilities to the
+[rows, head_dim] product, 16x fewer elements for SigLIP at 1024 tokens (a 1024-key row against
+a 64-wide head), and the probabilities are never written. Exact in real arithmetic.
+
+Range: ``e`` lies in [0, 1] and ``s`` in [1, keys], so ``e @ v`` can reach ``keys * max|v|``
+(a uniform row), past fp16 where the quotient is not. The lowering therefore writes that product
+in fp32 (rules/contract.py, ``deferred_softmax_product``) and divides on the host in f32: no
+value of the rewritten graph is narrower than in the original, and the quotient is rounded to
+fp16 once, where the original rounded the probabilities and then the product.
+
+Matched: a ``softmax`` over the last axis whose only user is a ``dot_general`` taking it as the
+lhs and contracting that axis. The division keeps the dot's result value, so nothing
+downstream changes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import Graph, Node, Value
+from ..ops import Op
+from ..rules import infer_type
+from ..types import TensorType
+
+
+def _row_dims(dot: Node) -> list[int] | None:
+    """Where each kept axis of the softmax's operand (all but the last) lands in the dot's
+    output: batch axes first, then the lhs's free axes in order. None where those positions
+    do not increase (broadcast_in_dim keeps axis order)."""
+    a = dot.attrs
+    rank = dot.inputs[0].type.rank
+    batch = list(a["lhs_batch"])
+    free = [i for i in range(rank) if i not in batch and i not in a["lhs_contract"]]
+    dims = [batch.index(i) if i in batch else len(batch) + free.index(i)
+            for i in range(rank - 1)]
+    return dims if all(p < q for p, q in zip(dims, dims[1:])) else None
+
+
+def find_softmax_products(graph: Graph) -> dict[int, tuple[Node, Node, list[int]]]:
+    """dot's value id -> (softmax node, dot node, the row axes' positions in the dot's output)."""
+    producers = graph.producers()
+    users = graph.users()
+    outputs = {v.id for v in graph.outputs}
+    found = {}
+    for dot in graph.nodes:
+        if dot.op is not Op.DOT_GENERAL:
+            continue
+        p = dot.inputs[0]
+        sm = producers.get(p.id)
+        if sm is None or sm.op is not Op.SOFTMAX or p.id in outputs:
+            continue
+        rank = p.type.rank
+        if list(sm.attrs["axes"]) != [rank - 1] or \
+                list(dot.attrs["lhs_contract"]) != [rank - 1] or \
+                [u.out.id for u in users.get(p.id, [])] != [dot.out.id] or \
+                dot.inputs[1].id == p.id:
+            continue
+        dims = _row_dims(dot)
+        if dims is not None:
+            found[dot.out.id] = (sm, dot, dims)
+    return found
+
+
+def defer_softmax_division(graph: Graph) -> Graph:
+    """Every matched ``softmax(x) @ v`` as ``(exp(x - max x) @ v) / sum(exp(x - max x))``."""
+    found = find_softmax_products(graph)
+    if not found:
+        return graph
+    dead = {sm.out.id for sm, _, _ in found.values()}
+    next_id = max([v.id for n in graph.nodes for v in n.outputs]
+                  + [v.id for v in graph.inputs], default=0) + 1
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        if len(n.outputs) == 1 and n.out.id in dead:
+            continue
+        hit = found.get(n.out.id) if len(n.outputs) == 1 else None
+        if hit is None:
+            nodes.append(n)
+            continue
+        sm, dot, dims = hit
+
+        def emit(op: Op, ins, attrs=None, out_type=None, loc=sm.loc) -> Value:
+            nonlocal next_id
+            attrs = dict(attrs or {})
+            v = Value(next_id, infer_type(op, [i.type for i in ins], attrs, out_type))
+            next_id += 1
+            nodes.append(Node(op, tuple(ins), (v,), attrs, loc))
+            return v
+
+        x = sm.inputs[0]
+        rank = x.type.rank
+        rows = TensorType(x.type.dtype, x.type.shape[:-1])
+        keep = TensorType(x.type.dtype, x.type.shape[:-1] + (1,))
+        kept = list(range(rank - 1))
+
+        def back(v: Value) -> Value:
+            k = emit(Op.BROADCAST_IN_DIM, [v], {"broadcast_dimensions": kept}, keep)
+            return emit(Op.BROADCAST_IN_DIM, [k], {"broadcast_dimensions": list(range(rank))},
+                        x.type)
+
+        # the numerator as composites.expand_softmax spells it (the range plan and the LUT
+        # calibration recognise exp(x - max(-inf, max x)))
+        m = emit(Op.REDUCE_MAX, [x], {"axes": [rank - 1]})
+        c = emit(Op.CONSTANT, [], {"value": np.array(-np.inf, x.type.dtype.to_numpy())})
+        cb = emit(Op.BROADCAST_IN_DIM, [c], {"broadcast_dimensions": []}, rows)
+        e = emit(Op.EXP, [emit(Op.SUB, [x, back(emit(Op.MAX, [cb, m]))])])
+        s = emit(Op.REDUCE_SUM, [e], {"axes": [rank - 1]})
+        y = emit(Op.DOT_GENERAL, [e, dot.inputs[1]], dot.attrs, loc=dot.loc)
+        sb = emit(Op.BROADCAST_IN_DIM, [s], {"broadcast_dimensions": dims}, y.type, loc=dot.loc)
+        nodes.append(Node(Op.DIV, (y, sb), dot.outputs, {}, dot.loc))
+    from .canonicalize import cse
+
+    return cse(Graph(graph.name, graph.inputs, nodes, graph.outputs))
+
+
+def _through_broadcasts(v: Value, producers) -> Value:
+    while (p := producers.get(v.id)) is not None and p.op is Op.BROADCAST_IN_DIM:
+        v = p.inputs[0]
+    return v
+
+
+def is_deferred_product(dot: Node, producers, users) -> bool:
+    """Whether ``dot`` is the ``e @ v`` of a deferred softmax: its lhs an ``exp``, its one user
+    the division by (a broadcast of) ``sum(e)``. The lowering writes such a product in fp32."""
+    if dot.op is not Op.DOT_GENERAL:
+        return False
+    e = dot.inputs[0]
+    pe = producers.get(e.id)
+    us = users.get(dot.out.id, [])
+    if pe is None or pe.op is not Op.EXP or len(us) != 1:
+        return False
+    div = us[0]
+    if div.op is not Op.DIV or div.inputs[0].id != dot.out.id:
+        return False
+    ps = producers.get(_through_broadcasts(div.inputs[1], producers).id)
+    return ps is not None and ps.op is Op.REDUCE_SUM and ps.inputs[0].id == e.id
