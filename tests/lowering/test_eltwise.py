@@ -152,7 +152,15 @@ def test_binary_per_channel(op, shape, rev) -> None:
 
 
 ROW_RECORDS = [("mul", (4, 1, 8), False), ("sub", (37, 1, 45), False), ("sub", (13, 1, 20), True),
-               ("add", (6, 3, 19), False), ("max", (1030, 1, 40), False), ("mul", (1500, 1, 384), False)]
+               ("add", (6, 3, 19), False), ("max", (1030, 1, 40), False), ("mul", (1500, 1, 384), False),
+               # one pass over positions folded into lines (1024 = 512 x 2, 2048 = 512 x 4),
+               # a score-sized cube in kernel tiles; 1031 is prime past a task's rows: two passes
+               ("sub", (1024, 1, 1024), False), ("min", (2048, 1, 72), False),
+               ("add", (1031, 1, 24), False), ("mul", (64, 1, 24), True)]
+# which records take the one-pass form (emitters/eltwise._one_pass_row): no broadcast scratch
+ONE_PASS = {(4, 1, 8): False, (37, 1, 45): True, (13, 1, 20): False, (6, 3, 19): True,
+            (1030, 1, 40): True, (1500, 1, 384): True, (1024, 1, 1024): True, (2048, 1, 72): True,
+            (1031, 1, 24): False, (64, 1, 24): True}
 
 
 @needs_sim
@@ -163,6 +171,7 @@ def test_binary_per_row(op, shape, rev) -> None:
     rows = shape[0] * shape[1]
     x, s = data(shape, rng), data((rows,), rng)
     prog = build_binary_row(op, lay, reverse=rev, profile=P)
+    assert ("bcast" not in {b.name for b in prog.buffers}) == ONE_PASS[shape]
     s_raw = pack_row_vector(s, P)
     # only channel 0 of the row-vector cube is real input: garbage elsewhere must not matter
     junk = rng.uniform(-50, 50, s_raw.size // 2).astype(np.float16).view(np.uint8)

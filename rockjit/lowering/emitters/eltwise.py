@@ -113,7 +113,8 @@ def npu_program(buffers: list[BufferSpec], groups: Sequence[Sequence[EmittedTask
 def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
                   feature_surf_pitch: int, weights: Reloc, kernels: int, out: Reloc,
                   out_channels: int, out_surf_stride: int,
-                  ew: tuple[str, Reloc] | None = None, real_channels: int | None = None) -> EmittedTask:
+                  ew: tuple[str, Reloc] | None = None, real_channels: int | None = None,
+                  width: int = 1) -> EmittedTask:
     """A 1x1 fp16 convolution over ``rows`` positions (W = 1) and 32 input channels, written
     through the DPU; optionally combined with an ERDMA operand cube by the EW unit.
 
@@ -124,52 +125,59 @@ def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
     (surfaces rows*16 apart) [k-acc]. ``real_channels`` (default 32) goes to
     CNA_DATA_SIZE1.DATAIN_CHANNEL_REAL: channels past it are not real input (Mesa programs the
     real channel count there; the simulator reads them as 0, an inference).
+    ``width`` > 1 reads the ``rows * width`` positions as ``rows`` lines of ``width`` (the
+    same bytes: a 1x1 conv does not care how positions fold into lines), so one task covers
+    more positions than a conv task reads rows, and an ERDMA operand whose surfaces are that
+    many positions apart lines up with it.
     The CNA/CORE framing is the matmul emitter's (conformance 01/06, Mesa), with the feature
     strides generalised by the same formula the simulator decodes (pitch = 16*(SURF+LINE)).
     A pure function of its arguments: emitted once per geometry in a compile (compile_cache.py).
     """
     key = ("emit_conv_dpu", name, profile, feature, rows, feature_surf_pitch, weights, kernels,
-           out, out_channels, out_surf_stride, ew, real_channels)
+           out, out_channels, out_surf_stride, ew, real_channels, width)
     return memo(key, lambda: _emit_conv_dpu(name, profile, feature, rows, feature_surf_pitch,
                                             weights, kernels, out, out_channels,
-                                            out_surf_stride, ew, real_channels))
+                                            out_surf_stride, ew, real_channels, width))
 
 
 def _emit_conv_dpu(name: str, profile: ChipProfile, feature: Reloc, rows: int,
                    feature_surf_pitch: int, weights: Reloc, kernels: int, out: Reloc,
                    out_channels: int, out_surf_stride: int, ew: tuple[str, Reloc] | None,
-                   real_channels: int | None) -> EmittedTask:
+                   real_channels: int | None, width: int = 1) -> EmittedTask:
     p = profile.input(DType.F16)
     k = EW_VIEW_CHANNELS
-    if rows < max(profile.min_feature_rows, 1) or rows > profile.max_feature_rows:
-        raise LoweringError(f"{name}: {rows} rows; a conv task reads {profile.min_feature_rows}.."
-                            f"{profile.max_feature_rows}")
-    if ew is not None and rows < profile.ew_min_positions:
-        raise LoweringError(f"{name}: an EW operand cube of {rows} positions is under the "
+    positions = rows * width
+    if rows < max(profile.min_feature_rows, 1) or rows > profile.max_feature_rows or width < 1:
+        raise LoweringError(f"{name}: {rows} rows of {width}; a conv task reads "
+                            f"{profile.min_feature_rows}..{profile.max_feature_rows} rows")
+    if ew is not None and positions < profile.ew_min_positions:
+        raise LoweringError(f"{name}: an EW operand cube of {positions} positions is under the "
                             f"{profile.ew_min_positions}-position stride floor (k-accumulation.md)")
-    if feature_surf_pitch < rows * 16 or feature_surf_pitch % 16:
+    if feature_surf_pitch < positions * 16 or feature_surf_pitch % 16:
         raise LoweringError(f"{name}: feature surface pitch {feature_surf_pitch} B cannot hold "
-                            f"{rows} atoms")
+                            f"{positions} atoms")
     if kernels % p.n_align or out_channels > kernels:
         raise LoweringError(f"{name}: {kernels} kernels (multiple of {p.n_align}) for "
                             f"{out_channels} output channels")
     out_fmt = profile.output(DType.F16, DType.F16)
     w_bytes = kernels * k * p.esize
     data_entries = ceil_div(k * p.esize, profile.cbuf_entry_bytes)
-    data_banks = ceil_div(rows * data_entries * profile.cbuf_entry_bytes, profile.cbuf_bank_bytes)
+    data_banks = ceil_div(positions * data_entries * profile.cbuf_entry_bytes,
+                          profile.cbuf_bank_bytes)
     if data_banks + ceil_div(w_bytes, profile.cbuf_bank_bytes) > profile.cbuf_banks:
-        raise LoweringError(f"{name}: {rows} rows x {kernels} kernels do not fit the CBUF")
+        raise LoweringError(f"{name}: {positions} positions x {kernels} kernels do not fit the "
+                            f"CBUF")
     # The DPU cube keeps the CORE's kernel count (the simulator refuses a DPU cube narrower
     # than the accumulator); only ``out_channels`` of them must land, so a caller that wants
     # fewer owns the extra lanes/surfaces (see _bcast_tasks). SURF_ADD counts this task's own
     # positions x the fp16 surf_mult (conformance 01/06), whatever the destination stride.
-    # Feature pitches: line 16 B (LINE_STRIDE 4), surface ``feature_surf_pitch`` (Mesa
+    # Feature pitches: line 16 * width B, surface ``feature_surf_pitch`` (Mesa
     # rkt_task.c; conformance 01/04/06: 4/4, 48/72, 4/12).
-    g = ConvTaskGeom(DType.F16, DType.F16, False, rows, 1, k, 16, feature_surf_pitch, 1, 1,
-                     kernels, 1, 1, 1, 1, 0, 0, rows, 1, out_surf_stride,
+    g = ConvTaskGeom(DType.F16, DType.F16, False, rows, width, k, 16 * width, feature_surf_pitch,
+                     1, 1, kernels, 1, 1, 1, 1, 0, 0, rows, width, out_surf_stride,
                      real_c=real_channels or k,
                      cbuf=CbufSplit(data_entries, data_banks, profile.cbuf_banks - data_banks),
-                     surf_add=rows * out_fmt.surf_mult)
+                     surf_add=positions * out_fmt.surf_mult)
     where = {"feature": feature, "weight": weights, "out": out}
     stages = DpuStages()
     if ew is not None:
@@ -421,6 +429,77 @@ def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, o
     return tasks
 
 
+def _row_fold(positions: int, profile: ChipProfile) -> tuple[int, int] | None:
+    """(rows, width) folding ``positions`` into the lines of one conv task: the fewest lines
+    of equal width within the task's row limit, or None (no such divisor)."""
+    for width in range(1, positions + 1):
+        if positions % width:
+            continue
+        rows = positions // width
+        if rows < profile.min_feature_rows:
+            return None
+        if rows <= profile.max_feature_rows:
+            return rows, width
+    return None
+
+
+# the ERDMA ALU op of a one-pass per-row op, and the sign of the broadcast (x - s = x + (-s))
+_ONE_PASS = {"add": ("add", 1.0), "sub": ("add", -1.0), "mul": ("mul", 1.0),
+             "max": ("max", 1.0), "min": ("min", 1.0)}
+
+
+def _one_pass_row(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile
+                  ) -> OpLowering | None:
+    """x OP s[p] in one pass: each task's conv broadcasts s (weights +-1 on input channel 0 of
+    every kernel, an exact fp32 product) and its EW stage combines the result with x, read by
+    the ERDMA as the operand cube [kacc]. That operand must be dense over the task's positions
+    (its surfaces exactly positions * 16 B apart), so one task covers every position of the
+    cube, folded into lines (``_row_fold``); kernel tiles split the channels. None where that
+    does not fit (s - x: the EW stage cannot negate its operand), for the two-pass form."""
+    if op == "sub" and reverse:
+        return None
+    p = profile.input(DType.F16)
+    atom = profile.atom_bytes
+    positions = layout.height * layout.width
+    fold = _row_fold(positions, profile)
+    if fold is None or positions < profile.ew_min_positions or \
+            layout.surf_stride != positions * atom:
+        return None
+    rows, width = fold
+    ew_op, sign = _ONE_PASS[op]
+    kernels = round_up(layout.channels, p.n_align)
+    bank = profile.cbuf_bank_bytes
+    entries = ceil_div(EW_VIEW_CHANNELS * p.esize, profile.cbuf_entry_bytes)
+    data_banks = ceil_div(positions * entries * profile.cbuf_entry_bytes, bank)
+    n_tile = kernels
+    while data_banks + ceil_div(n_tile * EW_VIEW_CHANNELS * p.esize, bank) > profile.cbuf_banks \
+            or n_tile > profile.cube_dim_limit:
+        if n_tile <= p.n_align:
+            return None
+        n_tile = round_up(n_tile // 2, p.n_align)
+    ones = np.zeros((kernels, EW_VIEW_CHANNELS), np.float16)
+    ones[:, 0] = sign
+    packed = weight_layout(profile, DType.F16, kernels, EW_VIEW_CHANNELS).pack(ones)
+    tasks = []
+    for n0 in range(0, kernels, n_tile):
+        nk = min(n_tile, kernels - n0)
+        at = (n0 // p.feature_c2) * positions * atom
+        tasks.append(emit_conv_dpu(
+            f"row{len(tasks)}", profile, feature=Reloc("s", 0), rows=rows, width=width,
+            feature_surf_pitch=positions * atom,
+            weights=Reloc("ones", n0 * EW_VIEW_CHANNELS * p.esize), kernels=nk,
+            out=Reloc("out", at), out_channels=nk, out_surf_stride=positions * atom,
+            ew=(ew_op, Reloc("x", at)), real_channels=1))
+    span = (kernels // p.feature_c2) * positions * atom
+    s_lay = row_vector_layout(positions, profile)
+    bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
+            BufferSpec("s", "input", s_lay.nbytes, layout=s_lay, bind=1),
+            BufferSpec("out", "output", span, layout=layout, bind=0),
+            BufferSpec("ones", "const", packed.size, data=packed)]
+    return npu_program(bufs, [tasks], profile, ("x", "s", "ones"), ("out",),
+                       positions * kernels * EW_VIEW_CHANNELS)
+
+
 @memoized
 def build_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
                      profile: ChipProfile | str | None = None) -> OpLowering:
@@ -432,6 +511,9 @@ def build_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
     (const), ``regcmd``. Two passes: the broadcast conv tasks, then the EW tasks."""
     profile = resolve_profile(profile)
     check_fp16_cube(layout, profile, f"element-wise {op} with a per-row vector")
+    one = _one_pass_row(op, layout, reverse, profile)
+    if one is not None:
+        return one
     p = profile.input(DType.F16)
     positions = layout.height * layout.width
     kernels = round_up(layout.channels, p.n_align)
