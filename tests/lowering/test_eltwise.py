@@ -9,8 +9,8 @@ import pytest
 from rockjit.ir.types import DType
 from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.eltwise import (build_binary, build_binary_channel,
-                                               build_binary_row, build_binary_scalar,
-                                               pack_row_vector)
+                                               build_binary_scalar)
+from rockjit.lowering.emitters.eltwise_row import build_binary_row, pack_row_vector
 from rockjit.lowering.layouts import CubeLayout, feature_layout
 from rockjit.lowering.regcmd import LoweringError
 

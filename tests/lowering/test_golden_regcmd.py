@@ -20,6 +20,7 @@ from golden_testutil import first_difference, render
 from rockjit import debugflags
 from rockjit.ir.types import DType
 from rockjit.lowering.emitters import eltwise as E
+from rockjit.lowering.emitters import eltwise_row as ER
 from rockjit.lowering.emitters.conv import ConvRequant, ConvSpec, build_conv2d, build_qconv2d
 from rockjit.lowering.emitters.lut import build_activation
 from rockjit.lowering.emitters.matmul import build_matmul
@@ -68,7 +69,7 @@ BUILDERS: dict[str, Callable[[], OpLowering]] = {
     "flying_scalar_rsub_6x5x20": lambda: E.build_binary_scalar("sub", CUBE, 2.0, True, P),
     "ew_channel_min_6x5x20": lambda: E.build_binary_channel("min", CUBE, VEC, profile=P),
     "ew_channel_rsub_6x5x20": lambda: E.build_binary_channel("sub", CUBE, VEC, True, P),
-    "ew_row_mul_6x5x20": lambda: E.build_binary_row("mul", CUBE, profile=P),
+    "ew_row_mul_6x5x20": lambda: ER.build_binary_row("mul", CUBE, profile=P),
     "lut_sigmoid_6x5x20": lambda: build_activation("sigmoid", CUBE, (-4.0, 4.0), P),
     "lut_gelu_tanh_6x5x20": lambda: build_activation("gelu_tanh", CUBE, (-6.0, 6.0), P),
     "pool_max2x2_8x10x24": lambda: build_pool("max", POOL_CUBE, (2, 2), profile=P),

@@ -7,7 +7,7 @@ import pytest
 
 from rockjit.ir.types import DType
 from rockjit.oracle import tolerance as T
-from rockjit.lowering.emitters.eltwise import build_binary_row, pack_row_vector
+from rockjit.lowering.emitters.eltwise_row import build_binary_row, pack_row_vector
 from rockjit.lowering.emitters.lut import activation_error, build_activation
 from rockjit.lowering.emitters.matmul import build_matmul
 from rockjit.lowering.layouts import feature_layout, pack_matrix, unpack_matrix

@@ -23,9 +23,10 @@ Datapaths (the forms the notes validate):
   into a constant cube at compile time and combined as a full cube (the notes' bias cube,
   encodings/cross-op-chaining.md "an on-cube bias epilogue ... builds a bias cube once").
   Costs positions x channels x 2 bytes of resident memory.
-* a per-row (per-position) vector known only at run time -> a broadcast 1x1 conv writes the
-  full operand cube S[p, c] = s[p] (feature = the row-vector cube, weights = ones in input
-  channel 0), then the full-cube form combines x with S, in a second kick of the same job.
+* a per-row (per-position) vector known only at run time -> eltwise_row.py: a 1x1 conv
+  broadcasts s[p] (feature = the row-vector cube, weights = ones in input channel 0) and its
+  EW stage combines x in the same task where one task covers every position; else the
+  broadcast is written as a full operand cube and combined in a second kick.
 
 Padding: the flat views cover whole chunks, so the buffers of the two-operand forms are padded
 past ``layout.nbytes`` (``BufferSpec.nbytes`` says by how much; the pipeline allocates that
@@ -45,7 +46,7 @@ from typing import Sequence
 import numpy as np
 
 from ...ir.types import DType
-from ..layouts import CubeLayout, feature_layout, weight_layout
+from ..layouts import CubeLayout, weight_layout
 from ..op_lowering import BufferSpec, NpuStep, OpLowering
 from ..profile import ChipProfile, get_profile
 from ..regcmd import LoweringError, Reloc, EmittedTask
@@ -359,184 +360,3 @@ def build_binary_channel(op: str, layout: CubeLayout, vector: np.ndarray, revers
             weights_buffer(op, profile)]
     return npu_program(bufs, [tasks], profile, ("x", "bcast", "weights"), ("out",),
                        span // 2 * EW_VIEW_CHANNELS)
-
-
-def row_vector_layout(positions: int, profile: ChipProfile | str | None = None) -> CubeLayout:
-    """The runtime per-row operand of build_binary_row: an fp16 cube of ``positions`` rows x
-    32 channels whose channel 0 holds s[row], i.e. s[row] at byte 16*row. Only channel 0 is
-    real input (DATAIN_CHANNEL_REAL = 0): the other bytes of the span may hold anything
-    (the row max of a softmax arrives in this form)."""
-    profile = resolve_profile(profile)
-    return feature_layout(profile, DType.F16, positions, 1, EW_VIEW_CHANNELS)
-
-
-def pack_row_vector(s: np.ndarray, profile: ChipProfile | str | None = None) -> np.ndarray:
-    s = np.asarray(s, np.float16).reshape(-1)
-    lay = row_vector_layout(s.size, profile)
-    full = np.zeros((s.size, 1, EW_VIEW_CHANNELS), np.float16)
-    full[:, 0, 0] = s
-    return lay.pack(full)
-
-
-def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, out: str,
-                 channels: int, name: str) -> list[EmittedTask]:
-    """Tasks writing out[p, c] = src[p, channel 0] for c < channels (rounded up to the weight
-    kernel group; ``out`` must hold those surfaces) over all ``positions``.
-
-    Row tiles of at most the conv's feature rows; a ragged tail tile is moved back so that it
-    overlaps its predecessor instead of dropping under the 4-row floor (re-writing the same
-    broadcast values is harmless: ``out`` is op-private scratch)."""
-    p = profile.input(DType.F16)
-    atom = profile.atom_bytes
-    align = profile.row_align
-    if positions < profile.min_feature_rows:
-        raise LoweringError(
-            f"a per-row operand over {positions} rows: the broadcast conv needs at least "
-            f"{profile.min_feature_rows} feature rows (matmul-as-conv.md, 'Feature height < 4 is "
-            f"broken'); use the scalar form (build_binary_scalar) for a single row")
-    kernels = round_up(channels, p.n_align)
-    r_max = profile.max_feature_rows // align * align
-    # weights: ones in input channel 0 of each kernel, so out = s exactly (fp32 product by 1).
-    # Kernel tiles keep the CBUF split legal.
-    bank = profile.cbuf_bank_bytes
-    n_tile = kernels
-    while True:
-        data_banks = ceil_div(r_max * profile.cbuf_entry_bytes, bank)
-        if data_banks + ceil_div(n_tile * EW_VIEW_CHANNELS * p.esize, bank) <= profile.cbuf_banks \
-                and n_tile <= profile.cube_dim_limit:
-            break
-        n_tile = round_up(n_tile // 2, p.n_align)
-    # row tiles: whole aligned tiles, then the aligned part of the rest, then one aligned tile
-    # ending at the last row (overlapping; positions >= 4 was checked above)
-    spans: list[tuple[int, int]] = []
-    m0 = 0
-    while positions - m0 >= align:
-        rows = min(r_max, (positions - m0) // align * align)
-        spans.append((m0, rows))
-        m0 += rows
-    if m0 < positions:
-        spans.append((positions - align, align))
-    tasks = []
-    for n0 in range(0, kernels, n_tile):
-        nk = min(n_tile, kernels - n0)
-        for m0, rows in spans:
-            tasks.append(emit_conv_dpu(
-                f"{name}{len(tasks)}", profile, feature=Reloc(src, m0 * atom), rows=rows,
-                feature_surf_pitch=positions * atom,
-                weights=Reloc(weights, n0 * EW_VIEW_CHANNELS * p.esize), kernels=nk,
-                out=Reloc(out, (n0 // p.feature_c2) * positions * atom + m0 * atom),
-                out_channels=nk, out_surf_stride=positions * atom, real_channels=1))
-    return tasks
-
-
-def _row_fold(positions: int, profile: ChipProfile) -> tuple[int, int] | None:
-    """(rows, width) folding ``positions`` into the lines of one conv task: the fewest lines
-    of equal width within the task's row limit, or None (no such divisor)."""
-    for width in range(1, positions + 1):
-        if positions % width:
-            continue
-        rows = positions // width
-        if rows < profile.min_feature_rows:
-            return None
-        if rows <= profile.max_feature_rows:
-            return rows, width
-    return None
-
-
-# the ERDMA ALU op of a one-pass per-row op, and the sign of the broadcast (x - s = x + (-s))
-_ONE_PASS = {"add": ("add", 1.0), "sub": ("add", -1.0), "mul": ("mul", 1.0),
-             "max": ("max", 1.0), "min": ("min", 1.0)}
-
-
-def _one_pass_row(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile
-                  ) -> OpLowering | None:
-    """x OP s[p] in one pass: each task's conv broadcasts s (weights +-1 on input channel 0 of
-    every kernel, an exact fp32 product) and its EW stage combines the result with x, read by
-    the ERDMA as the operand cube [kacc]. That operand must be dense over the task's positions
-    (its surfaces exactly positions * 16 B apart), so one task covers every position of the
-    cube, folded into lines (``_row_fold``); kernel tiles split the channels. None where that
-    does not fit (s - x: the EW stage cannot negate its operand), for the two-pass form."""
-    if op == "sub" and reverse:
-        return None
-    p = profile.input(DType.F16)
-    atom = profile.atom_bytes
-    positions = layout.height * layout.width
-    fold = _row_fold(positions, profile)
-    if fold is None or positions < profile.ew_min_positions or \
-            layout.surf_stride != positions * atom:
-        return None
-    rows, width = fold
-    ew_op, sign = _ONE_PASS[op]
-    kernels = round_up(layout.channels, p.n_align)
-    bank = profile.cbuf_bank_bytes
-    entries = ceil_div(EW_VIEW_CHANNELS * p.esize, profile.cbuf_entry_bytes)
-    data_banks = ceil_div(positions * entries * profile.cbuf_entry_bytes, bank)
-    n_tile = kernels
-    while data_banks + ceil_div(n_tile * EW_VIEW_CHANNELS * p.esize, bank) > profile.cbuf_banks \
-            or n_tile > profile.cube_dim_limit:
-        if n_tile <= p.n_align:
-            return None
-        n_tile = round_up(n_tile // 2, p.n_align)
-    ones = np.zeros((kernels, EW_VIEW_CHANNELS), np.float16)
-    ones[:, 0] = sign
-    packed = weight_layout(profile, DType.F16, kernels, EW_VIEW_CHANNELS).pack(ones)
-    tasks = []
-    for n0 in range(0, kernels, n_tile):
-        nk = min(n_tile, kernels - n0)
-        at = (n0 // p.feature_c2) * positions * atom
-        tasks.append(emit_conv_dpu(
-            f"row{len(tasks)}", profile, feature=Reloc("s", 0), rows=rows, width=width,
-            feature_surf_pitch=positions * atom,
-            weights=Reloc("ones", n0 * EW_VIEW_CHANNELS * p.esize), kernels=nk,
-            out=Reloc("out", at), out_channels=nk, out_surf_stride=positions * atom,
-            ew=(ew_op, Reloc("x", at)), real_channels=1))
-    span = (kernels // p.feature_c2) * positions * atom
-    s_lay = row_vector_layout(positions, profile)
-    bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
-            BufferSpec("s", "input", s_lay.nbytes, layout=s_lay, bind=1),
-            BufferSpec("out", "output", span, layout=layout, bind=0),
-            BufferSpec("ones", "const", packed.size, data=packed)]
-    return npu_program(bufs, [tasks], profile, ("x", "s", "ones"), ("out",),
-                       positions * kernels * EW_VIEW_CHANNELS)
-
-
-@memoized
-def build_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
-                     profile: ChipProfile | str | None = None) -> OpLowering:
-    """out[p, c] = x[p, c] OP s[p] (s OP x with ``reverse``) with s a run-time vector, one
-    value per position p = h * W + w (a matrix cube's rows).
-
-    Buffers: ``x`` (input 0), ``s`` (input 1, ``row_vector_layout(H*W)``: s in channel 0),
-    ``out`` (output 0), ``bcast`` (scratch: the broadcast cube), ``ones`` and ``weights``
-    (const), ``regcmd``. Two passes: the broadcast conv tasks, then the EW tasks."""
-    profile = resolve_profile(profile)
-    check_fp16_cube(layout, profile, f"element-wise {op} with a per-row vector")
-    one = _one_pass_row(op, layout, reverse, profile)
-    if one is not None:
-        return one
-    p = profile.input(DType.F16)
-    positions = layout.height * layout.width
-    kernels = round_up(layout.channels, p.n_align)
-    # the broadcast cube holds whole kernel groups of surfaces: same strides as x, maybe one
-    # more surface than x at the end
-    bcast_bytes = (kernels // p.feature_c2) * positions * profile.atom_bytes
-    _, span = ew_chunks(layout.nbytes, profile)
-    ones = np.zeros((kernels, EW_VIEW_CHANNELS), np.float16)
-    ones[:, 0] = 1.0
-    wl = weight_layout(profile, DType.F16, kernels, EW_VIEW_CHANNELS)
-    ones_packed = wl.pack(ones)
-    tasks = _bcast_tasks(profile, "s", positions, "ones", "bcast", layout.channels, "bcast")
-    a, b = ("bcast", "x") if reverse else ("x", "bcast")
-    ew, span = full_ew_tasks(op, a, b, "out", "weights", layout.nbytes, profile)
-    s_lay = row_vector_layout(positions, profile)
-    bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
-            BufferSpec("s", "input", s_lay.nbytes, layout=s_lay, bind=1),
-            BufferSpec("out", "output", span, layout=layout, bind=0),
-            # the EW pass reads bcast over x's padded span; past bcast_bytes no task writes
-            # it, and the flat view's identity conv would mix stale non-finite bytes there
-            # into real outputs (0 * NaN): zero-filled once
-            BufferSpec("bcast", "scratch", max(bcast_bytes, span), zero=span > bcast_bytes),
-            BufferSpec("ones", "const", ones_packed.size, data=ones_packed),
-            weights_buffer(op, profile)]
-    return npu_program(bufs, [tasks, ew], profile, ("x", "s", "ones", "weights"), ("out",),
-                       span // 2 * EW_VIEW_CHANNELS + positions * kernels * EW_VIEW_CHANNELS)

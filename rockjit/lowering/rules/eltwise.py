@@ -157,7 +157,7 @@ def _row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFo
     """x OP s[row] for a run-time per-row ``srow`` (stored in the row-vector form of
     eltwise.build_binary_row): one call for a single cube, one per cube (independent, so their
     jobs run side by side) for a tensor held as several cubes (attention's heads)."""
-    from ..emitters import eltwise as ew
+    from ..emitters import eltwise_row as ewr
 
     out = ctx.node.out
     items = form.batch_items()
@@ -168,9 +168,9 @@ def _row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFo
         lay = form.layout
         if lay.width != 1:
             raise NoNpuForm("per-row operand on a cube with W > 1")
-        prog = ew.build_binary_row(op, lay, reverse, ctx.profile)
+        prog = ewr.build_binary_row(op, lay, reverse, ctx.profile)
         nrows = int(np.prod(shape[:-1], dtype=np.int64))
-        s_form = cube_form(ew.row_vector_layout(lay.height * lay.width, ctx.profile), (nrows, 1))
+        s_form = cube_form(ewr.row_vector_layout(lay.height * lay.width, ctx.profile), (nrows, 1))
         return [OpCall(prog, (Use(run), Use(srow, shape=srow_use_shape or (nrows, 1))),
                        (Use(out),), f"{op} row", emitter="eltwise.lower_binary_row",
                        forms_in=(form, s_form), forms_out=(form,))]
@@ -180,9 +180,9 @@ def _row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFo
         if sub.layout.width != 1 or "b" in sub.roles:
             raise NoNpuForm("per-row operand on cubes that are not matrices")
         lay = sub.layout
-        prog = ew.build_binary_row(op, lay, reverse, ctx.profile)
+        prog = ewr.build_binary_row(op, lay, reverse, ctx.profile)
         rows = sub.hwc()[0]
-        s_form = cube_form(ew.row_vector_layout(lay.height * lay.width, ctx.profile), (rows, 1))
+        s_form = cube_form(ewr.row_vector_layout(lay.height * lay.width, ctx.profile), (rows, 1))
         calls.append(OpCall(prog, (Use(run, ix), Use(srow, ix, shape=(rows, 1))),
                             (Use(out, ix),), f"{op} row {ix}", emitter="eltwise.lower_binary_row",
                             forms_in=(sub, s_form), forms_out=(sub,)))
@@ -194,7 +194,7 @@ def _recip_rows(ctx: RuleContext, srow, form: CubeForm, shape: tuple[int, ...]):
     written straight into the row-vector cube(s) the per-row multiply reads: one host-op
     binary divide, fp32 in, fp16 out. Returns (host OpCall, r value, the form r is in)."""
     from ...ir.types import TensorType
-    from ..emitters import eltwise as ew
+    from ..emitters import eltwise_row as ewr
     from ..host_rules import BINARY_CODES, HostView, host_op_step
 
     items = form.batch_items()
@@ -202,13 +202,13 @@ def _recip_rows(ctx: RuleContext, srow, form: CubeForm, shape: tuple[int, ...]):
     rows_total = int(np.prod(lead, dtype=np.int64)) if lead else 1
     if len(items) == 1 or _one_cube(form):
         batch, rows = 1, rows_total
-        lay = ew.row_vector_layout(form.layout.height * form.layout.width, ctx.profile)
+        lay = ewr.row_vector_layout(form.layout.height * form.layout.width, ctx.profile)
         r_shape, roles, item = (rows, 1), ("h", "c"), lay.nbytes
         r_form = cube_form(lay, r_shape, roles)
     else:
         sub, _ = form.sub(items[0][0])
         batch, rows = len(items), sub.hwc()[0]
-        lay = ew.row_vector_layout(sub.layout.height * sub.layout.width, ctx.profile)
+        lay = ewr.row_vector_layout(sub.layout.height * sub.layout.width, ctx.profile)
         item = -(-lay.nbytes // 64) * 64
         r_shape = tuple(shape[:len(items[0][0])]) + (rows, 1)
         roles = ("b",) * len(items[0][0]) + ("h", "c")
