@@ -32,6 +32,7 @@ import numpy as np
 from jax.tree_util import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 
 from .errors import InputRangeError, TraceError, WeightError
+from .gc_pause import gc_paused
 from .ir.graph import Graph
 from .ir.types import DType, TensorType
 from .backends import BACKENDS, Runner, resolve_backend
@@ -361,6 +362,7 @@ class Lowered(_Traced):
         super().__init__(graph, sig, out_tree, backend)
         self._args = args
 
+    @gc_paused
     def compile(self) -> Compiled:
         """Bind the resident values and, when all of them have values, build the program now
         (inputs may be jax.ShapeDtypeStruct: the program does not depend on them); resident

@@ -12,6 +12,7 @@ import numpy as np
 from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
 
 from .errors import TraceError
+from .gc_pause import gc_paused
 from .ir.graph import Graph
 from .ir.types import DType, TensorType
 
@@ -205,6 +206,7 @@ def make_signature(fn: Callable[..., Any], args: Sequence[Any], static_argnums: 
 
 # ------------------------------------------------------------------ tracing
 
+@gc_paused
 def trace(sig: Signature, name: str) -> tuple[Graph, Any]:
     """The IR graph of ``sig.fn`` at the signature, and its output pytree structure. JAX traces
     it (``jax.jit(...).trace``: static arguments by value, the others as abstract arrays); the

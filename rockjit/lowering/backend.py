@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..gc_pause import gc_paused
 from ..ir.graph import Graph
 
 
@@ -48,6 +49,7 @@ class NpuRunner:
     def image(self):
         return self.builder.image if self.builder is not None else None
 
+    @gc_paused
     def compile(self, example_inputs: Sequence[np.ndarray] | None = None):
         """Lower the graph to its ProgramImage (no device needed); returns the image.
         ``example_inputs`` is accepted for the API's sake and not looked at."""
@@ -58,6 +60,7 @@ class NpuRunner:
         self.builder = ImageBuilder(self.lowered)
         return self.builder.image
 
+    @gc_paused
     def load(self):
         """Load the image on this backend's device (made on first use); returns the program."""
         from ..runtime import DeviceError

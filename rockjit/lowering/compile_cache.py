@@ -113,6 +113,16 @@ def _key_of(x: Any) -> Hashable:
     raise _Unkeyable(type(x).__name__)
 
 
+def plain_key(x: Any) -> Hashable | None:
+    """``x`` as a memo key (see ``_key_of``), or None when it holds something unkeyable."""
+    try:
+        key = _key_of(x)
+        hash(key)
+    except (_Unkeyable, TypeError):
+        return None
+    return key
+
+
 # frozen descriptions made of ints, strings and enums only (no float field whose sign could
 # hide behind ==): a layout, a chip profile, an address
 _PLAIN = frozenset({"CubeLayout", "ChipProfile", "Reloc"})

@@ -27,6 +27,7 @@ import numpy as np
 from ..ir.graph import Node
 from ..ir.ops import Op
 from ..ir.types import DType, TensorType
+from .compile_cache import memo
 from .op_lowering import BufferSpec, HostStep, OpLowering, Slice
 from ..runtime import host_abi as ABI
 from .regcmd import LoweringError
@@ -86,8 +87,16 @@ def row_major_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 def encode_descriptor(kind: str, shape: Sequence[int], views: Sequence[HostView], code: int = 0,
                       axis_mask: int = 0, iparams: Sequence[int] = ()) -> np.ndarray:
-    """The ``rj_host_op`` bytes (np.uint8[DESC_BYTES]) of one op; views[0] is the output."""
-    shape = tuple(int(d) for d in shape)
+    """The ``rj_host_op`` bytes (np.uint8[DESC_BYTES]) of one op; views[0] is the output.
+    Encoded once per compile per descriptor (layers repeat them); each caller gets a copy."""
+    shape, iparams = tuple(int(d) for d in shape), tuple(int(p) for p in iparams)
+    key = ("host_descriptor", kind, shape, tuple((v.dtype, v.offset, v.strides) for v in views),
+           int(code), int(axis_mask), iparams)
+    return memo(key, lambda: _encode(kind, shape, views, code, axis_mask, iparams)).copy()
+
+
+def _encode(kind: str, shape: tuple[int, ...], views: Sequence[HostView], code: int,
+            axis_mask: int, iparams: Sequence[int]) -> np.ndarray:
     if len(shape) > MAX_RANK:
         raise LoweringError(f"host op {kind}: rank {len(shape)} exceeds the host library's "
                             f"{MAX_RANK} dimensions; reshape to fewer dimensions first")
@@ -102,11 +111,9 @@ def encode_descriptor(kind: str, shape: Sequence[int], views: Sequence[HostView]
         if len(v.strides) != len(shape):
             raise LoweringError(f"host op {kind}: operand {i} has {len(v.strides)} strides for "
                                 f"rank {len(shape)}")
-        d["view"][i]["dtype"] = DTYPE_CODES[v.dtype]
-        d["view"][i]["offset"] = v.offset
+        d["view"][i]["dtype"], d["view"][i]["offset"] = DTYPE_CODES[v.dtype], v.offset
         d["view"][i]["stride"][:len(shape)] = v.strides
-    for i, p in enumerate(iparams):
-        d["iparam"][i] = int(p)
+    d["iparam"][:len(iparams)] = iparams
     return np.frombuffer(d.tobytes(), np.uint8).copy()
 
 

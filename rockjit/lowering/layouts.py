@@ -122,13 +122,15 @@ class CubeLayout:
         if x.dtype != self.dtype:
             raise LayoutError(f"cube pack: expected {self.dtype} elements, got {x.dtype}; "
                               f"cast before packing so rounding is explicit")
-        xp = np.zeros((self.height, self.width, self.padded_channels), self.dtype.newbyteorder("<"))
-        xp[..., :self.channels] = x
-        # [H][W][G][C2] -> [G][H][W][C2], then each (group, row) is one run of bytes
-        cube = np.ascontiguousarray(
-            xp.reshape(self.height, self.width, self.groups, self.c2).transpose(2, 0, 1, 3))
+        h, w, c2 = self.height, self.width, self.c2
         out = np.zeros(self.nbytes, np.uint8)
-        self._view(out)[...] = cube.view(np.uint8).reshape(self.groups, self.height, -1)
+        # the atoms as [G][H][W][C2] elements over ``out``; x's channels go straight in, in one
+        # pass (no padded or transposed intermediate: a compile packs every bias cube so)
+        cube = self._view(out).view(self.dtype.newbyteorder("<")).reshape(self.groups, h, w, c2)
+        whole = self.channels // c2
+        cube[:whole] = x[..., :whole * c2].reshape(h, w, whole, c2).transpose(2, 0, 1, 3)
+        if whole < self.groups:
+            cube[whole, :, :, :self.channels - whole * c2] = x[..., whole * c2:]
         return out
 
     def unpack(self, raw: bytes | bytearray | memoryview | np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from .. import debugflags
 from ..errors import UnsupportedError
 from ..ir.graph import Node
 from ..ir.ops import Op
+from .compile_cache import memo, plain_key
 from .op_lowering import OpLowering
 from .rules import LOWER_RULES
 from .rules.base import NoNpuForm, OpCall, RuleContext, RuleResult, Use
@@ -77,7 +78,7 @@ def host_result(node: Node, ctx: RuleContext, why: str) -> RuleResult:
                                   emitter=f"host_rules[{node.op.text}] (broadcast read in place)")],
                           note=why)
     try:
-        prog = rule(node)
+        prog = _host_program(rule, node)
     except NoNpuForm as e:
         raise UnsupportedError(f"{node.op.text} at {_where(node)}: no NPU form ({why}) and the "
                                f"host rule refused too ({e})") from None
@@ -87,6 +88,19 @@ def host_result(node: Node, ctx: RuleContext, why: str) -> RuleResult:
     return RuleResult([OpCall(prog, tuple(Use(v) for v in node.inputs), (Use(node.out),),
                               label=node.op.text, where="host",
                               emitter=f"host_rules[{node.op.text}]")], note=why)
+
+
+def _host_program(rule: Callable[[Node], OpLowering], node: Node) -> OpLowering:
+    """``rule(node)``, built once per compile for each structure: a host rule reads the node's
+    op, attributes and value types only (host_rules.py, host_expand.py), and the layers of an
+    encoder repeat the same host ops (compile_cache.py)."""
+    attrs = plain_key(tuple(sorted(node.attrs.items())))
+    if attrs is None:
+        return rule(node)
+    key = ("host_rule", node.op, f"{rule.__module__}.{rule.__qualname__}", attrs,
+           tuple((v.type.dtype, v.type.shape) for v in node.inputs),
+           tuple((v.type.dtype, v.type.shape) for v in node.outputs))
+    return memo(key, lambda: rule(node))
 
 
 def lower_node(ctx: RuleContext) -> tuple[RuleResult, str]:

@@ -424,8 +424,10 @@ def rewrite_score_scales(graph: Graph, consts: Mapping[int, np.ndarray],
             continue
         for d, c in (n.inputs, n.inputs[::-1]):
             dot = producers.get(d.id)
+            if dot is None or dot.op is not Op.DOT_GENERAL or d.id in consts:
+                continue      # before scanning c: a mask or gain constant is a large array
             scale = _uniform_scale(c, consts)
-            if dot is None or dot.op is not Op.DOT_GENERAL or scale is None or d.id in consts:
+            if scale is None:
                 continue
             if d.id in outputs or len(users.get(d.id, [])) != 1 or d.type != n.out.type:
                 continue

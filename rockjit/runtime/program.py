@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ._ffi import call, ffi, lib
+from ._ffi import call, check, ffi, lib, new_err
 from .device import BufferInfo, Device
 from .errors import ProgramError
 from ..weight_timing import timed
@@ -166,13 +166,14 @@ class ProgramBuilder(_Access):
         h = self._h.get()
         call(lib.rj_program_add_job, h, core, lib.RJ_JOB_SELF_CHAINED if chained else 0, out)
         job = int(out[0])
+        err = new_err()     # one error record for the job's calls (a model loads ~10^4 tasks)
         for t in tasks:
-            t = t if isinstance(t, PlacedTask) else PlacedTask(*t)
-            call(lib.rj_program_job_add_task, h, job, t.bo, t.offset, t.words)
+            bo, offset, words = (t.bo, t.offset, t.words) if isinstance(t, PlacedTask) else t
+            check(lib.rj_program_job_add_task(h, job, bo, offset, words, err), err)
         for b in reads:
-            call(lib.rj_program_job_add_bo, h, job, b, lib.RJ_JOB_IN)
+            check(lib.rj_program_job_add_bo(h, job, b, lib.RJ_JOB_IN, err), err)
         for b in writes:
-            call(lib.rj_program_job_add_bo, h, job, b, lib.RJ_JOB_OUT)
+            check(lib.rj_program_job_add_bo(h, job, b, lib.RJ_JOB_OUT, err), err)
         return job
 
     def add_npu_step(self, jobs: Sequence[int]) -> None:
@@ -287,7 +288,7 @@ class LoadedImage:
         for w in image.words:
             b.write_words(w.bo, image.arrays[w.array], w.word_index)
         b.add_relocs(image.arrays[image.relocs])
-        ids = [b.add_job([PlacedTask(*t) for t in j.tasks], reads=j.reads, writes=j.writes,
+        ids = [b.add_job(j.tasks, reads=j.reads, writes=j.writes,
                          core=j.core, chained=j.chained) for j in image.jobs]
         for s in image.steps:
             if s.kind == "npu":

@@ -441,7 +441,7 @@ def _epilogue(ep: MatmulEpilogue | None, plan: ConvPlan, lay: MatmulLayouts, n: 
     for rows in sorted({r.out_rows for r in plan.rows}):
         cube = matrix_output_layout(profile, in_dtype, cube_dtype, rows, lay.n_pad)
         mat = np.broadcast_to(full.astype(cube_dtype.to_numpy()), (rows, lay.n_pad))
-        blob = pack_matrix(cube, np.ascontiguousarray(mat))
+        blob = pack_matrix(cube, mat)       # a broadcast view: pack reads it in place
         offs[rows] = pos
         blobs.append(blob)
         pos += round_up(blob.size, 64)
