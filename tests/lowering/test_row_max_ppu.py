@@ -63,6 +63,7 @@ CASES = [  # rows, channels, batch, extra surface bytes, extra item bytes
     (64, 1000, 3, 32, 48),          # strided surfaces, gaps between heads
     (4, 136, 3, 0, 16),             # 17 groups: two passes, the fewest rows that allow them
     (7, 20, 2, 0, 0),               # 2 whole groups + 4 tail lanes
+    (13, 200, 1, 0, 0),             # one cube's rows split over the cores (5, 4, 4), two passes
 ]
 
 
@@ -83,6 +84,17 @@ def test_row_max_lanes(rows, c, batch, surf_pad, item_pad) -> None:
     # with the tail lanes the host adds, each row's max is numpy's
     rowmax = np.maximum(got.max(-1), x[..., whole:].max(-1, initial=-np.inf))
     assert np.array_equal(rowmax, x.max(-1))
+
+
+def test_row_max_jobs_cover_each_head_and_row_once() -> None:
+    from rockjit.lowering.emitters.pool import _row_max_pieces
+    for batch, rows in [(1, 13), (1, 1500), (1, 7), (12, 1024), (8, 1500), (2, 64), (1, 4)]:
+        pieces = _row_max_pieces(batch, rows, P.cores)
+        seen = np.zeros((batch, rows), int)
+        for b0, nb, p0, n in pieces:
+            assert n >= 4 or n == rows
+            seen[b0:b0 + nb, p0:p0 + n] += 1
+        assert (seen == 1).all() and len(pieces) <= P.cores
 
 
 def test_row_max_refusals() -> None:

@@ -35,7 +35,10 @@ from ..layouts import CubeLayout, feature_layout
 from ..op_lowering import BufferSpec, OpLowering
 from ..profile import ChipProfile
 from ..regcmd import LoweringError, Reloc, TaskBuilder, EmittedTask
+from ..arith import round_up
+from ..op_lowering import NpuStep
 from .eltwise import check_fp16_cube, fp16_bits, npu_program, resolve_profile
+from .jobs import JobTasks, assemble_jobs
 
 METHODS = {"avg": 0, "max": 1, "min": 2}   # POOLING_METHOD (ppu-pooling.md, ppu-reduce-mean.md)
 KERNEL_MAX = 16                             # 4-bit value-1 fields
@@ -326,8 +329,9 @@ def build_row_max(layout: CubeLayout, rows: int, channels: int, batch: int = 1,
     the host. Bit-exact: a max selects one input value.
 
     NaN: the PPU's max compares, and the simulator's (ppu.c) never selects a NaN; the notes
-    do not measure NaN on silicon. Buffers: ``x`` (input 0), ``out`` (output 0), ``t0``/``t1``
-    (intermediates when more than one pass), ``regcmd``."""
+    do not measure NaN on silicon. The heads (or one cube's rows) are split into one
+    independent job per core. Buffers: ``x`` (input 0), ``out`` (output 0), ``t{job}_0`` /
+    ``t{job}_1`` (a job's intermediates when more than one pass), ``regcmd``."""
     profile = resolve_profile(profile)
     c2 = profile.input(DType.F16).feature_c2
     atom = profile.atom_bytes
@@ -351,29 +355,51 @@ def build_row_max(layout: CubeLayout, rows: int, channels: int, batch: int = 1,
         raise LoweringError(f"row max on the PPU: cubes {item_stride} B apart overlap the "
                             f"{span}-byte view of one; the heads cannot be its surfaces")
     per_task = profile.cube_dim_limit // c2        # heads per task (CUBE_IN_CHANNEL)
-    groups: list[list[EmittedTask]] = []
+    jobs: list[JobTasks] = []
     scratch: dict[str, int] = {}
-    src, line, surf, h = "x", layout.surf_stride, item_stride, n
-    for i, (k, pad) in enumerate(plan):
-        g = PoolGeom(h, rows, c2 * batch, k, 1, k, 1, pad_b=pad)
-        last = i == len(plan) - 1
-        dst = "out" if last else f"t{i % 2}"
-        d_surf = g.out_h * rows * atom
-        if not last:
-            scratch[dst] = max(scratch.get(dst, 0), d_surf * batch)
-        tasks = []
-        for b0 in range(0, batch, per_task):
-            nb = min(per_task, batch - b0)
-            tasks.append(emit_pool(g, "max", profile, Reloc(src, b0 * surf),
-                                   Reloc(dst, b0 * d_surf), channels=nb * c2,
-                                   src_surf_stride=surf if nb > 1 else None,
-                                   dst_surf_stride=d_surf, src_line_stride=line,
-                                   name=f"{name}{i}_{len(tasks)}"))
-        groups.append(tasks)
-        src, line, surf, h = dst, rows * atom, d_surf, g.out_h
+    for j, (b0, nb, p0, np_) in enumerate(_row_max_pieces(batch, rows, profile.cores)):
+        passes: list[list[EmittedTask]] = []
+        src, off, line, surf, h = "x", b0 * item_stride + p0 * atom, layout.surf_stride, \
+            item_stride, n
+        for i, (k, pad) in enumerate(plan):
+            g = PoolGeom(h, np_, c2 * nb, k, 1, k, 1, pad_b=pad)
+            last = i == len(plan) - 1
+            if last:   # straight into out[b, p, :]: heads rows * 16 B apart
+                dst, doff, d_surf = "out", (b0 * rows + p0) * atom, rows * atom
+            else:      # this job's own dense intermediate
+                dst, doff, d_surf = f"t{j}_{i % 2}", 0, g.out_h * np_ * atom
+                scratch[dst] = max(scratch.get(dst, 0), d_surf * nb)
+            tasks = []
+            for t0 in range(0, nb, per_task):
+                nt = min(per_task, nb - t0)
+                tasks.append(emit_pool(g, "max", profile, Reloc(src, off + t0 * surf),
+                                       Reloc(dst, doff + t0 * d_surf), channels=nt * c2,
+                                       src_surf_stride=surf if nt > 1 else None,
+                                       dst_surf_stride=d_surf, src_line_stride=line,
+                                       name=f"{name}{j}_{i}_{len(tasks)}"))
+            passes.append(tasks)
+            src, off, line, surf, h = dst, 0, np_ * atom, d_surf, g.out_h
+        mids = sorted({f"t{j}_{i % 2}" for i in range(len(plan) - 1)})
+        jobs.append(JobTasks(passes, ("x", *mids), (*mids, "out")))
     bufs = [BufferSpec("x", "input", (batch - 1) * item_stride + layout.nbytes, layout=layout,
                        bind=0),
             BufferSpec("out", "output", batch * rows * atom, dtype="f16",
                        shape=(batch, rows, c2), bind=0)]
     bufs += [BufferSpec(nm, "scratch", sz) for nm, sz in sorted(scratch.items())]
-    return npu_program(bufs, groups, profile, ("x",), ("out",))
+    layout_jobs, end = assemble_jobs(profile, jobs)
+    bufs.append(BufferSpec("regcmd", "regcmd", round_up(end, profile.regcmd_align_bytes)))
+    return OpLowering(tuple(bufs), (NpuStep(tuple(layout_jobs)),))
+
+
+def _row_max_pieces(batch: int, rows: int, cores: int) -> list[tuple[int, int, int, int]]:
+    """(first head, heads, first row, rows) of each independent job: the heads split over the
+    cores, or one cube's rows (each piece >= 4 rows: the sub-4 rule), so every core's DMA
+    streams a share of the operand."""
+    def split(n: int, parts: int) -> list[tuple[int, int]]:      # balanced (start, count)
+        q, r = divmod(n, parts)
+        starts = [i * q + min(i, r) for i in range(parts + 1)]
+        return [(a, b - a) for a, b in zip(starts, starts[1:])]
+
+    if batch > 1:
+        return [(b, nb, 0, rows) for b, nb in split(batch, min(cores, batch))]
+    return [(0, 1, p, n) for p, n in split(rows, max(1, min(cores, rows // 4)))]
