@@ -206,7 +206,7 @@ def lower_reduce_max(ctx: RuleContext) -> RuleResult:
         return host
     if debugflags.enabled(debugflags.NPU_FIRST.name):
         return RuleResult(npu, note="ROCKJIT_NPU_FIRST")
-    pick, why = cheapest(ctx, [npu, host.calls])
+    pick, why = cheapest(ctx, [("PPU row max", npu), ("host row max", host.calls)])
     if pick == 1:
         host.note = why
         return host
