@@ -89,3 +89,26 @@ def host_is_cheaper(ctx: RuleContext, calls: Sequence[OpCall],
     h_ms = cost.estimate(host_program(ctx), constants=c).ms
     return h_ms < n_ms, (f"modelled host {h_ms * 1e3:.1f} us {'<' if h_ms < n_ms else '>='} "
                          f"NPU {n_ms * 1e3:.1f} us (rockjit.cost, with the re-tiles)")
+
+
+def cheapest(ctx: RuleContext, options: Sequence[tuple[str, Sequence[OpCall]]],
+             constants: Constants | None = None) -> tuple[int, str]:
+    """(index of the modelled-cheapest of several (name, calls) ways a rule can lower its node,
+    what was compared). Each way is costed as it is built (its NPU steps, its host steps at the bytes
+    they move, a pack of every run-time input held only row-major), for a rule whose ways all
+    read the same operands and write the same result form (the row max: PPU + host tail, or
+    the host alone), so no boundary re-tile has to be guessed."""
+    c = constants or cost.calibrated()
+    ms = []
+    for _, calls in options:
+        prog = npu_program(ctx, calls)
+        if not any(call.where == "npu" for call in calls):
+            # host steps read a row-major or cube operand in place: no pack
+            prog = CostProgram([s for s in prog.steps if not (isinstance(s, CostHostStep) and
+                                                             s.label.startswith("pack %"))],
+                               name=prog.name)
+        ms.append(cost.estimate(prog, constants=c).ms)
+    best = min(range(len(ms)), key=ms.__getitem__)
+    return best, ("modelled " + ", ".join(f"{name} {m * 1e3:.1f} us" for (name, _), m
+                                          in zip(options, ms)) +
+                  f": {options[best][0]} (rockjit.cost)")

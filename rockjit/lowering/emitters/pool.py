@@ -25,14 +25,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import combinations_with_replacement
+
+import numpy as np
 
 from ...ir.types import DType
 from ..layouts import CubeLayout, feature_layout
 from ..op_lowering import BufferSpec, OpLowering
 from ..profile import ChipProfile
 from ..regcmd import LoweringError, Reloc, TaskBuilder, EmittedTask
+from ..arith import round_up
+from ..op_lowering import NpuStep
 from .eltwise import check_fp16_cube, fp16_bits, npu_program, resolve_profile
+from .jobs import JobTasks, assemble_jobs
 
 METHODS = {"avg": 0, "max": 1, "min": 2}   # POOLING_METHOD (ppu-pooling.md, ppu-reduce-mean.md)
 KERNEL_MAX = 16                             # 4-bit value-1 fields
@@ -98,12 +104,17 @@ def _check(g: PoolGeom, method: str, profile: ChipProfile) -> None:
 
 def emit_pool(g: PoolGeom, method: str, profile: ChipProfile, src: Reloc, dst: Reloc,
               channels: int | None = None, src_surf_stride: int | None = None,
-              dst_surf_stride: int | None = None, name: str = "pool") -> EmittedTask:
-    """One PPU task; ``channels`` (default g.channels) of the cube starting at src/dst."""
+              dst_surf_stride: int | None = None, name: str = "pool",
+              src_line_stride: int | None = None) -> EmittedTask:
+    """One PPU task; ``channels`` (default g.channels) of the cube starting at src/dst.
+    ``src_line_stride`` (default dense, width * 16 B): bytes between input lines."""
     _check(g, method, profile)
     c = channels or g.channels
     atom = profile.atom_bytes
-    line = g.width * atom
+    line = src_line_stride or g.width * atom
+    if line < g.width * atom or line % atom:
+        raise LoweringError(f"pool input line stride {line} B must be a multiple of {atom} B "
+                            f"and hold {g.width} positions")
     s_surf = src_surf_stride or g.height * line
     d_surf = dst_surf_stride or g.out_h * g.out_w * atom
     prec = profile.input(DType.F16).precision
@@ -142,7 +153,8 @@ def emit_pool(g: PoolGeom, method: str, profile: ChipProfile, src: Reloc, dst: R
     t.write("PPU_RDMA_RDMA_DATA_FORMAT", IN_PRECISION=prec)
     # DMA: every channel group of the input map in, of the output map out
     groups = -(-c // profile.input(DType.F16).feature_c2)
-    t.reads(src, g.height * line, groups, s_surf)
+    # each surface's lines; (h - 1) * line + width * atom = h * line for a dense input
+    t.reads(src, (g.height - 1) * line + g.width * atom, groups, s_surf)
     t.writes(dst, g.out_h * g.out_w * atom, groups, d_surf)
     return t.finish()
 
@@ -268,3 +280,126 @@ def build_global_pool(method: str, layout: CubeLayout,
             BufferSpec("out", "output", out.nbytes, layout=out, bind=0)]
     bufs += [BufferSpec(n, "scratch", s) for n, s in sorted(scratch_sizes.items())]
     return npu_program(bufs, groups, profile, ("x",), ("out",))
+
+
+# ---------------------------------------------------------------------------------------------
+# the row max of a matrix cube: a one-axis max pool over a view of its surfaces
+# ---------------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def max_axis_plan(n: int) -> tuple[tuple[int, int], ...]:
+    """(kernel, bottom pad) per pass of a max over ``n`` lines down to one, stride = kernel.
+
+    Max is exact under any grouping and the -inf pad never wins (ppu-pooling.md), so a pass
+    need not divide its extent: it pads the bottom by up to PAD_MAX. Every intermediate keeps
+    >= 4 lines (ppu-reduce-mean.md, sub-4 rule). Fewest passes first, then fewest padded
+    passes, then the largest first kernel (the first pass's write is the biggest)."""
+    if n < 1:
+        raise LoweringError(f"a max over {n} lines")
+    if n <= KERNEL_MAX:
+        return ((n, 0),)
+    best, best_key = None, None
+    for k in range(KERNEL_MAX, 1, -1):
+        out = -(-n // k)
+        pad = out * k - n
+        if pad > PAD_MAX or out < 4:
+            continue
+        plan = ((k, pad),) + max_axis_plan(out)
+        key = (len(plan), sum(1 for _, p in plan if p))
+        if best_key is None or key < best_key:
+            best, best_key = plan, key
+    assert best is not None    # k = 4 always fits (pad <= 3, out >= 5 for n > 16)
+    return best
+
+
+def build_row_max(layout: CubeLayout, rows: int, channels: int, batch: int = 1,
+                  item_stride: int = 0, profile: ChipProfile | str | None = None,
+                  name: str = "rowmax") -> OpLowering:
+    """Per row, the max over each lane of the whole 8-channel groups of a matrix cube.
+
+    ``layout``: an fp16 cube with the matrix rows as its positions (W = 1, lines 16 B apart);
+    ``batch`` such cubes ``item_stride`` bytes apart (attention's heads). Element (row p,
+    channel c) sits at byte (c // 8) * surf_stride + 16 p + 2 (c % 8), so the surfaces are
+    also a cube of H' = channels // 8 lines (``surf_stride`` apart), W' = rows positions and
+    8 channels; the heads are its 8-channel surfaces (``item_stride`` apart). A max pool with
+    kernel (k, 1), telescoped over H' (max_axis_plan), leaves out[b, p, l] =
+    max_g x[b, p, 8 g + l] over the whole groups g: a row-major fp16 [batch, rows, 8]
+    (``out``). A last partial group (channels % 8) is not read: its padding lanes hold
+    whatever the producer left there; the caller reduces its real lanes and the 8 lanes on
+    the host. Bit-exact: a max selects one input value.
+
+    NaN: the PPU's max compares, and the simulator's (ppu.c) never selects a NaN; the notes
+    do not measure NaN on silicon. The heads (or one cube's rows) are split into one
+    independent job per core. Buffers: ``x`` (input 0), ``out`` (output 0), ``t{job}_0`` /
+    ``t{job}_1`` (a job's intermediates when more than one pass), ``regcmd``."""
+    profile = resolve_profile(profile)
+    c2 = profile.input(DType.F16).feature_c2
+    atom = profile.atom_bytes
+    if layout.dtype != np.float16 or layout.c2 != c2:
+        raise LoweringError(f"row max on the PPU: expects an fp16 cube (C2={c2}), got "
+                            f"{layout.dtype} with C2={layout.c2}")
+    if layout.width != 1 or layout.line_stride != atom or rows > layout.height:
+        raise LoweringError(f"row max on the PPU: the rows must be the cube's positions (W = 1, "
+                            f"lines {atom} B apart); got W={layout.width}, line stride "
+                            f"{layout.line_stride} B, {rows} rows of {layout.height}")
+    n = min(channels, layout.channels) // c2
+    if n < 2:
+        raise LoweringError(f"row max on the PPU: {channels} channels hold {n} whole "
+                            f"{c2}-channel group(s); nothing to pool across")
+    plan = max_axis_plan(n)
+    if len(plan) > 1 and rows < 4:
+        raise LoweringError(f"row max on the PPU: {rows} rows; an intermediate {rows} wide is "
+                            f"mis-read by the next pass (ppu-reduce-mean.md, sub-4 rule)")
+    span = (n - 1) * layout.surf_stride + rows * atom
+    if batch > 1 and item_stride < span:
+        raise LoweringError(f"row max on the PPU: cubes {item_stride} B apart overlap the "
+                            f"{span}-byte view of one; the heads cannot be its surfaces")
+    per_task = profile.cube_dim_limit // c2        # heads per task (CUBE_IN_CHANNEL)
+    jobs: list[JobTasks] = []
+    scratch: dict[str, int] = {}
+    for j, (b0, nb, p0, np_) in enumerate(_row_max_pieces(batch, rows, profile.cores)):
+        passes: list[list[EmittedTask]] = []
+        src, off, line, surf, h = "x", b0 * item_stride + p0 * atom, layout.surf_stride, \
+            item_stride, n
+        for i, (k, pad) in enumerate(plan):
+            g = PoolGeom(h, np_, c2 * nb, k, 1, k, 1, pad_b=pad)
+            last = i == len(plan) - 1
+            if last:   # straight into out[b, p, :]: heads rows * 16 B apart
+                dst, doff, d_surf = "out", (b0 * rows + p0) * atom, rows * atom
+            else:      # this job's own dense intermediate
+                dst, doff, d_surf = f"t{j}_{i % 2}", 0, g.out_h * np_ * atom
+                scratch[dst] = max(scratch.get(dst, 0), d_surf * nb)
+            tasks = []
+            for t0 in range(0, nb, per_task):
+                nt = min(per_task, nb - t0)
+                tasks.append(emit_pool(g, "max", profile, Reloc(src, off + t0 * surf),
+                                       Reloc(dst, doff + t0 * d_surf), channels=nt * c2,
+                                       src_surf_stride=surf if nt > 1 else None,
+                                       dst_surf_stride=d_surf, src_line_stride=line,
+                                       name=f"{name}{j}_{i}_{len(tasks)}"))
+            passes.append(tasks)
+            src, off, line, surf, h = dst, 0, np_ * atom, d_surf, g.out_h
+        mids = sorted({f"t{j}_{i % 2}" for i in range(len(plan) - 1)})
+        jobs.append(JobTasks(passes, ("x", *mids), (*mids, "out")))
+    bufs = [BufferSpec("x", "input", (batch - 1) * item_stride + layout.nbytes, layout=layout,
+                       bind=0),
+            BufferSpec("out", "output", batch * rows * atom, dtype="f16",
+                       shape=(batch, rows, c2), bind=0)]
+    bufs += [BufferSpec(nm, "scratch", sz) for nm, sz in sorted(scratch.items())]
+    layout_jobs, end = assemble_jobs(profile, jobs)
+    bufs.append(BufferSpec("regcmd", "regcmd", round_up(end, profile.regcmd_align_bytes)))
+    return OpLowering(tuple(bufs), (NpuStep(tuple(layout_jobs)),))
+
+
+def _row_max_pieces(batch: int, rows: int, cores: int) -> list[tuple[int, int, int, int]]:
+    """(first head, heads, first row, rows) of each independent job: the heads split over the
+    cores, or one cube's rows (each piece >= 4 rows: the sub-4 rule), so every core's DMA
+    streams a share of the operand."""
+    def split(n: int, parts: int) -> list[tuple[int, int]]:      # balanced (start, count)
+        q, r = divmod(n, parts)
+        starts = [i * q + min(i, r) for i in range(parts + 1)]
+        return [(a, b - a) for a, b in zip(starts, starts[1:])]
+
+    if batch > 1:
+        return [(b, nb, 0, rows) for b, nb in split(batch, min(cores, batch))]
+    return [(0, 1, p, n) for p, n in split(rows, max(1, min(cores, rows // 4)))]

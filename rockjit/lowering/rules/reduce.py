@@ -1,4 +1,4 @@
-"""Reductions over the feature (last) axis: the sum on the NPU, the max on the host.
+"""Reductions over the feature (last) axis: the sum on the NPU (MACs), the max on the PPU.
 
 * ``reduce_sum`` over the last axis of a float tensor -> a feature
   reduce: a matmul against a ones row with fp32 accumulation and an fp32 result (notes:
@@ -6,10 +6,13 @@
   row p in channel 0, at byte 16 p); its consumers -- the O(rows) tails of LayerNorm and
   softmax -- read it from there. A tensor held as several cubes (attention's heads) is one
   batched matmul whose jobs are independent.
-* ``reduce_max`` over the last axis -> host: the NPU's matmul and feature reduce only sum
-  (notes: encodings/whisper-encoder.md), so the operand is read row-major (fp16 rows, unpacked
-  from its cube; max commutes with the fp16 rounding) and the host-op library reduces each row
-  into an fp32 per-row vector.
+* ``reduce_max`` over the last axis: the NPU's matmul and feature reduce only sum (notes:
+  encodings/whisper-encoder.md), but the PPU max-pools. A matrix cube's channel groups are
+  also the lines of a cube the PPU can pool (emitters/pool.build_row_max), which leaves the
+  max over the groups per row and lane; the host takes the max over the 8 lanes (and a last
+  partial group's real lanes) into the fp32 per-row vector the consumers read. Where that
+  does not apply or the cost model puts the host lower, the host-op library reduces each row
+  of the operand (read in place from its cube, strided_conversion.py).
 
 Anything else (other axes, integer sums) has no NPU form here and goes to the host rules.
 """
@@ -17,9 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import debugflags
 from ...ir.ops import Op
 from ...ir.types import DType
-from ..op_lowering import BufferSpec, OpLowering
+from ..op_lowering import BufferSpec, HostStep, OpLowering
 from ..regcmd import LoweringError
 from .base import CubeForm, NoNpuForm, OpCall, RowForm, RuleContext, RuleResult, Use
 from .eltwise import operand_form
@@ -85,10 +89,9 @@ def lower_reduce_sum(ctx: RuleContext) -> RuleResult:
                               "(ones matmul)", forms_out=(out_form,))])
 
 
-def lower_reduce_max(ctx: RuleContext) -> RuleResult:
+def _row_max_host(ctx: RuleContext, why: str) -> RuleResult:
     from ..host_rules import REDUCE_CODES, HostView, host_op_step, row_major_strides
 
-    _last_axis(ctx)
     node = ctx.node
     x = node.inputs[0]
     shape = x.type.shape
@@ -105,9 +108,109 @@ def lower_reduce_max(ctx: RuleContext) -> RuleResult:
                       BufferSpec("out", "output", out.nbytes, dtype="f32", shape=out.shape,
                                  bind=0), desc), (step,))
     return RuleResult([OpCall(prog, (Use(x),), (Use(node.out),), "row max", where="host",
-                              emitter="host row max (no NPU max over channels)",
-                              forms_in=(rows_in,), forms_out=(out,))],
-                      note="the NPU reduces channels only by summing")
+                              emitter="host row max", forms_in=(rows_in,), forms_out=(out,))],
+                      note=why)
+
+
+def _row_max_ppu(ctx: RuleContext) -> list[OpCall]:
+    """The lane maxima over the operand's whole 8-channel groups on the PPU
+    (pool.build_row_max), then on the host the max over the 8 lanes and the real lanes of a
+    last partial group (padding lanes are never read): every step selects, so the result is
+    the host row max's, bit for bit, for any finite or infinite input. NaN: the PPU's max
+    never selects one (simulator; not measured on silicon) where the host row max returns
+    NaN -- no NaN reaches an NPU value here (inputs holding NaN are refused,
+    value_checks.py; fp16 values are range-planned)."""
+    from ..emitters.pool import build_row_max
+    from ..host_rules import BINARY_CODES, REDUCE_CODES, HostView, host_op_step
+    from ...ir.types import TensorType
+
+    node = ctx.node
+    x = node.inputs[0]
+    shape = x.type.shape
+    if x.id in ctx.consts or ctx.fresh is None:
+        raise NoNpuForm("a compile-time operand (folded)")
+    form = operand_form(ctx, x)
+    lay = form.layout
+    roles = [r for r in form.roles if r != "b"]
+    nb_lead = len(form.roles) - len(roles)
+    if lay.dtype != np.float16 or any(r != "b" for r in form.roles[:nb_lead]) or \
+            roles[-1:] != ["c"]:
+        raise NoNpuForm("the operand is not an fp16 matrix cube with leading batch axes")
+    split = batch_split(form, shape)
+    if split is None:
+        raise NoNpuForm("the operand's cubes are not a matrix per item")
+    batch, rows, step = split
+    if batch > 1 and step == rows * lay.line_stride:
+        batch, rows, step = 1, batch * rows, 0          # items folded into H: one cube
+    c = shape[-1]
+    c2 = lay.c2
+    try:
+        prog = build_row_max(lay, rows, c, batch, step, ctx.profile, name=f"rmax{node.out.id}")
+    except LoweringError as e:
+        raise NoNpuForm(str(e)) from None
+    lanes_form = RowForm(DType.F16, (batch, rows, c2))
+    lanes = ctx.fresh(TensorType(DType.F16, lanes_form.shape))
+    ppu = OpCall(prog, (Use(x),), (Use(lanes),), f"row max lanes {batch}x{rows}x{c}",
+                 emitter="pool.build_row_max (PPU max pools over the channel groups)",
+                 forms_in=(form,), forms_out=(lanes_form,))
+    # host: out = max over the 8 lanes [, then max with the partial group's real lanes]
+    out = RowForm(DType.F32, node.out.type.shape)
+    whole, tail = c // c2, c % c2
+    es = lay.esize
+    sizes = {"lanes": lanes_form.nbytes, "out": out.nbytes, "x": form.nbytes,
+             "tmp": out.nbytes, "d0": 0, "d1": 0, "d2": 0}
+    red = REDUCE_CODES[Op.REDUCE_MAX]
+    st, d0 = host_op_step("reduce", (batch, rows, c2), HostView("out", DType.F32, 0, (rows, 1, 0)),
+                          [HostView("lanes", DType.F16, 0, (rows * c2, c2, 1))], sizes, "d0",
+                          code=red, axis_mask=4, what="row max over the PPU's lanes")
+    steps, specs = [st], [BufferSpec("lanes", "input", lanes_form.nbytes, dtype="f16",
+                                     shape=lanes_form.shape, bind=0),
+                          BufferSpec("out", "output", out.nbytes, dtype="f32", shape=out.shape,
+                                     bind=0), d0]
+    operands, forms_in = (Use(lanes),), (lanes_form,)
+    if tail:
+        st, d1 = host_op_step(
+            "reduce", (batch, rows, tail), HostView("tmp", DType.F32, 0, (rows, 1, 0)),
+            [HostView("x", DType.F16, whole * lay.surf_stride // es,
+                      (step // es, lay.line_stride // es, 1))],
+            sizes, "d1", code=red, axis_mask=4, what="row max over the last group's lanes")
+        # the step reads only the real lanes of one group, not the whole cube it binds
+        steps.append(HostStep(st.kind, st.operands, {"bytes": batch * rows * (tail * es + 4)}))
+        n = batch * rows
+        st, d2 = host_op_step("binary", (n,), HostView("out", DType.F32, 0, (1,)),
+                              [HostView("out", DType.F32, 0, (1,)),
+                               HostView("tmp", DType.F32, 0, (1,))], sizes, "d2",
+                              code=BINARY_CODES[Op.MAX], what="row max of the two parts")
+        steps.append(st)
+        specs += [BufferSpec("x", "input", form.nbytes, layout=lay, bind=1),
+                  BufferSpec("tmp", "scratch", out.nbytes), d1, d2]
+        operands, forms_in = (Use(lanes), Use(x)), (lanes_form, form)
+    host = OpCall(OpLowering(tuple(specs), tuple(steps)), operands, (Use(node.out),),
+                  "row max of the lanes", where="host", emitter="host max over the PPU's lanes",
+                  forms_in=forms_in, forms_out=(out,))
+    return [ppu, host]
+
+
+def lower_reduce_max(ctx: RuleContext) -> RuleResult:
+    """On the PPU (_row_max_ppu) where the operand is a matrix cube and the cost model
+    (host_or_npu.cheapest) puts it below the host row max (always with ROCKJIT_NPU_FIRST);
+    the host row max otherwise."""
+    from ..host_or_npu import cheapest
+
+    _last_axis(ctx)
+    host = _row_max_host(ctx, "")
+    try:
+        npu = _row_max_ppu(ctx)
+    except NoNpuForm as e:
+        host.note = f"no PPU row max: {e}"
+        return host
+    if debugflags.enabled(debugflags.NPU_FIRST.name):
+        return RuleResult(npu, note="ROCKJIT_NPU_FIRST")
+    pick, why = cheapest(ctx, [("PPU row max", npu), ("host row max", host.calls)])
+    if pick == 1:
+        host.note = why
+        return host
+    return RuleResult(npu, note=why)
 
 
 RULES = {Op.REDUCE_SUM: lower_reduce_sum, Op.REDUCE_MAX: lower_reduce_max}
