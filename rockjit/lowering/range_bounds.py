@@ -88,11 +88,17 @@ def _b_mul(n: Node, ctx: BoundCtx) -> float:
 
 
 def _b_div(n: Node, ctx: BoundCtx) -> float:
+    from ..ir.passes.softmax_dot import deferred_division
+    from .calibrate import is_max_subtracted
+
     x, y = n.inputs
     if _is_softmax_div(n, ctx):
         return 1.0
-    if _is_deferred_softmax_div(n, ctx):
-        return ctx.of(ctx.producers[x.id].inputs[1])
+    dot = deferred_division(n, ctx.producers)
+    if dot is not None and is_max_subtracted(lambda v: ctx.producers.get(v.id), ctx.const,
+                                             ctx.producers[dot.inputs[0].id].inputs[0]):
+        # (e @ v) / sum(e): each quotient an average of v's entries (ir/passes/softmax_dot.py)
+        return ctx.of(dot.inputs[1])
     cy = ctx.const(y)
     if cy is not None:
         m = float(np.min(np.abs(np.asarray(cy, np.float64)))) if np.size(cy) else 0.0
@@ -300,24 +306,6 @@ def _is_softmax_div(n: Node, ctx: BoundCtx) -> bool:
     src = _through(s, ctx.producers)
     ps = ctx.producers.get(src.id)
     return ps is not None and last_axis_sum(ps) and ps.inputs[0].id == e.id
-
-
-def _is_deferred_softmax_div(n: Node, ctx: BoundCtx) -> bool:
-    """(e @ v) / broadcast(sum(e)) with e = exp(x - max x), the dot contracting e's summed
-    axis (ir/passes/softmax_dot.py): each quotient is an average of v's entries with
-    non-negative weights, so it is bounded by v's bound."""
-    y, s = n.inputs
-    dot = ctx.producers.get(y.id)
-    if dot is None or dot.op is not Op.DOT_GENERAL:
-        return False
-    e = dot.inputs[0]
-    if list(dot.attrs["lhs_contract"]) != [e.type.rank - 1] or \
-            not _is_softmax_div(Node(Op.DIV, (e, s), n.outputs), ctx):
-        return False
-    from .calibrate import is_max_subtracted
-
-    pe = ctx.producers[e.id]
-    return is_max_subtracted(lambda v: ctx.producers.get(v.id), ctx.const, pe.inputs[0])
 
 
 def compute_bounds(graph: Graph, consts: Mapping[int, np.ndarray],
