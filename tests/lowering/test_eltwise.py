@@ -10,7 +10,9 @@ from rockjit.ir.types import DType
 from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.eltwise import (build_binary, build_binary_channel,
                                                build_binary_scalar)
-from rockjit.lowering.emitters.eltwise_row import build_binary_row, pack_row_vector
+from rockjit.lowering.emitters.eltwise_row import (build_binary_channel_runtime, build_binary_row,
+                                                   pack_row_vector)
+from rockjit.lowering.layouts import weight_layout
 from rockjit.lowering.layouts import CubeLayout, feature_layout
 from rockjit.lowering.regcmd import LoweringError
 
@@ -157,7 +159,7 @@ ROW_RECORDS = [("mul", (4, 1, 8), False), ("sub", (37, 1, 45), False), ("sub", (
                # a score-sized cube in kernel tiles; 1031 is prime past a task's rows: two passes
                ("sub", (1024, 1, 1024), False), ("min", (2048, 1, 72), False),
                ("add", (1031, 1, 24), False), ("mul", (64, 1, 24), True)]
-# which records take the one-pass form (emitters/eltwise._one_pass_row): no broadcast scratch
+# which records take the one-pass form (emitters/eltwise_row._one_pass): no broadcast scratch
 ONE_PASS = {(4, 1, 8): False, (37, 1, 45): True, (13, 1, 20): False, (6, 3, 19): True,
             (1030, 1, 40): True, (1500, 1, 384): True, (1024, 1, 1024): True, (2048, 1, 72): True,
             (1031, 1, 24): False, (64, 1, 24): True}
@@ -184,6 +186,35 @@ def test_binary_per_row(op, shape, rev) -> None:
     sb = np.broadcast_to(s.reshape(shape[0], shape[1], 1), shape)
     ref = fp16_ref(op, sb, x) if rev else fp16_ref(op, x, sb)
     T.check(got, ref, T.elementwise_bound(ref, x, sb, rounds=1), f"{op} per-row {shape}")
+
+
+RUNTIME_CHANNEL_RECORDS = [("add", (512, 1, 512), False), ("sub", (37, 1, 45), False),
+                           ("mul", (1024, 1, 72), True), ("max", (6, 3, 19), False),
+                           ("min", (1500, 1, 24), True)]
+
+
+@needs_sim
+@pytest.mark.parametrize("op,shape,rev", RUNTIME_CHANNEL_RECORDS)
+def test_binary_runtime_channel_vector(op, shape, rev) -> None:
+    """x OP v[c] with v read at run time in the weight layout [C, 1] (an attention mask's
+    per-key bias), one pass; padding lanes of x hold garbage that must not leak."""
+    rng = np.random.default_rng(zlib.crc32(repr(("rtc", op, shape, rev)).encode()))
+    lay = cube(*shape)
+    x, v = data(shape, rng), data((shape[2],), rng)
+    prog = build_binary_channel_runtime(op, lay, reverse=rev, profile=P)
+    c_raw = weight_layout(P, F16, shape[2], 1).pack(v.astype(np.float16)[:, None])
+    mem = run_program(prog, {"x": pack_padded(lay, x, prog.buffer("x").nbytes, rng), "c": c_raw})
+    got = lay.unpack(mem["out"])
+    vb = np.broadcast_to(v, shape)
+    ref = fp16_ref(op, vb, x) if rev else fp16_ref(op, x, vb)
+    T.check(got, ref, T.elementwise_bound(ref, x, vb, rounds=1), f"{op} runtime channel {shape}")
+
+
+def test_runtime_channel_vector_refusals() -> None:
+    with pytest.raises(LoweringError, match="v - x"):
+        build_binary_channel_runtime("sub", cube(64, 1, 8), reverse=True, profile=P)
+    with pytest.raises(LoweringError, match="no one-pass form"):
+        build_binary_channel_runtime("add", cube(1031, 1, 8), profile=P)   # prime rows > 1022
 
 
 def test_per_row_under_four_rows_is_refused_with_advice() -> None:

@@ -43,7 +43,7 @@ REGRESSIONS: list[tuple[dict, str]] = [
     (dict(op="chain", batch=(2, 4), rows=41, d=3, steps=["layernorm"], units=["tanh"],
           widths=[1], seed=0, profile="rk3588"),
      "NaN rows in LayerNorm of an [8,41,3] batch: the operand's batch is folded into one "
-     "328-row cube, but the per-row division (rules/eltwise.py _row_calls, _recip_rows) made "
+     "328-row cube, but the per-row division (rules/eltwise_vectors.py row_calls, recip_rows) made "
      "one build_binary_row call per item, each over the whole 328-row layout, with a row "
      "vector of which the host reciprocal wrote only the item's 41 rows; the unwritten "
      "positions made NaN padding results that x * g's flat view mixed into real rows"),

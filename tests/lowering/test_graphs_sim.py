@@ -128,6 +128,36 @@ def test_attention_block() -> None:
     assert st["jobs"] > st["npu_steps"]
 
 
+
+def masked_attention(p, x, bias):
+    dh = D_ // H_
+    q, k, v = (x @ p[f"w{n}"] + p[f"b{n}"] for n in "qkv")
+
+    def heads(t):
+        return t.reshape(T_, H_, dh).transpose(1, 0, 2)
+
+    # a run-time per-key bias (0 or -1e4: BERTs' key mask), broadcast over heads and queries
+    s = jnp.einsum("hqd,hkd->hqk", heads(q), heads(k)) * dh ** -0.5 + bias[None, None, :]
+    o = jnp.einsum("hqk,hkd->hqd", jax.nn.softmax(s, axis=-1), heads(v))
+    return o.transpose(1, 0, 2).reshape(T_, D_)
+
+
+def test_attention_with_a_key_mask() -> None:
+    """The mask's per-key bias is added by the scores' own one-pass per-channel form: the
+    vector is read in the weight layout, never broadcast to the scores' size."""
+    rng = np.random.default_rng(15)
+    p = {f"w{n}": (rng.standard_normal((D_, D_)) / np.sqrt(D_)).astype(np.float32)
+         for n in "qkv"}
+    p.update({f"b{n}": (rng.standard_normal(D_) * 0.1).astype(np.float32) for n in "qkv"})
+    x = rng.standard_normal((T_, D_)).astype(np.float32)
+    bias = np.where(rng.random(T_) > 0.25, 0.0, -1e4).astype(np.float32)
+    got, ref, bound, st, rep = _run(masked_attention, p, x, bias)
+    _check(got, ref, bound, "masked attention")
+    add = [ln for ln in rep.splitlines() if "lower_binary_channel_runtime" in ln]
+    assert len(add) == 1 and " npu " in add[0], rep
+    assert not [ln for ln in rep.splitlines() if "= broadcast_in_dim" in ln and " host " in ln], rep
+
+
 # ---------------------------------------------------------------------------------------------
 
 def test_real_transpose_is_not_a_free_view() -> None:

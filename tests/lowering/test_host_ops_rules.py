@@ -13,7 +13,8 @@ from rockjit.ir.activations import FUSABLE
 from rockjit.ir.ops import Group, Op
 from rockjit.ir.types import DType, TensorType
 from rockjit.lowering.host_expand import EXPANDED_RULES, lower_activation_on_host
-from rockjit.lowering.host_rules import (HOST_RULES, UNARY_CODES, lower_on_host, run_on_host)
+from rockjit.lowering.host_rules import HOST_RULES, UNARY_CODES, lower_on_host
+from rockjit.lowering.host_run import run_on_host
 from rockjit.lowering.op_lowering import HostStep
 from rockjit.lowering.regcmd import LoweringError
 from rockjit.runtime.errors import ProgramError

@@ -15,7 +15,8 @@ from host_ops_testutil import make_node
 from rockjit.ir.ops import Op
 from rockjit.ir.reference import REFERENCE
 from rockjit.ir.types import DType, TensorType
-from rockjit.lowering.host_rules import lower_on_host, run_on_host
+from rockjit.lowering.host_rules import lower_on_host
+from rockjit.lowering.host_run import run_on_host
 from rockjit.oracle.tolerance import _pool_recip_error
 
 

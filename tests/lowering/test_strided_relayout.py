@@ -8,7 +8,8 @@ import pytest
 
 from rockjit.ir.types import DType
 from rockjit.lowering import strided_relayout as SR
-from rockjit.lowering.host_rules import MAX_RANK, HostView, host_op_step, run_on_host
+from rockjit.lowering.host_rules import MAX_RANK, HostView, host_op_step
+from rockjit.lowering.host_run import run_on_host
 from rockjit.lowering.layouts import CubeLayout, WeightLayout
 from rockjit.lowering.op_lowering import BufferSpec, OpLowering
 

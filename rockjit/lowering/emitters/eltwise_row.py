@@ -1,7 +1,9 @@
-"""Element-wise ops with a run-time per-row operand on the DPU: out[p, c] = x[p, c] OP s[p]
+"""Element-wise ops with a run-time vector operand on the DPU: out[p, c] = x[p, c] OP s[p]
 (LayerNorm's centring and scaling, softmax's row max), the row vector s arriving in the
-row-vector cube form (``row_vector_layout``). One pass where a conv task can cover every
-position (``_one_pass_row``), else the broadcast conv into a scratch cube and a full EW pass."""
+row-vector cube form (``row_vector_layout``); and out[p, c] = x[p, c] OP v[c] for a run-time
+channel vector (an attention mask's per-key bias) in the weight layout. One pass where a conv
+task can cover every position (``_one_pass``); else, per row, the broadcast conv into a
+scratch cube and a full EW pass."""
 from __future__ import annotations
 
 import numpy as np
@@ -104,14 +106,17 @@ _ONE_PASS = {"add": ("add", 1.0), "sub": ("add", -1.0), "mul": ("mul", 1.0),
              "max": ("max", 1.0), "min": ("min", 1.0)}
 
 
-def _one_pass_row(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile
-                  ) -> OpLowering | None:
-    """x OP s[p] in one pass: each task's conv broadcasts s (weights +-1 on input channel 0 of
-    every kernel, an exact fp32 product) and its EW stage combines the result with x, read by
-    the ERDMA as the operand cube [kacc]. That operand must be dense over the task's positions
-    (its surfaces exactly positions * 16 B apart), so one task covers every position of the
-    cube, folded into lines (``_row_fold``); kernel tiles split the channels. None where that
-    does not fit (s - x: the EW stage cannot negate its operand), for the two-pass form."""
+def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, per: str
+              ) -> OpLowering | None:
+    """x OP s in one pass, s one value per position (``per`` "row": input ``s``, the
+    row-vector cube) or per channel (``per`` "channel": input ``c``, the vector in the weight
+    layout [C, 1]). Each task's 1x1 conv broadcasts s -- row: weights +-1 on input channel 0
+    of every kernel over the row vector; channel: the vector's weights over a constant
+    feature of +-1 in channel 0 -- an exact fp32 product, and its EW stage combines the result
+    with x, read by the ERDMA as the operand cube [kacc]. That operand must be dense over the
+    task's positions (its surfaces exactly positions * 16 B apart), so one task covers every
+    position of the cube, folded into lines (``_row_fold``); kernel tiles split the channels.
+    None where that does not fit (s - x: the EW stage cannot negate its operand)."""
     if op == "sub" and reverse:
         return None
     p = profile.input(DType.F16)
@@ -133,27 +138,54 @@ def _one_pass_row(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfi
         if n_tile <= p.n_align:
             return None
         n_tile = round_up(n_tile // 2, p.n_align)
-    ones = np.zeros((kernels, EW_VIEW_CHANNELS), np.float16)
-    ones[:, 0] = sign
-    packed = weight_layout(profile, DType.F16, kernels, EW_VIEW_CHANNELS).pack(ones)
+    s_lay = row_vector_layout(positions, profile)
+    wl = weight_layout(profile, DType.F16, kernels, EW_VIEW_CHANNELS)
+    if per == "row":
+        ones = np.zeros((kernels, EW_VIEW_CHANNELS), np.float16)
+        ones[:, 0] = sign
+        const = wl.pack(ones)
+        feature, weights = "s", "ones"
+        operand = BufferSpec("s", "input", s_lay.nbytes, layout=s_lay, bind=1)
+    else:
+        const = pack_row_vector(np.full(positions, sign, np.float16), profile)
+        feature, weights = "ones", "c"
+        vec = weight_layout(profile, DType.F16, layout.channels, 1)
+        if vec.nbytes < wl.nbytes:
+            return None
+        operand = BufferSpec("c", "input", vec.nbytes, layout=vec, bind=1)
     tasks = []
     for n0 in range(0, kernels, n_tile):
         nk = min(n_tile, kernels - n0)
         at = (n0 // p.feature_c2) * positions * atom
         tasks.append(emit_conv_dpu(
-            f"row{len(tasks)}", profile, feature=Reloc("s", 0), rows=rows, width=width,
+            f"{per}{len(tasks)}", profile, feature=Reloc(feature, 0), rows=rows, width=width,
             feature_surf_pitch=positions * atom,
-            weights=Reloc("ones", n0 * EW_VIEW_CHANNELS * p.esize), kernels=nk,
+            weights=Reloc(weights, n0 * EW_VIEW_CHANNELS * p.esize), kernels=nk,
             out=Reloc("out", at), out_channels=nk, out_surf_stride=positions * atom,
             ew=(ew_op, Reloc("x", at)), real_channels=1))
     span = (kernels // p.feature_c2) * positions * atom
-    s_lay = row_vector_layout(positions, profile)
-    bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
-            BufferSpec("s", "input", s_lay.nbytes, layout=s_lay, bind=1),
+    bufs = [BufferSpec("x", "input", span, layout=layout, bind=0), operand,
             BufferSpec("out", "output", span, layout=layout, bind=0),
-            BufferSpec("ones", "const", packed.size, data=packed)]
-    return npu_program(bufs, [tasks], profile, ("x", "s", "ones"), ("out",),
+            BufferSpec("ones", "const", const.size, data=const)]
+    return npu_program(bufs, [tasks], profile, ("x", operand.name, "ones"), ("out",),
                        positions * kernels * EW_VIEW_CHANNELS)
+
+
+@memoized
+def build_binary_channel_runtime(op: str, layout: CubeLayout, reverse: bool = False,
+                                 profile: ChipProfile | str | None = None) -> OpLowering:
+    """out[p, c] = x[p, c] OP v[c] (v OP x with ``reverse``) with v a run-time vector (an
+    attention mask's per-key bias): one pass (``_one_pass``) reading v in the weight layout
+    [C, 1] (input ``c``, bind 1; the pipeline packs it there). Raises where one task cannot
+    cover the cube's positions (the caller keeps the broadcast form)."""
+    profile = resolve_profile(profile)
+    check_fp16_cube(layout, profile, f"element-wise {op} with a run-time channel vector")
+    prog = _one_pass(op, layout, reverse, profile, "channel")
+    if prog is None:
+        raise LoweringError(f"element-wise {op} with a run-time channel vector: no one-pass "
+                            f"form for {layout.height}x{layout.width} positions"
+                            + (" (v - x)" if op == "sub" and reverse else ""))
+    return prog
 
 
 @memoized
@@ -167,7 +199,7 @@ def build_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
     (const), ``regcmd``. Two passes: the broadcast conv tasks, then the EW tasks."""
     profile = resolve_profile(profile)
     check_fp16_cube(layout, profile, f"element-wise {op} with a per-row vector")
-    one = _one_pass_row(op, layout, reverse, profile)
+    one = _one_pass(op, layout, reverse, profile, "row")
     if one is not None:
         return one
     p = profile.input(DType.F16)

@@ -1,0 +1,179 @@
+"""Element-wise rules' run-time vector operands: a per-row vector (LayerNorm's and softmax's
+row statistics) and a per-channel vector (an attention mask's per-key bias) combined with a
+cube by the one-pass emitters of emitters/eltwise_row.py, one call per cube (attention's
+heads), and the host reciprocal of a per-row divisor."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.ops import Op
+from ...ir.types import DType
+from ..op_lowering import BufferSpec, OpLowering
+from .base import CubeForm, NoNpuForm, OpCall, RowForm, RuleContext, Use
+from .forms import cube_form
+
+
+def one_cube(form: CubeForm) -> bool:
+    """Every element of ``form`` lies in its one layout cube: batch axes only step whole rows
+    inside it (a matmul's rows folded as batch x rows, a patch grid's OH x OW)."""
+    lay = form.layout
+    for r, st, n in zip(form.roles, form.strides, form.shape):
+        if r == "b" and n > 1 and (st % lay.line_stride or st * (n - 1) >= lay.height * lay.line_stride):
+            return False
+    return True
+
+
+def row_source(ctx: RuleContext, v, shape: tuple[int, ...]):
+    """If ``v`` is a broadcast of a run-time per-row vector (every axis but the last), that
+    vector's value; else None."""
+    prod = ctx.producer(v)
+    if prod is None or prod.op is not Op.BROADCAST_IN_DIM or ctx.const(v) is not None:
+        return None
+    src = prod.inputs[0]
+    while True:
+        p2 = ctx.producer(src)
+        if p2 is not None and p2.op in (Op.BROADCAST_IN_DIM, Op.RESHAPE) and \
+                int(np.prod(p2.inputs[0].type.shape, dtype=np.int64)) == \
+                int(np.prod(src.type.shape, dtype=np.int64)):
+            src = p2.inputs[0]
+            continue
+        break
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    if int(np.prod(src.type.shape, dtype=np.int64)) != rows:
+        return None
+    dims = tuple(prod.attrs["broadcast_dimensions"])
+    # the broadcast must keep the leading axes and add the last
+    if len(shape) - 1 in dims and prod.inputs[0].type.shape[dims.index(len(shape) - 1)] != 1:
+        return None
+    return src
+
+
+def row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeForm,
+               shape: tuple[int, ...], srow_use_shape: tuple[int, ...] | None = None
+               ) -> list[OpCall]:
+    """x OP s[row] for a run-time per-row ``srow`` (stored in the row-vector form of
+    eltwise.build_binary_row): one call for a single cube, one per cube (independent, so their
+    jobs run side by side) for a tensor held as several cubes (attention's heads)."""
+    from ..emitters import eltwise_row as ewr
+
+    out = ctx.node.out
+    items = form.batch_items()
+    if len(items) == 1 or one_cube(form):
+        # a batch folded into the cube's rows is one cube: one call over all its rows. Per
+        # item, each call would run over the whole layout from that item's first row and the
+        # row vector would hold only the item's rows, leaving the rest of its positions unwritten
+        lay = form.layout
+        if lay.width != 1:
+            raise NoNpuForm("per-row operand on a cube with W > 1")
+        prog = ewr.build_binary_row(op, lay, reverse, ctx.profile)
+        nrows = int(np.prod(shape[:-1], dtype=np.int64))
+        s_form = cube_form(ewr.row_vector_layout(lay.height * lay.width, ctx.profile), (nrows, 1))
+        return [OpCall(prog, (Use(run), Use(srow, shape=srow_use_shape or (nrows, 1))),
+                       (Use(out),), f"{op} row", emitter="eltwise.lower_binary_row",
+                       forms_in=(form, s_form), forms_out=(form,))]
+    calls = []
+    for ix, _ in items:
+        sub, _ = form.sub(ix)
+        if sub.layout.width != 1 or "b" in sub.roles:
+            raise NoNpuForm("per-row operand on cubes that are not matrices")
+        lay = sub.layout
+        prog = ewr.build_binary_row(op, lay, reverse, ctx.profile)
+        rows = sub.hwc()[0]
+        s_form = cube_form(ewr.row_vector_layout(lay.height * lay.width, ctx.profile), (rows, 1))
+        calls.append(OpCall(prog, (Use(run, ix), Use(srow, ix, shape=(rows, 1))),
+                            (Use(out, ix),), f"{op} row {ix}", emitter="eltwise.lower_binary_row",
+                            forms_in=(sub, s_form), forms_out=(sub,)))
+    return calls
+
+
+def channel_source(ctx: RuleContext, v, shape: tuple[int, ...]):
+    """If ``v`` broadcasts a run-time vector along the last axis only (one value per channel,
+    the same for every row and batch item: an attention mask's per-key bias), that vector."""
+    from ...ir.passes.pattern import broadcast_source
+
+    if ctx.const(v) is not None:
+        return None
+    src, _, depth = broadcast_source(v, ctx.producers, [])
+    if not depth or ctx.const(src) is not None or src.type.size != shape[-1] or \
+            src.type.size == int(np.prod(shape, dtype=np.int64)):
+        return None
+    axis = [i for i, n in enumerate(src.type.shape) if n != 1]
+    if len(axis) > 1:
+        return None
+    dims = broadcast_source(v, ctx.producers, axis or [src.type.rank - 1])[1]
+    return src if dims == [len(shape) - 1] else None
+
+
+def channel_calls(ctx: RuleContext, op: str, run, vec, reverse: bool,
+                   form: CubeForm) -> list[OpCall]:
+    """x OP v[channel] for a run-time vector: one call per cube (a head each), every call
+    reading the vector in the weight layout [C, 1] (eltwise_row.build_binary_channel_runtime)."""
+    from ..emitters import eltwise_row as ewr
+
+    if form.roles[-1:] != ("c",) or "c" in form.roles[:-1]:
+        raise NoNpuForm("a channel vector on a transposed cube (channels not last)")
+    items = form.batch_items()
+    subs = [(ix, form.sub(ix)[0]) for ix, _ in items] if len(items) > 1 and \
+        not one_cube(form) else [((), form)]
+    calls = []
+    for ix, sub in subs:
+        lay = sub.layout
+        prog = ewr.build_binary_channel_runtime(op, lay, reverse, ctx.profile)
+        c = lay.channels
+        calls.append(OpCall(prog, (Use(run, ix), Use(vec, shape=(c, 1))),
+                            (Use(ctx.node.out, ix),), f"{op} channel vector {ix}".rstrip(),
+                            emitter="eltwise.lower_binary_channel_runtime",
+                            forms_in=(sub, None), forms_out=(sub,)))
+    return calls
+
+
+def recip_rows(ctx: RuleContext, srow, form: CubeForm, shape: tuple[int, ...]):
+    """r = 1 / s per row on the host (the O(rows) tail of a division by a per-row value),
+    written straight into the row-vector cube(s) the per-row multiply reads: one host-op
+    binary divide, fp32 in, fp16 out. Returns (host OpCall, r value, the form r is in)."""
+    from ...ir.types import TensorType
+    from ..emitters import eltwise_row as ewr
+    from ..host_rules import BINARY_CODES, HostView, host_op_step
+
+    items = form.batch_items()
+    lead = shape[:-1]
+    rows_total = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    if len(items) == 1 or one_cube(form):
+        batch, rows = 1, rows_total
+        lay = ewr.row_vector_layout(form.layout.height * form.layout.width, ctx.profile)
+        r_shape, roles, item = (rows, 1), ("h", "c"), lay.nbytes
+        r_form = cube_form(lay, r_shape, roles)
+    else:
+        sub, _ = form.sub(items[0][0])
+        batch, rows = len(items), sub.hwc()[0]
+        lay = ewr.row_vector_layout(sub.layout.height * sub.layout.width, ctx.profile)
+        item = -(-lay.nbytes // 64) * 64
+        r_shape = tuple(shape[:len(items[0][0])]) + (rows, 1)
+        roles = ("b",) * len(items[0][0]) + ("h", "c")
+        r_form = cube_form(lay, r_shape, roles, item_stride=item)
+    if batch * rows != rows_total:
+        raise NoNpuForm("the per-row vector does not match the operand's rows")
+    r = ctx.fresh(TensorType(DType.F16, r_shape))
+    s_rows = RowForm(DType.F32, tuple(srow.type.shape))
+    nbytes_out = item * (batch - 1) + lay.nbytes
+    es = 2
+    sizes = {"s": s_rows.nbytes, "one": 4, "out": nbytes_out, "rdesc": 0}
+    step, desc = host_op_step(
+        "binary", (batch, rows),
+        HostView("out", DType.F16, 0, (item // es, lay.line_stride // es)),
+        [HostView("one", DType.F32, 0, (0, 0)), HostView("s", DType.F32, 0, (rows, 1))],
+        sizes, "rdesc", code=BINARY_CODES[Op.DIV], what="per-row reciprocal")
+    prog = OpLowering((BufferSpec("s", "input", s_rows.nbytes, dtype="f32",
+                                 shape=s_rows.shape, bind=0),
+                      BufferSpec("one", "const", 4, data=np.ones(1, np.float32).view(np.uint8)),
+                      # only the real rows' channel 0 is written; build_binary_row broadcasts
+                      # every position of the layout (rows padded to the row alignment), so
+                      # the rest must be finite: zero (x * 0 stays finite)
+                      BufferSpec("out", "output", nbytes_out, layout=lay, bind=0, zero=True),
+                      desc),
+                     (step,))
+    call = OpCall(prog, (Use(srow),), (Use(r),), "1/s per row", where="host",
+                  emitter="host per-row reciprocal", forms_in=(s_rows,), forms_out=(r_form,))
+    return call, r
+
+
