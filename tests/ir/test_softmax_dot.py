@@ -111,33 +111,6 @@ def test_product_past_fp16_runs_in_fp32_on_the_simulator() -> None:
     assert f.stats()["range_fp32"] >= 2          # the row sum and the product
 
 
-def _merged(q, k, v):
-    """Attention with the heads merged back: o [b, h, q, d] -> [b, q, h * d]."""
-    o = _attention(q, k, v)
-    b, h, t, d = o.shape
-    return jnp.transpose(o, (0, 2, 1, 3)).reshape(b, t, h * d)
-
-
-def test_merge_of_heads_moves_before_the_division() -> None:
-    """The transpose merging the heads reads the product (a view of its cube) and the
-    division writes the merged order once; the row sums are paired with their own rows."""
-    from rockjit.ir.passes.softmax_dot import deferred_division
-
-    rng = np.random.default_rng(4)
-    q, k, v = _qkv(rng, b=2, h=3, t=11, d=8)
-    r = defer_softmax_division(_graph(_merged, q, k, v))
-    verify(r)
-    prod, users = r.producers(), r.users()
-    divs = [n for n in r.nodes if n.op is Op.DIV]
-    assert len(divs) == 1
-    t = prod[divs[0].inputs[0].id]
-    assert t.op is Op.TRANSPOSE and deferred_division(divs[0], prod) is prod[t.inputs[0].id]
-    assert is_deferred_product(t, prod, users) and is_deferred_product(prod[t.inputs[0].id], prod, users)
-    (got,) = run(expand(r), [q, k, v], {})
-    want = np.asarray(jax.jit(_merged)(q, k, v))
-    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
-
-
 def test_row_sums_paired_with_other_rows_are_not_a_deferred_division() -> None:
     """Heads = queries = 4: the row sums transposed the wrong way still type-check, but pair
     head h's query i with head i's query h; no bound or fp32 write may rest on that."""

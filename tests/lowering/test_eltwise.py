@@ -11,8 +11,9 @@ from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.eltwise import (build_binary, build_binary_channel,
                                                build_binary_scalar)
 from rockjit.lowering.emitters.eltwise_row import (build_binary_channel_runtime, build_binary_row,
-                                                   pack_row_vector)
-from rockjit.lowering.layouts import weight_layout
+                                                   build_row_scale_wide, LO_SCALE,
+                                                   pack_row_vector, row_vector_layout)
+from rockjit.lowering.layouts import output_layout, weight_layout
 from rockjit.lowering.layouts import CubeLayout, feature_layout
 from rockjit.lowering.regcmd import LoweringError
 
@@ -208,6 +209,35 @@ def test_binary_runtime_channel_vector(op, shape, rev) -> None:
     vb = np.broadcast_to(v, shape)
     ref = fp16_ref(op, vb, x) if rev else fp16_ref(op, x, vb)
     T.check(got, ref, T.elementwise_bound(ref, x, vb, rounds=1), f"{op} runtime channel {shape}")
+
+
+@needs_sim
+@pytest.mark.parametrize("shape", [(1024, 1, 64), (1500, 1, 64), (36, 1, 24), (2048, 1, 136)])
+def test_row_scale_of_an_fp32_cube(shape) -> None:
+    """A deferred softmax's normalisation: x fp32 (past fp16's range: e @ v of a uniform row)
+    times a per-row factor split hi + lo in two fp16 channels, rounded once into fp16."""
+    rng = np.random.default_rng(zlib.crc32(repr(("wide", shape)).encode()))
+    rows, _, c = shape
+    lay = cube(*shape)
+    s = rng.uniform(1.0, 1500.0, rows)                       # row sums of exp(x - max x)
+    x = rng.standard_normal(shape) * s[:, None, None] * 300.0   # |x| up to ~1e6
+    r = 1.0 / s
+    hi = r.astype(np.float16)
+    lo = ((r - hi.astype(np.float64)) / LO_SCALE).astype(np.float16)
+    prog = build_row_scale_wide(lay, P)
+    x_lay = output_layout(P, DType.F16, DType.F32, *shape)
+    raw = np.zeros(prog.buffer("x").nbytes, np.uint8)
+    raw[:x_lay.nbytes] = x_lay.pack(x.astype(np.float32))
+    vec = np.zeros((rows, 1, 32), np.float16)
+    vec[:, 0, 0], vec[:, 0, 1] = hi, lo
+    mem = run_program(prog, {"x": raw, "s": row_vector_layout(rows, P).pack(vec)})
+    got = lay.unpack(mem["out"]).astype(np.float64)
+    want = x.astype(np.float32).astype(np.float64) * r[:, None, None]
+    # one fp16 rounding of the product, plus the split factor's ~2^-22 and fp32's 2^-24
+    bound = np.abs(want) * (2.0 ** -11 + 2.0 ** -20) + 2.0 ** -24
+    assert np.all(np.abs(got - want) <= bound), np.max(np.abs(got - want) / bound)
+    # the lo channel matters: the factor's fp16 rounding alone is off by up to 2^-12 relative
+    assert np.max(np.abs(x * hi[:, None, None] - want) / np.abs(want)) > 2.0 ** -13
 
 
 def test_runtime_channel_vector_refusals() -> None:

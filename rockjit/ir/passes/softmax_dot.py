@@ -63,27 +63,12 @@ def find_softmax_products(graph: Graph) -> dict[int, tuple[Node, Node, list[int]
     return found
 
 
-def _moved_transpose(dot: Node, users, outputs) -> Node | None:
-    """The dot's one user when it is a transpose keeping the last axis last (attention's merge
-    of heads): the division is then made in the transposed order, reading the product's cube
-    through a transposed view, and the quotient is written once, already transposed."""
-    us = users.get(dot.out.id, [])
-    if len(us) != 1 or dot.out.id in outputs:
-        return None
-    t = us[0]
-    perm = list(t.attrs.get("permutation", ())) if t.op is Op.TRANSPOSE else []
-    return t if perm and perm[-1] == len(perm) - 1 else None
-
-
 def defer_softmax_division(graph: Graph) -> Graph:
     """Every matched ``softmax(x) @ v`` as ``(exp(x - max x) @ v) / sum(exp(x - max x))``."""
     found = find_softmax_products(graph)
     if not found:
         return graph
-    users, outputs = graph.users(), {v.id for v in graph.outputs}
-    moved = {k: t for k, (_, dot, _) in found.items()
-             if (t := _moved_transpose(dot, users, outputs)) is not None}
-    dead = {sm.out.id for sm, _, _ in found.values()} | {t.out.id for t in moved.values()}
+    dead = {sm.out.id for sm, _, _ in found.values()}
     next_id = max([v.id for n in graph.nodes for v in n.outputs]
                   + [v.id for v in graph.inputs], default=0) + 1
     nodes: list[Node] = []
@@ -123,22 +108,8 @@ def defer_softmax_division(graph: Graph) -> Graph:
         e = emit(Op.EXP, [emit(Op.SUB, [x, back(emit(Op.MAX, [cb, m]))])])
         s = emit(Op.REDUCE_SUM, [e], {"axes": [rank - 1]})
         y = emit(Op.DOT_GENERAL, [e, dot.inputs[1]], dot.attrs, loc=dot.loc)
-        t = moved.get(n.out.id)
-        if t is None:
-            sb = emit(Op.BROADCAST_IN_DIM, [s], {"broadcast_dimensions": dims}, y.type,
-                      loc=dot.loc)
-            nodes.append(Node(Op.DIV, (y, sb), dot.outputs, {}, dot.loc))
-            continue
-        perm = list(t.attrs["permutation"])
-        yt = emit(Op.TRANSPOSE, [y], {"permutation": perm}, loc=t.loc)
-        # where each row axis lands after the transpose; the row sums transposed to that order
-        at = [perm.index(d) for d in dims]
-        order = sorted(range(len(at)), key=at.__getitem__)
-        if order != list(range(len(at))):
-            s = emit(Op.TRANSPOSE, [s], {"permutation": order}, loc=t.loc)
-        sb = emit(Op.BROADCAST_IN_DIM, [s], {"broadcast_dimensions": sorted(at)}, yt.type,
-                  loc=t.loc)
-        nodes.append(Node(Op.DIV, (yt, sb), t.outputs, {}, t.loc))
+        sb = emit(Op.BROADCAST_IN_DIM, [s], {"broadcast_dimensions": dims}, y.type, loc=dot.loc)
+        nodes.append(Node(Op.DIV, (y, sb), dot.outputs, {}, dot.loc))
     from .canonicalize import cse
 
     return cse(Graph(graph.name, graph.inputs, nodes, graph.outputs))
@@ -146,54 +117,30 @@ def defer_softmax_division(graph: Graph) -> Graph:
 
 def deferred_division(div: Node, producers) -> Node | None:
     """The ``e @ v`` dot when ``div`` is exactly the division this pass emits: ``(e @ v) /
-    broadcast(sum(e))`` with each row sum broadcast onto its own row of the product, the
-    product possibly read transposed and the sums transposed alike (e = exp(...), the sum
-    over the axis the dot contracts). None for anything else: a bound or an fp32 write may
-    rely on the pairing of rows, so the pairing is checked, not assumed."""
+    broadcast(sum(e))`` with each row sum broadcast onto its own row of the product (e =
+    exp(...), the sum over the axis the dot contracts). None for anything else: a bound or an
+    fp32 write relies on the pairing of rows, so the pairing is checked, not assumed."""
     if div.op is not Op.DIV:
         return None
     x, b = div.inputs
-    px, pb = producers.get(x.id), producers.get(b.id)
-    if px is None or pb is None or pb.op is not Op.BROADCAST_IN_DIM:
+    dot, pb = producers.get(x.id), producers.get(b.id)
+    if dot is None or dot.op is not Op.DOT_GENERAL or pb is None or \
+            pb.op is not Op.BROADCAST_IN_DIM:
         return None
-    perm = None
-    if px.op is Op.TRANSPOSE:
-        perm = list(px.attrs["permutation"])
-        px = producers.get(px.inputs[0].id)
-    if px is None or px.op is not Op.DOT_GENERAL:
-        return None
-    e = px.inputs[0]
+    e = dot.inputs[0]
     pe = producers.get(e.id)
-    dims = _row_dims(px) if list(px.attrs["lhs_contract"]) == [e.type.rank - 1] else None
-    if pe is None or pe.op is not Op.EXP or dims is None:
-        return None
-    src = pb.inputs[0]
-    order = list(range(len(dims)))
-    ps = producers.get(src.id)
-    if ps is not None and ps.op is Op.TRANSPOSE:
-        order = list(ps.attrs["permutation"])
-        ps = producers.get(ps.inputs[0].id)
-    if ps is None or ps.op is not Op.REDUCE_SUM or ps.inputs[0].id != e.id or \
+    dims = _row_dims(dot) if list(dot.attrs["lhs_contract"]) == [e.type.rank - 1] else None
+    ps = producers.get(pb.inputs[0].id)
+    if pe is None or pe.op is not Op.EXP or dims is None or ps is None or \
+            ps.op is not Op.REDUCE_SUM or ps.inputs[0].id != e.id or \
             list(ps.attrs["axes"]) != [e.type.rank - 1]:
         return None
-    at = dims if perm is None else [perm.index(d) for d in dims]
-    # source axis j of the broadcast is row axis order[j], which must land where that row
-    # axis lands in the (transposed) product
-    want = [at[o] for o in order]
-    return px if list(pb.attrs["broadcast_dimensions"]) == want else None
+    return dot if list(pb.attrs["broadcast_dimensions"]) == dims else None
 
 
 def is_deferred_product(node: Node, producers, users) -> bool:
-    """Whether ``node`` is the ``e @ v`` of a deferred softmax, or that product's transpose,
-    read only by its ``deferred_division``. The lowering writes both in fp32 (the transpose
-    is a view of the same cube)."""
-    if node.op not in (Op.DOT_GENERAL, Op.TRANSPOSE):
-        return False
+    """Whether ``node`` is the ``e @ v`` of a deferred softmax, read only by its
+    ``deferred_division``. The lowering writes it in fp32."""
     us = users.get(node.out.id, [])
-    if len(us) != 1:
-        return False
-    if us[0].op is Op.TRANSPOSE:
-        return node.op is Op.DOT_GENERAL and is_deferred_product(us[0], producers, users)
-    dot = deferred_division(us[0], producers)
-    return dot is not None and us[0].inputs[0].id == node.out.id and \
-        (dot is node or producers.get(node.inputs[0].id) is dot)
+    return node.op is Op.DOT_GENERAL and len(us) == 1 and \
+        deferred_division(us[0], producers) is node and us[0].inputs[0].id == node.out.id

@@ -114,7 +114,7 @@ def npu_program(buffers: list[BufferSpec], groups: Sequence[Sequence[EmittedTask
 def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
                   feature_surf_pitch: int, weights: Reloc, kernels: int, out: Reloc,
                   out_channels: int, out_surf_stride: int,
-                  ew: tuple[str, Reloc] | None = None, real_channels: int | None = None,
+                  ew: tuple | None = None, real_channels: int | None = None,
                   width: int = 1) -> EmittedTask:
     """A 1x1 fp16 convolution over ``rows`` positions (W = 1) and 32 input channels, written
     through the DPU; optionally combined with an ERDMA operand cube by the EW unit.
@@ -122,10 +122,11 @@ def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
     ``feature_surf_pitch``: bytes between the feature's 8-channel surfaces (>= rows * 16);
     ``kernels``: the weight block's kernel count (a multiple of 16) of which the first
     ``out_channels`` are written, ``out_surf_stride`` bytes between output surfaces.
-    ``ew`` = (op, operand): the operand is a cube of exactly the output geometry, dense
-    (surfaces rows*16 apart) [k-acc]. ``real_channels`` (default 32) goes to
-    CNA_DATA_SIZE1.DATAIN_CHANNEL_REAL: channels past it are not real input (Mesa programs the
-    real channel count there; the simulator reads them as 0, an inference).
+    ``ew`` = (op, operand[, element bytes]): the operand is a cube of exactly the output
+    geometry, dense (surfaces rows*16 apart), fp16 or (4 bytes) fp32 like a K partial
+    [k-acc]. ``real_channels`` (default 32) goes to CNA_DATA_SIZE1.DATAIN_CHANNEL_REAL:
+    channels past it are not real input (Mesa programs the real channel count there; the
+    simulator reads them as 0, an inference).
     ``width`` > 1 reads the ``rows * width`` positions as ``rows`` lines of ``width`` (the
     same bytes: a 1x1 conv does not care how positions fold into lines), so one task covers
     more positions than a conv task reads rows, and an ERDMA operand whose surfaces are that
@@ -143,7 +144,7 @@ def emit_conv_dpu(name: str, profile: ChipProfile, *, feature: Reloc, rows: int,
 
 def _emit_conv_dpu(name: str, profile: ChipProfile, feature: Reloc, rows: int,
                    feature_surf_pitch: int, weights: Reloc, kernels: int, out: Reloc,
-                   out_channels: int, out_surf_stride: int, ew: tuple[str, Reloc] | None,
+                   out_channels: int, out_surf_stride: int, ew: tuple | None,
                    real_channels: int | None, width: int = 1) -> EmittedTask:
     p = profile.input(DType.F16)
     k = EW_VIEW_CHANNELS
@@ -182,7 +183,7 @@ def _emit_conv_dpu(name: str, profile: ChipProfile, feature: Reloc, rows: int,
     where = {"feature": feature, "weight": weights, "out": out}
     stages = DpuStages()
     if ew is not None:
-        stages = DpuStages(ew=ew_stage(ew[0]))
+        stages = DpuStages(ew=ew_stage(ew[0], ew[2] if len(ew) > 2 else 2))
         where["ew"] = ew[1]
     return conv_task(g, profile, where, stages=stages, name=name)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.types import DType
-from ..layouts import CubeLayout, feature_layout, weight_layout
+from ..layouts import CubeLayout, feature_layout, output_layout, weight_layout
 from ..op_lowering import BufferSpec, OpLowering
 from ..profile import ChipProfile
 from ..regcmd import EmittedTask, LoweringError, Reloc
@@ -106,8 +106,14 @@ _ONE_PASS = {"add": ("add", 1.0), "sub": ("add", -1.0), "mul": ("mul", 1.0),
              "max": ("max", 1.0), "min": ("min", 1.0)}
 
 
-def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, per: str
-              ) -> OpLowering | None:
+# the low part of a split per-row factor is stored scaled up by 2^12 (hi's relative rounding
+# is at most 2^-11), so it stays a normal fp16 number where an unscaled one would be subnormal
+# (a 1/1500 factor's low part is ~1e-7) and lose most of its bits; the conv scales it back
+LO_SCALE = 2.0 ** -12
+
+
+def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, per: str,
+              wide: bool = False) -> OpLowering | None:
     """x OP s in one pass, s one value per position (``per`` "row": input ``s``, the
     row-vector cube) or per channel (``per`` "channel": input ``c``, the vector in the weight
     layout [C, 1]). Each task's 1x1 conv broadcasts s -- row: weights +-1 on input channel 0
@@ -116,7 +122,12 @@ def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, 
     with x, read by the ERDMA as the operand cube [kacc]. That operand must be dense over the
     task's positions (its surfaces exactly positions * 16 B apart), so one task covers every
     position of the cube, folded into lines (``_row_fold``); kernel tiles split the channels.
-    None where that does not fit (s - x: the EW stage cannot negate its operand)."""
+    None where that does not fit (s - x: the EW stage cannot negate its operand).
+
+    ``wide`` (per row): x is an fp32 cube of ``layout``'s shape (a K partial's format, read as
+    a 32-bit EW operand [kacc]) and s arrives split in two fp16 channels, s = hi + lo *
+    LO_SCALE, summed exactly in fp32 by the conv (weights 1 and LO_SCALE on channels 0 and 1):
+    the product is rounded once, into the fp16 output."""
     if op == "sub" and reverse:
         return None
     p = profile.input(DType.F16)
@@ -140,9 +151,18 @@ def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, 
         n_tile = round_up(n_tile // 2, p.n_align)
     s_lay = row_vector_layout(positions, profile)
     wl = weight_layout(profile, DType.F16, kernels, EW_VIEW_CHANNELS)
+    x_lay, x_c2 = layout, p.feature_c2
+    if wide:
+        x_lay = output_layout(profile, DType.F16, DType.F32, layout.height, layout.width,
+                              layout.channels)
+        x_c2 = profile.output(DType.F16, DType.F32).c2
+        if x_lay.surf_stride != positions * atom:
+            return None
     if per == "row":
         ones = np.zeros((kernels, EW_VIEW_CHANNELS), np.float16)
         ones[:, 0] = sign
+        if wide:
+            ones[:, 1] = LO_SCALE
         const = wl.pack(ones)
         feature, weights = "s", "ones"
         operand = BufferSpec("s", "input", s_lay.nbytes, layout=s_lay, bind=1)
@@ -157,18 +177,37 @@ def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, 
     for n0 in range(0, kernels, n_tile):
         nk = min(n_tile, kernels - n0)
         at = (n0 // p.feature_c2) * positions * atom
+        x_at = (n0 // x_c2) * positions * atom
         tasks.append(emit_conv_dpu(
             f"{per}{len(tasks)}", profile, feature=Reloc(feature, 0), rows=rows, width=width,
             feature_surf_pitch=positions * atom,
             weights=Reloc(weights, n0 * EW_VIEW_CHANNELS * p.esize), kernels=nk,
             out=Reloc("out", at), out_channels=nk, out_surf_stride=positions * atom,
-            ew=(ew_op, Reloc("x", at)), real_channels=1))
+            ew=(ew_op, Reloc("x", x_at), 4 if wide else 2), real_channels=2 if wide else 1))
     span = (kernels // p.feature_c2) * positions * atom
-    bufs = [BufferSpec("x", "input", span, layout=layout, bind=0), operand,
+    x_span = ceil_div(kernels, x_c2) * positions * atom
+    bufs = [BufferSpec("x", "input", x_span, layout=x_lay, bind=0), operand,
             BufferSpec("out", "output", span, layout=layout, bind=0),
             BufferSpec("ones", "const", const.size, data=const)]
     return npu_program(bufs, [tasks], profile, ("x", operand.name, "ones"), ("out",),
                        positions * kernels * EW_VIEW_CHANNELS)
+
+
+@memoized
+def build_row_scale_wide(layout: CubeLayout, profile: ChipProfile | str | None = None
+                         ) -> OpLowering:
+    """out[p, c] = x[p, c] * (hi[p] + lo[p]) into the fp16 cube ``layout``, x the fp32 cube of
+    the same shape (input ``x``, bind 0) and the per-row factor split in channels 0 and 1 of
+    the row-vector cube (input ``s``, bind 1): a deferred softmax's normalisation of its fp32
+    e @ v (ir/passes/softmax_dot.py) in one pass, the factor good to ~2^-22, the product rounded
+    once. Raises where one task cannot cover the positions (the caller divides on the host)."""
+    profile = resolve_profile(profile)
+    check_fp16_cube(layout, profile, "a per-row scale of an fp32 cube")
+    prog = _one_pass("mul", layout, False, profile, "row", wide=True)
+    if prog is None:
+        raise LoweringError(f"a per-row scale of an fp32 cube: no one-pass form for "
+                            f"{layout.height}x{layout.width} positions")
+    return prog
 
 
 @memoized

@@ -25,7 +25,8 @@ from ..layouts import CubeLayout, feature_layout
 from ..regcmd import LoweringError
 from .base import (CubeForm, NoNpuForm, OpCall, RuleContext, RuleResult, Use,
                    npu_dtype_of)
-from .eltwise_vectors import channel_calls, channel_source, one_cube, recip_rows, row_calls, row_source
+from .eltwise_vectors import (channel_calls, channel_source, deferred_division_calls, one_cube,
+                              recip_rows, row_calls, row_source)
 from .forms import cube_form
 
 BINARY = {Op.ADD: "add", Op.SUB: "sub", Op.MUL: "mul", Op.MAX: "max", Op.MIN: "min"}
@@ -126,11 +127,19 @@ def lower_div_op(ctx: RuleContext) -> RuleResult:
     x, y = node.inputs
     if npu_dtype_of(node.out.type.dtype) is not DType.F16:
         raise NoNpuForm(f"{node.out.type.dtype.value} division runs on the host")
-    if x.id in ctx.fp32_values:
-        raise NoNpuForm("the normalisation of a deferred softmax: its e @ v is written in fp32 "
-                        "(ir/passes/softmax_dot.py), divided on the host in f32")
-    prefer_host(ctx, x, y)
     shape = node.out.type.shape
+    if x.id in ctx.fp32_values:
+        # a deferred softmax's normalisation of its fp32 e @ v (ir/passes/softmax_dot.py)
+        srow = row_source(ctx, y, shape)
+        if srow is None:
+            raise NoNpuForm("a deferred softmax's row sums that are not a per-row vector")
+        try:
+            return RuleResult(deferred_division_calls(ctx, x, srow, shape),
+                              note="1/s split hi + lo on the host, x * (hi + lo) on the NPU")
+        except LoweringError as e:
+            raise NoNpuForm(f"the deferred softmax division: {e}; divided on the host in "
+                            f"f32") from None
+    prefer_host(ctx, x, y)
     if ctx.const(x) is not None or x.type.shape != shape:
         raise NoNpuForm("a division of a constant by a tensor (no DPU reciprocal of a tensor)")
     cy = ctx.const(y)

@@ -8,7 +8,7 @@ import numpy as np
 
 from ...ir.ops import Op
 from ...ir.types import DType
-from ..op_lowering import BufferSpec, OpLowering
+from ..op_lowering import BufferSpec, HostStep, OpLowering
 from .base import CubeForm, NoNpuForm, OpCall, RowForm, RuleContext, Use
 from .forms import cube_form
 
@@ -177,3 +177,86 @@ def recip_rows(ctx: RuleContext, srow, form: CubeForm, shape: tuple[int, ...]):
     return call, r
 
 
+
+
+def deferred_division_calls(ctx: RuleContext, x, srow, shape: tuple[int, ...]) -> list[OpCall]:
+    """(e @ v) / s per row for a deferred softmax (ir/passes/softmax_dot.py): x is the fp32
+    cube form the value product wrote, s the fp32 row sums on the host. The host splits
+    r = 1/s into two fp16 channels of the row-vector cube (hi = fp16(r), lo = fp16((r - hi) /
+    LO_SCALE)) and one NPU pass per cube (a head) scales x by hi + lo * LO_SCALE (exact in
+    fp32) into the fp16 cube the next op reads: one rounding of the quotient, as on the host,
+    without the fp32 tensor crossing to the CPU (eltwise_row.build_row_scale_wide)."""
+    from ...ir.types import TensorType
+    from ..emitters import eltwise_row as ewr
+    from ..host_rules import BINARY_CODES, HostView, host_op_step
+    from ..layouts import feature_layout
+    from .forms import cube_form as _cube_form
+
+    form = next((f for f in ctx.forms(x) if isinstance(f, CubeForm)), None)
+    if form is None or form.dtype is not DType.F32 or form.roles[-1:] != ("c",) or \
+            "c" in form.roles[:-1]:
+        raise NoNpuForm("the deferred product is not held as an fp32 matrix cube")
+    items = form.batch_items()
+    subs = [(ix, form.sub(ix)[0]) for ix, _ in items]
+    lay32 = subs[0][1].layout
+    if any(s.layout != lay32 or s.layout.width != 1 or "b" in s.roles for _, s in subs):
+        raise NoNpuForm("the deferred product's cubes are not equal matrices")
+    lay16 = feature_layout(ctx.profile, DType.F16, lay32.height, 1, lay32.channels)
+    rows = subs[0][1].hwc()[0]
+    batch = len(subs)
+    if batch * rows != int(np.prod(shape[:-1], dtype=np.int64)):
+        raise NoNpuForm("the row sums do not match the product's rows")
+    nb = len(items[0][0])
+    vlay = ewr.row_vector_layout(lay16.height, ctx.profile)
+    item = -(-vlay.nbytes // 64) * 64
+    r_shape = tuple(shape[:nb]) + (rows, 1)
+    r = ctx.fresh(TensorType(DType.F16, r_shape))
+    r_form = _cube_form(vlay, r_shape, ("b",) * nb + ("h", "c"), item_stride=item) if nb else \
+        _cube_form(vlay, r_shape, ("h", "c"))
+    s_rows = RowForm(DType.F32, tuple(srow.type.shape))
+    n_out = item * (batch - 1) + vlay.nbytes
+    sizes = {"s": s_rows.nbytes, "one": 4, "t": 4 * batch * rows, "d": 4 * batch * rows,
+             "h": 4 * batch * rows, "k": 4, "out": n_out}
+    hv = ((batch, rows), (rows, 1))
+    ov = (item // 2, vlay.line_stride // 2)
+    f32, f16 = DType.F32, DType.F16
+    plan = [  # t = 1 / s; hi = fp16(t); d = t - f32(hi); lo = fp16(d / LO_SCALE)
+        ("binary", BINARY_CODES[Op.DIV], HostView("t", f32, 0, hv[1]),
+         [HostView("one", f32, 0, (0, 0)), HostView("s", f32, 0, hv[1])]),
+        ("copy", 0, HostView("out", f16, 0, ov), [HostView("t", f32, 0, hv[1])]),
+        ("copy", 0, HostView("h", f32, 0, hv[1]), [HostView("out", f16, 0, ov)]),
+        ("binary", BINARY_CODES[Op.SUB], HostView("d", f32, 0, hv[1]),
+         [HostView("t", f32, 0, hv[1]), HostView("h", f32, 0, hv[1])]),
+        ("binary", BINARY_CODES[Op.MUL], HostView("out", f16, 1, ov),
+         [HostView("d", f32, 0, hv[1]), HostView("k", f32, 0, (0, 0))])]
+    steps, descs = [], []
+    for j, (kind, code, out_v, ins) in enumerate(plan):
+        st, desc = host_op_step(kind, hv[0], out_v, ins, {**sizes, f"rdesc{j}": 0},
+                                f"rdesc{j}", code=code, what="split per-row reciprocal")
+        # O(rows) elements through strided views, not the row-vector cubes' whole bytes
+        moved = batch * rows * sum(v.dtype.to_numpy().itemsize for v in (out_v, *ins))
+        steps.append(HostStep(st.kind, st.operands, {"bytes": moved}))
+        descs.append(desc)
+    prog = OpLowering((BufferSpec("s", "input", s_rows.nbytes, dtype="f32", shape=s_rows.shape,
+                                  bind=0),
+                       BufferSpec("one", "const", 4, data=np.ones(1, np.float32).view(np.uint8)),
+                       BufferSpec("k", "const", 4, data=np.array([1.0 / ewr.LO_SCALE],
+                                                                 np.float32).view(np.uint8)),
+                       *[BufferSpec(n, "scratch", sizes[n]) for n in ("t", "d", "h")],
+                       # padding rows of the row vector are read by the pass: zero, finite
+                       BufferSpec("out", "output", n_out, layout=vlay, bind=0, zero=True),
+                       *descs), tuple(steps))
+    calls = [OpCall(prog, (Use(srow),), (Use(r),), "1/s per row, split hi + lo", where="host",
+                    emitter="host per-row reciprocal (hi + lo)", forms_in=(s_rows,),
+                    forms_out=(r_form,))]
+    prog16 = ewr.build_row_scale_wide(lay16, ctx.profile)
+    out_form = _cube_form(lay16, shape, form.roles, item_stride=-(-lay16.nbytes // 64) * 64) \
+        if nb else _cube_form(lay16, shape, form.roles)
+    for ix, sub in subs:
+        o_sub = out_form.sub(ix)[0] if nb else out_form
+        r_sub = r_form.sub(ix)[0] if nb else r_form
+        calls.append(OpCall(prog16, (Use(x, ix), Use(r, ix, shape=(rows, 1))),
+                            (Use(ctx.node.out, ix),), f"deferred softmax division {ix}".rstrip(),
+                            emitter="eltwise_row.build_row_scale_wide",
+                            forms_in=(sub, r_sub), forms_out=(o_sub,)))
+    return calls
