@@ -197,16 +197,23 @@ def deferred_division_calls(ctx: RuleContext, x, srow, shape: tuple[int, ...]) -
             "c" in form.roles[:-1]:
         raise NoNpuForm("the deferred product is not held as an fp32 matrix cube")
     items = form.batch_items()
-    subs = [(ix, form.sub(ix)[0]) for ix, _ in items]
+    rows_total = int(np.prod(shape[:-1], dtype=np.int64))
+    if len(items) == 1 or one_cube(form):
+        # a batch folded into the cube's rows is one cube: one call over all of its rows
+        subs, nb, rows = [((), form)], 0, rows_total
+    else:
+        subs = [(ix, form.sub(ix)[0]) for ix, _ in items]
+        nb, rows = len(items[0][0]), subs[0][1].hwc()[0]
     lay32 = subs[0][1].layout
-    if any(s.layout != lay32 or s.layout.width != 1 or "b" in s.roles for _, s in subs):
+    if any(s.layout != lay32 or s.layout.width != 1 or (nb and "b" in s.roles) for _, s in subs):
         raise NoNpuForm("the deferred product's cubes are not equal matrices")
+    if lay32.surf_stride != lay32.height * lay32.line_stride:
+        # items as row ranges of one taller cube: the pass reads its operand dense
+        raise NoNpuForm("the deferred product's cubes are not dense")
     lay16 = feature_layout(ctx.profile, DType.F16, lay32.height, 1, lay32.channels)
-    rows = subs[0][1].hwc()[0]
     batch = len(subs)
-    if batch * rows != int(np.prod(shape[:-1], dtype=np.int64)):
+    if batch * rows != rows_total:
         raise NoNpuForm("the row sums do not match the product's rows")
-    nb = len(items[0][0])
     vlay = ewr.row_vector_layout(lay16.height, ctx.profile)
     item = -(-vlay.nbytes // 64) * 64
     r_shape = tuple(shape[:nb]) + (rows, 1)
