@@ -438,13 +438,15 @@ def _epilogue(ep: MatmulEpilogue | None, plan: ConvPlan, lay: MatmulLayouts, n: 
     full[:n] = bias
     cube_dtype = DType.F32 if plan.k_steps > 1 else out_dtype
     blobs, offs, pos = [], {}, 0
-    for rows in sorted({r.out_rows for r in plan.rows}):
-        cube = matrix_output_layout(profile, in_dtype, cube_dtype, rows, lay.n_pad)
-        mat = np.broadcast_to(full.astype(cube_dtype.to_numpy()), (rows, lay.n_pad))
-        blob = pack_matrix(cube, mat)       # a broadcast view: pack reads it in place
-        offs[rows] = pos
-        blobs.append(blob)
-        pos += round_up(blob.size, 64)
+    with timed("pack") as packed:           # the bias bytes, packed: weight work
+        for rows in sorted({r.out_rows for r in plan.rows}):
+            cube = matrix_output_layout(profile, in_dtype, cube_dtype, rows, lay.n_pad)
+            mat = np.broadcast_to(full.astype(cube_dtype.to_numpy()), (rows, lay.n_pad))
+            blob = pack_matrix(cube, mat)       # a broadcast view: pack reads it in place
+            offs[rows] = pos
+            blobs.append(blob)
+            pos += round_up(blob.size, 64)
+        packed[0] = pos
     c2 = cube.c2
     short = [r.out_rows for r in plan.rows if r.out_rows < profile.ew_min_positions]
     if short and lay.n_pad > c2:
