@@ -253,7 +253,7 @@ def row_factor(n: Node, c: Value, producers: Mapping[int, Node]) -> Value | None
     if p is None or p.op is not Op.BROADCAST_IN_DIM:
         return None
     src = p.inputs[0]
-    rows = int(np.prod(c.type.shape[:-1], dtype=np.int64))
+    rows = math.prod(c.type.shape[:-1])      # exact ints (np.prod costs microseconds)
     if src.type.size != rows:
         return None
     dims = tuple(p.attrs["broadcast_dimensions"])

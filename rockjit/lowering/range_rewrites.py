@@ -399,8 +399,10 @@ def _uniform_scale(v: Value, consts: Mapping[int, np.ndarray]) -> float | None:
     c = consts.get(v.id)
     if c is None or c.size == 0:
         return None
-    first = float(np.asarray(c).flat[0])
-    if not (math.isfinite(first) and first > 0.0) or np.any(np.asarray(c) != first):
+    a = np.asarray(c)
+    first = float(a.flat[0])
+    # the last element first: a table (a rotary cos/sin) differs there, without a full scan
+    if not (math.isfinite(first) and first > 0.0) or a.flat[-1] != first or np.any(a != first):
         return None
     return first
 
