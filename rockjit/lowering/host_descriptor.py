@@ -53,10 +53,15 @@ def encode_descriptor(kind: str, shape: Sequence[int], views: Sequence[HostView]
            int(code), int(axis_mask), iparams)
     at_zero = [HostView(v.buffer, v.dtype, 0, v.strides) for v in views]
     out = memo(key, lambda: _encode(kind, shape, at_zero, code, axis_mask, iparams)).copy()
-    fields = out.view(DESC_DTYPE)["view"][0]
-    for i, v in enumerate(views):
-        fields["offset"][i] = v.offset      # as _encode sets it (an out-of-range one raises)
-    return out
+    return set_offsets(out, [v.offset for v in views])
+
+
+def set_offsets(desc: np.ndarray, offsets: Sequence[int]) -> np.ndarray:
+    """``desc`` (a descriptor's bytes, the caller's own copy) with view i at ``offsets[i]``."""
+    fields = desc.view(DESC_DTYPE)["view"][0]
+    for i, off in enumerate(offsets):
+        fields["offset"][i] = off      # as _encode sets it (an out-of-range one raises)
+    return desc
 
 
 def _encode(kind: str, shape: tuple[int, ...], views: Sequence[HostView], code: int,

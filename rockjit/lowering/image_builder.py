@@ -52,12 +52,14 @@ from ..runtime.image import (BoSpec, CorePlacement, HostStepSpec, JobSpec, Place
 from .bounds import check_bo
 from .coalesce import coalesce
 from .image_stats import program_stats
+from .host_descriptor import set_offsets
 from .host_rules import DESC_BYTES, HostView, host_op_step
 from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
 from .arith import round_up
 from .memory import ArenaPlan, BufReq, check_plan, plan_arena
 from .op_lowering import HostStep
+from .regcmd import LoweringError
 from .placement import CoreChoice, StepJob, choose
 from .schedule import JobRef, ScheduledStep, call_spans, runtime_jobs, schedule
 
@@ -351,12 +353,20 @@ class ImageBuilder:
         """One strided host copy of a run between the two contexts' arenas (same offsets: the
         arenas mirror each other)."""
         lo, pieces, pitch, chunk = run
-        hi = lo + (pieces - 1) * pitch + chunk
-        sizes = {"dst": hi, "src": hi, "cdesc": 0}
-        _, desc = host_op_step("copy", (pieces, chunk), HostView("dst", DType.U8, lo, (pitch, 1)),
-                               [HostView("src", DType.U8, lo, (pitch, 1))], sizes, "cdesc",
-                               what="cross-context copy")
-        self._desc_bufs.append(desc.data)
+        tmpl = self._copy_at_zero.get((pieces, pitch, chunk))
+        if tmpl is None:
+            # checked and encoded at offset 0 once per shape; a copy sets its own offset (the
+            # view check is the same at any offset, but for the start checked below)
+            span = (pieces - 1) * pitch + chunk
+            _, desc = host_op_step("copy", (pieces, chunk), HostView("dst", DType.U8, 0, (pitch, 1)),
+                                   [HostView("src", DType.U8, 0, (pitch, 1))],
+                                   {"dst": span, "src": span, "cdesc": 0}, "cdesc",
+                                   what="cross-context copy")
+            tmpl = self._copy_at_zero[(pieces, pitch, chunk)] = desc.data
+        if lo + min(0, (pieces - 1) * pitch) < 0:
+            raise LoweringError(f"cross-context copy of {pieces} x {chunk} bytes at {lo} (pitch "
+                                f"{pitch}) reaches before the arena")
+        self._desc_bufs.append(set_offsets(tmpl.copy(), (lo, lo)))
         self._pending.append(("copy", src_core, dst_core, len(self._desc_bufs) - 1))
         self._count["copied"] += pieces * chunk
         self._count["copy_steps"] += 1
@@ -369,6 +379,7 @@ class ImageBuilder:
                                      "unpacked", "dev_read", "dev_written", "copied",
                                      "copy_steps"), 0)
         self._desc_bufs: list[np.ndarray] = []
+        self._copy_at_zero: dict[tuple[int, int, int], np.ndarray] = {}
         self._pending: list[tuple] = []
         n = self._count
         for st in progress(self.steps, "laying out the program image"):
