@@ -45,7 +45,7 @@ import numpy as np
 
 from .. import debugflags
 from ..ir.types import DType
-from ..cost.from_program import cost_jobs
+from ..cost.from_program import cost_jobs_once
 from ..progress import progress
 from ..runtime.image import (BoSpec, CorePlacement, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
                              StepSpec, TensorSig, Upload, Words, ZeroFill)
@@ -153,13 +153,14 @@ class ImageBuilder:
                 ci, hs = st.host
                 self._host_scratch.update((ci, sl.buffer) for sl in hs.operands.values())
         self.core_choices: list[CoreChoice] = []
+        costed: dict = {}        # the layers' calls share their jobs: each costed once
         for si, st in enumerate(self.steps):
             if st.kind != "npu":
                 continue
             k = 1
             if self.ncores > 1 and len(st.jobs) > 1:
-                sjs = [StepJob(tuple(cost_jobs(jr.job, 0,
-                                               self.calls[jr.call].call.lowering.macs_per_task)),
+                sjs = [StepJob(cost_jobs_once(costed, jr.job,
+                                              self.calls[jr.call].call.lowering.macs_per_task),
                                tuple(self._ranges(jr, "r", placed=False)),
                                tuple(self._ranges(jr, "w", placed=False)))
                        for jr in st.jobs]
@@ -355,13 +356,12 @@ class ImageBuilder:
         lo, pieces, pitch, chunk = run
         tmpl = self._copy_at_zero.get((pieces, pitch, chunk))
         if tmpl is None:
-            # checked and encoded at offset 0 once per shape; a copy sets its own offset (the
+            # checked and encoded at offset 0 once per shape, each copy setting its own (the
             # view check is the same at any offset, but for the start checked below)
-            span = (pieces - 1) * pitch + chunk
-            _, desc = host_op_step("copy", (pieces, chunk), HostView("dst", DType.U8, 0, (pitch, 1)),
-                                   [HostView("src", DType.U8, 0, (pitch, 1))],
-                                   {"dst": span, "src": span, "cdesc": 0}, "cdesc",
-                                   what="cross-context copy")
+            span, dt = (pieces - 1) * pitch + chunk, DType.U8
+            _, desc = host_op_step("copy", (pieces, chunk), HostView("dst", dt, 0, (pitch, 1)),
+                                   [HostView("src", dt, 0, (pitch, 1))], {"dst": span, "src": span,
+                                   "cdesc": 0}, "cdesc", what="cross-context copy")
             tmpl = self._copy_at_zero[(pieces, pitch, chunk)] = desc.data
         if lo + min(0, (pieces - 1) * pitch) < 0:
             raise LoweringError(f"cross-context copy of {pieces} x {chunk} bytes at {lo} (pitch "

@@ -28,7 +28,7 @@ import numpy as np
 
 from ...ir.types import DType
 from ...weight_timing import timed
-from ..compile_cache import compile_scope_memo
+from ..compile_cache import compile_scope_memo, memoized
 from ..layouts import (CubeLayout, WeightLayout, matrix_feature_layout, matrix_output_layout,
                        pack_matrix, unpack_matrix, weight_layout)
 from ..profile import ChipProfile
@@ -197,6 +197,7 @@ def _matmul_shape(m_pad: int, k_pad: int, n_pad: int, in_dtype: DType, out_dtype
                      m_pad, 1, row_align=profile.row_align)
 
 
+@memoized     # a pure function of plain arguments; the layers ask it again (compile_cache.py)
 def plan_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType, profile: ChipProfile,
                 *, out_channel_align: int | None = None, single_k: bool = False,
                 max_m: int | None = None, max_k: int | None = None,
