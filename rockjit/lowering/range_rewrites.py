@@ -400,6 +400,8 @@ def _uniform_scale(v: Value, consts: Mapping[int, np.ndarray]) -> float | None:
     if c is None or c.size == 0:
         return None
     a = np.asarray(c)
+    # a broadcast constant (a scalar scale over [B, H, S, S]) repeats along its 0-stride axes
+    a = a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)] if a.ndim else a
     first = float(a.flat[0])
     # the last element first: a table (a rotary cos/sin) differs there, without a full scan
     if not (math.isfinite(first) and first > 0.0) or a.flat[-1] != first or np.any(a != first):
