@@ -276,7 +276,7 @@ class ImageBuilder:
         written: set[tuple[int, int, int]] = set()
         # a kick reused by several calls (compile_cache.py: the layers share programs) is
         # converted to words once
-        as_words: dict[int, tuple[object, np.ndarray]] = {}
+        as_words: dict[int, tuple[object, np.ndarray, list]] = {}
         for st in self.steps:
             for jr in st.jobs:
                 names = self._names_for(jr.call, jr.core)
@@ -290,12 +290,12 @@ class ImageBuilder:
                     assert start % 8 == 0 and bo == self.regcmd_c[jr.core]
                     hit = as_words.get(id(kick))
                     if hit is None:
-                        hit = as_words[id(kick)] = (kick, np.asarray(kick.words, dtype="<u8"))
-                    w = hit[1]
-                    words_of[jr.core][start // 8:start // 8 + w.size] = w
-                    for wi, rel in kick.relocs.items():
-                        tbo, toff = names[rel.buffer]
-                        relocs.append((bo, start // 8 + wi, tbo, toff + rel.offset, 0))
+                        hit = as_words[id(kick)] = (kick, np.asarray(kick.words, dtype="<u8"), [
+                            (wi, rel.buffer, rel.offset) for wi, rel in kick.relocs.items()])
+                    w, s8 = hit[1], start // 8
+                    words_of[jr.core][s8:s8 + w.size] = w
+                    relocs += [(bo, s8 + wi, names[b][0], names[b][1] + off, 0)
+                               for wi, b, off in hit[2]]
         self.words: list[Words] = []
         for c in self.used:
             self.arrays[f"regcmd{c}"] = words_of[c]
