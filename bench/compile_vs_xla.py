@@ -10,10 +10,9 @@ the image: its uploads); each part is printed apart.
 The weight work inside those parts (rockjit/weight_timing.py: binding the resident values,
 folding norm gains and power-of-two prescales into weights, fp16 cast + tile packing,
 uploading into the weight BOs, the range plan's scans of every weight's values: min/max and
-L1 norms, once per weight) is
-timed where it happens and printed apart, with its MB/s beside a numpy memcpy (``np.copyto``
-into a fresh array) of the same bytes in the same run; "compile excluding weight work" is the
-total minus it, and its ratio to XLA is the issue-9 figure.
+L1 norms, once per weight) is timed where it happens and printed apart, with its MB/s beside
+a numpy memcpy (``np.copyto`` into a fresh array) of the same bytes in the same run; "compile
+excluding weight work" is the total minus it, and its ratio to XLA is the issue-9 figure.
 
 Module imports, JAX's CPU backend start-up and other first-use costs happen once per process:
 both compilers first compile the encoder at one layer, untimed (its time is printed), so
