@@ -8,10 +8,11 @@ when every resident value is bound) + the first ``null`` call minus a warm ``nul
 the image: its uploads); each part is printed apart.
 
 The weight work inside those parts (rockjit/weight_timing.py: binding the resident values,
-folding norm gains into weights, fp16 cast + tile packing, uploading into the weight BOs) is
-timed where it happens and printed apart, with its MB/s beside a numpy memcpy (``np.copyto``
-into a fresh array) of the same bytes in the same run; "compile excluding weight work" is the
-total minus it, and its ratio to XLA is the issue-9 figure.
+folding norm gains and power-of-two prescales into weights, fp16 cast + tile packing,
+uploading into the weight BOs, the range plan's scans of every weight's values: min/max and
+L1 norms, once per weight) is timed where it happens and printed apart, with its MB/s beside
+a numpy memcpy (``np.copyto`` into a fresh array) of the same bytes in the same run; "compile
+excluding weight work" is the total minus it, and its ratio to XLA is the issue-9 figure.
 
 Module imports, JAX's CPU backend start-up and other first-use costs happen once per process:
 both compilers first compile the encoder at one layer, untimed (its time is printed), so
@@ -33,9 +34,10 @@ import rockjit
 from rockjit import weight_timing
 
 BUCKETS = (("bind", "bind resident values (f32 copies)"),
-           ("fold", "fold norm gains into weights"),
+           ("fold", "fold gains, 2^k prescales into weights"),
            ("pack", "fp16 cast + packing (weights, consts)"),
-           ("upload", "upload into weight BOs"))
+           ("upload", "upload into weight BOs"),
+           ("scan", "range scans of weights (min/max, L1)"))
 
 
 def _warm_up(enc) -> float:

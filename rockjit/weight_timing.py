@@ -6,10 +6,17 @@ weight packing") and the weight work alone beside a memcpy of the same bytes. In
 the bucket; outside, ``timed`` costs one context-variable read. Buckets (one place each):
 
     bind    the resident values copied to read-only float32 (api.Lowered.compile)
-    fold    norm gains folded into projection weights (gain_fold.py)
+    fold    norm gains folded into projection weights (gain_fold.py), and a weight prescaled
+            by a power of two where its product could overflow (range_rewrites.py)
     pack    weights and other compile-time constants cast to fp16 and packed into the form
             their reader wants (matmul rule: tile-major weights; residency: constant tensors)
     upload  the packed weights written into the device's weight BOs (runtime LoadedImage)
+    scan    the range plan's and the weight check's reads of every compile-time value: min/max
+            (fp16_range.extremes) and the L1 norms of matmul/conv weights (range_bounds.py),
+            once per array and compile; O(weight bytes), they change with the weights only
+
+A block inside another ``timed`` block adds its bytes to its own bucket but not its time
+(the outer block's time already holds it), so the buckets never count a second twice.
 """
 from __future__ import annotations
 
@@ -20,6 +27,8 @@ from typing import Iterator
 
 _record: contextvars.ContextVar[dict[str, list[float]] | None] = contextvars.ContextVar(
     "rockjit_weight_timing", default=None)
+_inside: contextvars.ContextVar[bool] = contextvars.ContextVar("rockjit_weight_timing_inside",
+                                                               default=False)
 
 
 @contextlib.contextmanager
@@ -41,10 +50,15 @@ def timed(bucket: str) -> Iterator[list[int]]:
     if rec is None:
         yield box
         return
+    outer = not _inside.get()
+    token = _inside.set(True)
     t0 = time.perf_counter()
     try:
         yield box
     finally:
+        dt = time.perf_counter() - t0
+        _inside.reset(token)
         e = rec.setdefault(bucket, [0.0, 0])
-        e[0] += time.perf_counter() - t0
+        if outer:
+            e[0] += dt
         e[1] += box[0]

@@ -41,6 +41,16 @@ def cost_jobs(job: Any, core: int, per_task_macs: float) -> list[CostJob]:
     return out
 
 
+def cost_jobs_once(cache: dict, job: Any, per_task_macs: float) -> tuple[CostJob, ...]:
+    """``cost_jobs(job, 0, per_task_macs)``, remembered in ``cache`` by the job's identity (an
+    image's layers share their jobs; frozen CostJobs; the cache holds the job, so its id is not
+    reused meanwhile)."""
+    key = (id(job), per_task_macs)
+    if key not in cache:
+        cache[key] = (tuple(cost_jobs(job, 0, per_task_macs)), job)
+    return cache[key][0]
+
+
 def describe(prog: Any) -> CostProgram:
     """``prog``: a built ``rockjit.lowering.loaded_graph.LoadedGraph`` (its ImageBuilder's schedule
     and the image's static counts)."""

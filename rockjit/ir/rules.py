@@ -16,6 +16,7 @@ from ..errors import VerifyError
 from .ops import Group, Op
 from .rule_checks import (Rule, RuleError, arity, axes_attr, fail, int_attr, ints_attr, is_int,
                           need_hint)
+from .type_memo import remembered
 from .types import DType, TensorType
 
 
@@ -472,15 +473,13 @@ def check_attr_names(op: Op, attrs: Mapping[str, Any]) -> None:
     missing = [k for k in op.attr_names if k not in attrs]
     extra = sorted(k for k in attrs if k not in op.attr_names)
     if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"missing attribute(s) {missing}")
-        if extra:
-            parts.append(f"unknown attribute(s) {extra}")
+        parts = [text for text, bad in ((f"missing attribute(s) {missing}", missing),
+                                        (f"unknown attribute(s) {extra}", extra)) if bad]
         raise VerifyError(f"{op.text}: {' and '.join(parts)}; {op.text} takes exactly "
                           f"{list(op.attr_names)}")
 
 
+@remembered    # layers and the verifier ask the same questions again (type_memo.py)
 def infer_type(op: Op, in_types: Sequence[TensorType], attrs: Mapping[str, Any],
                out_type_hint: TensorType | None = None) -> TensorType:
     """The result type of ``op`` applied to operands of ``in_types`` with ``attrs``.

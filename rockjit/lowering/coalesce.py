@@ -59,28 +59,37 @@ def _whole(binding: dict, ci: int, name: str) -> Touch:
     return (bound[0] if bound is not None else ("call", ci, name)), 0, _WHOLE
 
 
-def job_touches(jr: JobRef, binding: dict) -> tuple[list[Touch], list[Touch]]:
-    """(reads, writes) of one scheduled job."""
-    reads: list[Touch] = []
-    writes: list[Touch] = []
-    declared: set[str] = set()
-    for kick in jr.job.kicks:
-        for a in kick.reads:
-            reads.append(_range(binding, jr.call, a.buffer, a.offset, a.extent))
-            declared.add(a.buffer)
-        for a in kick.writes:
-            writes.append(_range(binding, jr.call, a.buffer, a.offset, a.extent))
-            declared.add(a.buffer)
-    # a buffer the job addresses without a declared stream: assume it reads and writes it all
-    undeclared = {n for n in (*jr.job.reads, *jr.job.writes) if n not in declared}
-    for kick in jr.job.kicks:
-        undeclared.update(r.buffer for r in kick.relocs.values() if r.buffer not in declared)
-    for name in sorted(undeclared):
+def job_touches(jr: JobRef, binding: dict, shapes: dict | None = None
+                ) -> tuple[list[Touch], list[Touch]]:
+    """(reads, writes) of one scheduled job. ``shapes``: a cache of each job's accesses by
+    buffer name (the layers' calls share their jobs, compile_cache.py; only bindings differ)."""
+    shape = shapes.get(id(jr.job)) if shapes is not None else None
+    if shape is None:
+        shape = _job_shape(jr.job)
+        if shapes is not None:
+            shapes[id(jr.job)] = shape
+    _, rd, wr, undeclared = shape
+    reads = [_range(binding, jr.call, *a) for a in rd]
+    writes = [_range(binding, jr.call, *a) for a in wr]
+    for name in undeclared:
         if name in binding:
             t = _whole(binding, jr.call, name)
             reads.append(t)
             writes.append(t)
     return reads, writes
+
+
+def _job_shape(job) -> tuple:
+    """(the job, its declared (name, offset, extent) reads and writes, each once -- a job's
+    tasks often repeat a stream, and a repeat adds no edge -- and the names it addresses
+    without a declared stream, sorted: it is taken to read and write those whole)."""
+    rd = list(dict.fromkeys((a.buffer, a.offset, a.extent) for k in job.kicks for a in k.reads))
+    wr = list(dict.fromkeys((a.buffer, a.offset, a.extent) for k in job.kicks for a in k.writes))
+    declared = {a[0] for a in rd} | {a[0] for a in wr}
+    undeclared = {n for n in (*job.reads, *job.writes) if n not in declared}
+    for kick in job.kicks:
+        undeclared.update(r.buffer for r in kick.relocs.values() if r.buffer not in declared)
+    return job, rd, wr, sorted(undeclared)     # the job itself: its id stays its own
 
 
 def host_touches(ci: int, hs: HostStep, binding: dict) -> tuple[list[Touch], list[Touch]]:
@@ -97,13 +106,14 @@ def host_touches(ci: int, hs: HostStep, binding: dict) -> tuple[list[Touch], lis
 JobTouches = tuple[int, list[Touch], list[Touch]]   # (context, reads, writes) of one job
 
 
-def job_list_touches(st: ScheduledStep, calls: Sequence) -> list[JobTouches]:
+def job_list_touches(st: ScheduledStep, calls: Sequence,
+                     shapes: dict | None = None) -> list[JobTouches]:
     """(context, reads, writes) of each job of an NPU step; a host step is one entry on
     context 0."""
     if st.kind == "host":
         ci, hs = st.host
         return [(0, *host_touches(ci, hs, calls[ci].binding))]
-    return [(jr.core, *job_touches(jr, calls[jr.call].binding)) for jr in st.jobs]
+    return [(jr.core, *job_touches(jr, calls[jr.call].binding, shapes)) for jr in st.jobs]
 
 
 def step_touches(st: ScheduledStep, calls: Sequence) -> tuple[list[Touch], list[Touch]]:
@@ -253,7 +263,8 @@ def coalesce(steps: Sequence[ScheduledStep], calls: Sequence
     across contexts: a merged step's cross-context copies run before and after all of it, so
     the calls of a step over several contexts must keep their bytes for its whole range
     (ImageBuilder._liveness widens them)."""
-    touches = [job_list_touches(st, calls) for st in steps]
+    shapes: dict = {}
+    touches = [job_list_touches(st, calls, shapes) for st in steps]
     order = reorder(steps, dependencies(steps, calls, touches))
     ordered = [steps[i] for i in order]
     merged, multi = merge(ordered, calls, [touches[i] for i in order])

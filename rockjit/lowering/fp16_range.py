@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..weight_timing import timed
 from .compile_cache import memo_of_array
 
 FP16_MAX = float(np.finfo(np.float16).max)     # 65504
@@ -29,7 +30,14 @@ def extremes(a: np.ndarray) -> tuple[float, float]:
     """(min, max) of a non-empty array (NaN if it holds one), computed once per read-only
     array in a compile (compile_cache.py): weights are scanned by the weight check, every
     constant fold and every bound pass."""
-    return memo_of_array("extremes", a, lambda: (float(np.min(a)), float(np.max(a))))
+    return memo_of_array("extremes", a, lambda: _scan_extremes(a))
+
+
+def _scan_extremes(a: np.ndarray) -> tuple[float, float]:
+    # a read of the value's bytes: weight work (weight_timing "scan"), one per array
+    with timed("scan") as scanned:
+        scanned[0] = a.nbytes
+        return float(np.min(a)), float(np.max(a))
 
 
 def needs_saturation(a: np.ndarray) -> bool:

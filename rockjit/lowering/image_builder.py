@@ -45,19 +45,21 @@ import numpy as np
 
 from .. import debugflags
 from ..ir.types import DType
-from ..cost.from_program import cost_jobs
+from ..cost.from_program import cost_jobs_once
 from ..progress import progress
 from ..runtime.image import (BoSpec, CorePlacement, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
                              StepSpec, TensorSig, Upload, Words, ZeroFill)
 from .bounds import check_bo
 from .coalesce import coalesce
 from .image_stats import program_stats
+from .host_descriptor import set_offsets
 from .host_rules import DESC_BYTES, HostView, host_op_step
 from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
 from .arith import round_up
 from .memory import ArenaPlan, BufReq, check_plan, plan_arena
 from .op_lowering import HostStep
+from .regcmd import LoweringError
 from .placement import CoreChoice, StepJob, choose
 from .schedule import JobRef, ScheduledStep, call_spans, runtime_jobs, schedule
 
@@ -151,13 +153,14 @@ class ImageBuilder:
                 ci, hs = st.host
                 self._host_scratch.update((ci, sl.buffer) for sl in hs.operands.values())
         self.core_choices: list[CoreChoice] = []
+        costed: dict = {}        # the layers' calls share their jobs: each costed once
         for si, st in enumerate(self.steps):
             if st.kind != "npu":
                 continue
             k = 1
             if self.ncores > 1 and len(st.jobs) > 1:
-                sjs = [StepJob(tuple(cost_jobs(jr.job, 0,
-                                               self.calls[jr.call].call.lowering.macs_per_task)),
+                sjs = [StepJob(cost_jobs_once(costed, jr.job,
+                                              self.calls[jr.call].call.lowering.macs_per_task),
                                tuple(self._ranges(jr, "r", placed=False)),
                                tuple(self._ranges(jr, "w", placed=False)))
                        for jr in st.jobs]
@@ -273,7 +276,7 @@ class ImageBuilder:
         written: set[tuple[int, int, int]] = set()
         # a kick reused by several calls (compile_cache.py: the layers share programs) is
         # converted to words once
-        as_words: dict[int, tuple[object, np.ndarray]] = {}
+        as_words: dict[int, tuple[object, np.ndarray, list]] = {}
         for st in self.steps:
             for jr in st.jobs:
                 names = self._names_for(jr.call, jr.core)
@@ -287,12 +290,12 @@ class ImageBuilder:
                     assert start % 8 == 0 and bo == self.regcmd_c[jr.core]
                     hit = as_words.get(id(kick))
                     if hit is None:
-                        hit = as_words[id(kick)] = (kick, np.asarray(kick.words, dtype="<u8"))
-                    w = hit[1]
-                    words_of[jr.core][start // 8:start // 8 + w.size] = w
-                    for wi, rel in kick.relocs.items():
-                        tbo, toff = names[rel.buffer]
-                        relocs.append((bo, start // 8 + wi, tbo, toff + rel.offset, 0))
+                        hit = as_words[id(kick)] = (kick, np.asarray(kick.words, dtype="<u8"), [
+                            (wi, rel.buffer, rel.offset) for wi, rel in kick.relocs.items()])
+                    w, s8 = hit[1], start // 8
+                    words_of[jr.core][s8:s8 + w.size] = w
+                    relocs += [(bo, s8 + wi, names[b][0], names[b][1] + off, 0)
+                               for wi, b, off in hit[2]]
         self.words: list[Words] = []
         for c in self.used:
             self.arrays[f"regcmd{c}"] = words_of[c]
@@ -351,12 +354,19 @@ class ImageBuilder:
         """One strided host copy of a run between the two contexts' arenas (same offsets: the
         arenas mirror each other)."""
         lo, pieces, pitch, chunk = run
-        hi = lo + (pieces - 1) * pitch + chunk
-        sizes = {"dst": hi, "src": hi, "cdesc": 0}
-        _, desc = host_op_step("copy", (pieces, chunk), HostView("dst", DType.U8, lo, (pitch, 1)),
-                               [HostView("src", DType.U8, lo, (pitch, 1))], sizes, "cdesc",
-                               what="cross-context copy")
-        self._desc_bufs.append(desc.data)
+        tmpl = self._copy_at_zero.get((pieces, pitch, chunk))
+        if tmpl is None:
+            # checked and encoded at offset 0 once per shape, each copy setting its own (the
+            # view check is the same at any offset, but for the start checked below)
+            span, dt = (pieces - 1) * pitch + chunk, DType.U8
+            _, desc = host_op_step("copy", (pieces, chunk), HostView("dst", dt, 0, (pitch, 1)),
+                                   [HostView("src", dt, 0, (pitch, 1))], {"dst": span, "src": span,
+                                   "cdesc": 0}, "cdesc", what="cross-context copy")
+            tmpl = self._copy_at_zero[(pieces, pitch, chunk)] = desc.data
+        if lo + min(0, (pieces - 1) * pitch) < 0:
+            raise LoweringError(f"cross-context copy of {pieces} x {chunk} bytes at {lo} (pitch "
+                                f"{pitch}) reaches before the arena")
+        self._desc_bufs.append(set_offsets(tmpl.copy(), (lo, lo)))
         self._pending.append(("copy", src_core, dst_core, len(self._desc_bufs) - 1))
         self._count["copied"] += pieces * chunk
         self._count["copy_steps"] += 1
@@ -369,6 +379,7 @@ class ImageBuilder:
                                      "unpacked", "dev_read", "dev_written", "copied",
                                      "copy_steps"), 0)
         self._desc_bufs: list[np.ndarray] = []
+        self._copy_at_zero: dict[tuple[int, int, int], np.ndarray] = {}
         self._pending: list[tuple] = []
         n = self._count
         for st in progress(self.steps, "laying out the program image"):

@@ -22,6 +22,7 @@ broadcast tensor itself triggers its (host) lowering.
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import numpy as np
@@ -108,7 +109,7 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
     def _deferred(self, node: Node, users: Mapping[int, list[Node]]) -> bool:
         """A broadcast of a run-time value waits until someone needs its tensor."""
         return node.op is Op.BROADCAST_IN_DIM and node.out not in self.graph.outputs and \
-            int(np.prod(node.inputs[0].type.shape, dtype=np.int64)) != node.out.type.size
+            math.prod(node.inputs[0].type.shape) != node.out.type.size
 
     def lower(self, node: Node) -> None:
         if node.out.id in self.done:

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import Op
+from ..weight_timing import timed
 from .compile_cache import memo_of_array
 from .fp16_range import INPUT_BOUND, extremes
 
@@ -176,9 +177,12 @@ def _b_dot(n: Node, ctx: BoundCtx) -> float:
 
 
 def _max_l1(w: np.ndarray, rc: tuple[int, ...]) -> float:
-    w = np.array(w, np.float64)         # a copy of its own: made absolute in place
-    np.abs(w, out=w)
-    return float(np.max(np.sum(w, axis=rc))) if w.size else 0.0
+    # a read of the weight's bytes: weight work (weight_timing "scan")
+    with timed("scan") as scanned:
+        scanned[0] = w.nbytes
+        w = np.array(w, np.float64)         # a copy of its own: made absolute in place
+        np.abs(w, out=w)
+        return float(np.max(np.sum(w, axis=rc))) if w.size else 0.0
 
 
 def _b_conv(n: Node, ctx: BoundCtx) -> float:
@@ -186,11 +190,14 @@ def _b_conv(n: Node, ctx: BoundCtx) -> float:
     wc = ctx.const(w)
     if wc is None:
         return INF
-    wc = np.abs(np.asarray(wc, np.float64))
-    if wc.size == 0:
-        return 0.0
-    # rhs is [O, I/groups, *K]: one output channel's L1 norm over its inputs and taps
-    return ctx.of(x) * float(np.max(wc.reshape(wc.shape[0], -1).sum(axis=1)))
+    with timed("scan") as scanned:      # weight work, as _max_l1
+        scanned[0] = np.asarray(wc).nbytes
+        wc = np.abs(np.asarray(wc, np.float64))
+        if wc.size == 0:
+            return 0.0
+        # rhs is [O, I/groups, *K]: one output channel's L1 norm over its inputs and taps
+        l1 = float(np.max(wc.reshape(wc.shape[0], -1).sum(axis=1)))
+    return ctx.of(x) * l1
 
 
 BOUND_RULES: dict[Op, Callable[[Node, BoundCtx], float]] = {
@@ -252,7 +259,7 @@ def row_factor(n: Node, c: Value, producers: Mapping[int, Node]) -> Value | None
     if p is None or p.op is not Op.BROADCAST_IN_DIM:
         return None
     src = p.inputs[0]
-    rows = int(np.prod(c.type.shape[:-1], dtype=np.int64))
+    rows = math.prod(c.type.shape[:-1])      # exact ints (np.prod costs microseconds)
     if src.type.size != rows:
         return None
     dims = tuple(p.attrs["broadcast_dimensions"])

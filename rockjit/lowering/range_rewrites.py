@@ -12,6 +12,7 @@ from ..ir.graph import Graph, Node, Value
 from ..ir.ops import Op
 from ..ir.rules import infer_type
 from ..ir.types import DType, TensorType
+from ..weight_timing import timed
 from .fp16_range import FP16_MAX
 from .range_bounds import (INF, MAX_PRESCALE, ROW_TARGET, SQUARE_SAFE, T_MAX_LOG2, T_MIN_LOG2,
                            _through, absmax, is_square, last_axis_sum, row_factor)
@@ -367,8 +368,10 @@ def rewrite_matmul_inputs(graph: Graph, consts: Mapping[int, np.ndarray],
         if id(n) in redo:
             v2, shift = redo[id(n)]
             w = n.inputs[1]
-            wv = (np.asarray(consts[w.id], np.float64) * 2.0 ** shift).astype(
-                w.type.dtype.to_numpy())
+            with timed("fold") as folded:       # the weight prescaled: weight work
+                wv = (np.asarray(consts[w.id], np.float64) * 2.0 ** shift).astype(
+                    w.type.dtype.to_numpy())
+                folded[0] = wv.nbytes
             w2 = ed.node(out_nodes, Op.CONSTANT, (), {"value": wv}, w.type, n.loc)
             ed.node(out_nodes, n.op, (v2, w2), dict(n.attrs), loc=n.loc, result=n.out)
             continue
@@ -399,8 +402,12 @@ def _uniform_scale(v: Value, consts: Mapping[int, np.ndarray]) -> float | None:
     c = consts.get(v.id)
     if c is None or c.size == 0:
         return None
-    first = float(np.asarray(c).flat[0])
-    if not (math.isfinite(first) and first > 0.0) or np.any(np.asarray(c) != first):
+    a = np.asarray(c)
+    # a broadcast constant (a scalar scale over [B, H, S, S]) repeats along its 0-stride axes
+    a = a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)] if a.ndim else a
+    first = float(a.flat[0])
+    # the last element first: a table (a rotary cos/sin) differs there, without a full scan
+    if not (math.isfinite(first) and first > 0.0) or a.flat[-1] != first or np.any(a != first):
         return None
     return first
 

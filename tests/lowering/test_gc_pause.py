@@ -33,3 +33,33 @@ def test_a_disabled_collector_stays_disabled() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self          # a reference cycle: only the cyclic collector frees it
+
+
+def test_survivors_skip_the_young_generations_and_cycles_are_still_collected() -> None:
+    import weakref
+
+    made = gc_paused(lambda: [_Node() for _ in range(3)])()
+    young = {id(o) for o in gc.get_objects(0)} | {id(o) for o in gc.get_objects(1)}
+    assert not any(id(n) in young for n in made)
+    assert any(o is made[0] for o in gc.get_objects(2))
+    ref = weakref.ref(made[0])
+    del made
+    assert ref() is not None    # a cycle: reference counting alone does not free it
+    gc.collect()
+    assert ref() is None
+
+
+def test_objects_the_process_froze_stay_frozen() -> None:
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        gc_paused(lambda: [_Node() for _ in range(3)])()
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -9,7 +9,8 @@ import pytest
 
 from rockjit.ir.reference import convert_array
 from rockjit.ir.types import DType, TensorType
-from rockjit.lowering.host_rules import (DESC_BYTES, DESC_DTYPE, DTYPE_CODES, HOST_KINDS, MAGIC,
+from rockjit.lowering.host_descriptor import MAGIC
+from rockjit.lowering.host_rules import (DESC_BYTES, DESC_DTYPE, DTYPE_CODES, HOST_KINDS,
                                          HostView, encode_descriptor)
 from rockjit.runtime._ffi import ffi, lib
 from rockjit.runtime.errors import AddressError, ProgramError

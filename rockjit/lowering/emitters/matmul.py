@@ -28,7 +28,7 @@ import numpy as np
 
 from ...ir.types import DType
 from ...weight_timing import timed
-from ..compile_cache import compile_scope_memo
+from ..compile_cache import compile_scope_memo, memoized
 from ..layouts import (CubeLayout, WeightLayout, matrix_feature_layout, matrix_output_layout,
                        pack_matrix, unpack_matrix, weight_layout)
 from ..profile import ChipProfile
@@ -197,6 +197,7 @@ def _matmul_shape(m_pad: int, k_pad: int, n_pad: int, in_dtype: DType, out_dtype
                      m_pad, 1, row_align=profile.row_align)
 
 
+@memoized     # a pure function of plain arguments; the layers ask it again (compile_cache.py)
 def plan_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType, profile: ChipProfile,
                 *, out_channel_align: int | None = None, single_k: bool = False,
                 max_m: int | None = None, max_k: int | None = None,
@@ -438,13 +439,15 @@ def _epilogue(ep: MatmulEpilogue | None, plan: ConvPlan, lay: MatmulLayouts, n: 
     full[:n] = bias
     cube_dtype = DType.F32 if plan.k_steps > 1 else out_dtype
     blobs, offs, pos = [], {}, 0
-    for rows in sorted({r.out_rows for r in plan.rows}):
-        cube = matrix_output_layout(profile, in_dtype, cube_dtype, rows, lay.n_pad)
-        mat = np.broadcast_to(full.astype(cube_dtype.to_numpy()), (rows, lay.n_pad))
-        blob = pack_matrix(cube, mat)       # a broadcast view: pack reads it in place
-        offs[rows] = pos
-        blobs.append(blob)
-        pos += round_up(blob.size, 64)
+    with timed("pack") as packed:           # the bias bytes, packed: weight work
+        for rows in sorted({r.out_rows for r in plan.rows}):
+            cube = matrix_output_layout(profile, in_dtype, cube_dtype, rows, lay.n_pad)
+            mat = np.broadcast_to(full.astype(cube_dtype.to_numpy()), (rows, lay.n_pad))
+            blob = pack_matrix(cube, mat)       # a broadcast view: pack reads it in place
+            offs[rows] = pos
+            blobs.append(blob)
+            pos += round_up(blob.size, 64)
+        packed[0] = pos
     c2 = cube.c2
     short = [r.out_rows for r in plan.rows if r.out_rows < profile.ew_min_positions]
     if short and lay.n_pad > c2:

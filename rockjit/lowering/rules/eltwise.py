@@ -67,7 +67,10 @@ def _flat_layout(form: CubeForm) -> CubeLayout | None:
 
 
 def _scalar(c: np.ndarray) -> float | None:
-    flat = np.asarray(c).reshape(-1)
+    a = np.asarray(c)
+    # a broadcast constant repeats along its 0-stride axes: one copy of them is scanned
+    a = a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)] if a.ndim else a
+    flat = a.reshape(-1)
     if flat.size and np.all(flat == flat[0]):
         return float(flat[0])
     return None
