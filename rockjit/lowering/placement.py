@@ -54,6 +54,8 @@ class CoreChoice:
     rule_cores: int                 # the fixed rule's (round-robin over every core)
     modelled_ms: dict[int, float]   # cores -> modelled ms of the step with its copies
     copy_bytes: dict[int, int]      # cores -> host bytes copied between contexts
+    # each job's core (resident_placement.py); empty: round-robin over ``cores``
+    assignment: tuple[int, ...] = ()
 
     @property
     def agrees(self) -> bool:

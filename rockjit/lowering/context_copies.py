@@ -1,0 +1,148 @@
+"""The cross-context copies of a program image, in step order (ImageBuilder._walk_steps).
+
+Every used context has its own mirror of the arena (rocket: one IOVA space per fd). By default
+the copies follow residency (residency_copies.py): before an NPU step, a job's context gets only
+the bytes of the runs its DMA reads that it does not hold, from a context that does; nothing
+is copied back. A host step reads an operand in a context holding it whole (the CPU maps every
+context's arena) and writes where its output slice is current; the outputs end in context 0,
+where the runtime reads them. ``ROCKJIT_EAGER_COPIES`` restores the old scheme: every run a
+step's jobs on contexts > 0 read is copied in from context 0 and every run they write back.
+
+A merged step (coalesce.py) is walked part by part in its unmerged order, so a part's reads of
+bytes an earlier part wrote in the same context need no copy; coalesce never merges a step
+that reads bytes another context wrote inside the merged step, so every copy a part needs can
+run before the whole merged step.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from .lowered import Boundary
+from .op_lowering import HostStep
+from .residency_copies import ContextResidency, Run, grain_of
+from .schedule import ScheduledStep
+
+if TYPE_CHECKING:
+    from .image_builder import ImageBuilder
+
+
+def boundary_run(b: "ImageBuilder", bd: Boundary) -> Run | None:
+    """The arena bytes of a graph input or output (None: not in the arena)."""
+    bo, base = b._where(bd.tensor.buf)
+    nb = bd.tensor.nbytes
+    return (base + bd.tensor.offset, 1, nb, nb) if bo == b.arena_c[0] and nb else None
+
+
+def host_runs(b: "ImageBuilder", ci: int, hs: HostStep) -> list[tuple[str, Run]]:
+    """A host step's arena operands as (operand, contiguous run), its output last."""
+    names = b._names[ci]
+    out = []
+    for opname in sorted(hs.operands, key=lambda o: o == "dst"):
+        sl = hs.operands[opname]
+        bo, base = names[sl.buffer]
+        if bo == b.arena_c[0] and sl.nbytes > 0:
+            out.append((opname, (base + sl.offset, 1, sl.nbytes, sl.nbytes)))
+    return out
+
+
+class ResidencyWalk:
+    """The residency of the arena while the image builder walks the steps; ``bring`` and
+    ``host_contexts`` ask the builder for the copies they need (``_cross_context_copy``)."""
+
+    def __init__(self, b: "ImageBuilder") -> None:
+        self.b = b
+        inputs = {bd.tensor.buf for bd in b.lowered.inputs}
+        # per unmerged step, the buffers whose live interval begins there: their bytes' old
+        # values are dead (pinned buffers, zero tails and inputs never are)
+        self.births: dict[int, list[tuple[int, int]]] = {}
+        for bf in b.bufs:
+            if bf.kind == "arena" and not bf.pinned and not bf.zero and bf.id not in inputs:
+                lo = b.plan.offsets[bf.id]
+                self.births.setdefault(bf.first, []).append((lo, lo + bf.size))
+        boundary = [r for bd in (*b.lowered.inputs, *b.lowered.outputs)
+                    if (r := boundary_run(b, bd)) is not None]
+        runs = [r for st in b.steps for jr in st.jobs for which in "rw"
+                for r in b._ranges(jr, which)]
+        runs += [r for st in b.steps if st.kind != "npu" for _, r in host_runs(b, *st.host)]
+        grain = grain_of([v for lo, pieces, pitch, chunk in runs + boundary
+                          for v in (lo, chunk, pitch if pieces > 1 else 0)]
+                         + [v for bs in self.births.values() for lohi in bs for v in lohi])
+        self.res = ContextResidency(b.arena_bytes, b.used, grain)
+        for bd in b.lowered.inputs:
+            if (run := boundary_run(b, bd)) is not None:
+                self.res.write(run, 0)
+        self._live = iter(enumerate(b._live_steps))
+
+    def _parts(self, st: ScheduledStep) -> Iterator[tuple[int, ScheduledStep]]:
+        """The unmerged steps (index, step) a step of the walk is made of."""
+        if st.kind != "npu":
+            li, part = next(self._live)
+            assert part.kind == "host" and part.host[1] is st.host[1], (li, part.kind)
+            yield li, part
+            return
+        njobs = 0
+        while njobs < len(st.jobs):
+            li, part = next(self._live)
+            assert part.kind == "npu", li
+            njobs += len(part.jobs)
+            yield li, part
+        assert njobs == len(st.jobs)
+
+    def _born(self, li: int) -> None:
+        for lo, hi in self.births.get(li, ()):
+            self.res.reset(lo, hi)
+
+    def bring(self, run: Run, ctx: int) -> None:
+        for src, r in self.res.bring(run, ctx):
+            self.b._cross_context_copy(src, ctx, r)
+
+    def npu_step(self, st: ScheduledStep) -> None:
+        """The copies before an NPU step (its jobs are independent within each part: every
+        read of a part is brought in before any of its jobs' writes is recorded)."""
+        for li, part in self._parts(st):
+            self._born(li)
+            for jr in part.jobs:
+                for run in dict.fromkeys(self.b._ranges(jr, "r")):
+                    self.bring(run, jr.core)
+            for jr in part.jobs:
+                for run in self.b._ranges(jr, "w"):
+                    self.res.write(run, jr.core)
+
+    def host_contexts(self, st: ScheduledStep) -> dict[str, int]:
+        """The context whose arena each arena operand of a host step uses. An input is read
+        where it is current as a whole (context 0 first); one current nowhere as a whole is
+        brought into context 0 first. The output ("dst") is written into a context holding
+        all of its slice (so the bytes of the slice the step does not write stay current),
+        else into context 0 after bringing the slice there."""
+        for li, _ in self._parts(st):
+            self._born(li)
+        ci, hs = st.host
+        where: dict[str, int] = {}
+        for opname, run in host_runs(self.b, ci, hs):
+            ctx = self.res.holder(run)
+            if ctx is None:
+                self.bring(run, 0)
+                ctx = 0
+            where[opname] = ctx
+            if opname == "dst":
+                self.res.write(run, ctx)
+        return where
+
+    def finish(self) -> None:
+        """The runtime reads the outputs from context 0."""
+        for bd in self.b.lowered.outputs:
+            if (run := boundary_run(self.b, bd)) is not None:
+                self.bring(run, 0)
+
+
+def eager_copies(b: "ImageBuilder", st: ScheduledStep) -> tuple[list, list]:
+    """ROCKJIT_EAGER_COPIES: (copies in, copies back) around an NPU step as (source, target,
+    run); context 0 holds every value between steps."""
+    ins: dict[int, list] = {}
+    outs: dict[int, list] = {}
+    for jr in st.jobs:
+        if jr.core:
+            ins.setdefault(jr.core, []).extend(b._ranges(jr, "r"))
+            outs.setdefault(jr.core, []).extend(b._ranges(jr, "w"))
+    return ([(0, c, run) for c, rs in sorted(ins.items()) for run in dict.fromkeys(rs)],
+            [(c, 0, run) for c, rs in sorted(outs.items()) for run in dict.fromkeys(rs)])
