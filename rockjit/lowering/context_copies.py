@@ -61,8 +61,10 @@ class ResidencyWalk:
                 self.births.setdefault(bf.first, []).append((lo, lo + bf.size))
         boundary = [r for bd in (*b.lowered.inputs, *b.lowered.outputs)
                     if (r := boundary_run(b, bd)) is not None]
-        runs = [r for st in b.steps for jr in st.jobs for which in "rw"
-                for r in b._ranges(jr, which)]
+        # each job's (reads, writes), asked of the builder once
+        self.ranges = {id(jr): (b._ranges(jr, "r"), b._ranges(jr, "w"))
+                       for st in b.steps for jr in st.jobs}
+        runs = [r for rw in self.ranges.values() for rs in rw for r in rs]
         runs += [r for st in b.steps if st.kind != "npu" for _, r in host_runs(b, *st.host)]
         grain = grain_of([v for lo, pieces, pitch, chunk in runs + boundary
                           for v in (lo, chunk, pitch if pieces > 1 else 0)]
@@ -102,10 +104,10 @@ class ResidencyWalk:
         for li, part in self._parts(st):
             self._born(li)
             for jr in part.jobs:
-                for run in dict.fromkeys(self.b._ranges(jr, "r")):
+                for run in dict.fromkeys(self.ranges[id(jr)][0]):
                     self.bring(run, jr.core)
             for jr in part.jobs:
-                for run in self.b._ranges(jr, "w"):
+                for run in self.ranges[id(jr)][1]:
                     self.res.write(run, jr.core)
 
     def host_contexts(self, st: ScheduledStep) -> dict[str, int]:

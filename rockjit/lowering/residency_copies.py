@@ -41,7 +41,7 @@ class ContextResidency:
 
     # ----------------------------------------------------------------- views
     def _cells(self, run: Run) -> Run:
-        lo, pieces, pitch, chunk = (int(x) for x in run)
+        lo, pieces, pitch, chunk = map(int, run)
         if pieces <= 1:
             pitch = chunk
         g = self.grain
@@ -58,6 +58,8 @@ class ContextResidency:
 
     def _view(self, run: Run) -> np.ndarray:
         lo, pieces, pitch, chunk = self._cells(run)
+        if lo + pieces * pitch <= self.mask.size:   # a plain slice: as_strided costs ~10 us
+            return self.mask[lo:lo + pieces * pitch].reshape(pieces, pitch)[:, :chunk]
         return as_strided(self.mask[lo:], (pieces, chunk), (pitch, 1), writeable=True)
 
     # ----------------------------------------------------------------- updates
@@ -79,14 +81,21 @@ class ContextResidency:
                 return c
         return None
 
-    def missing(self, run: Run, ctx: int) -> int:
-        """Bytes of the run whose current value ``ctx`` does not hold (what ``bring`` would
-        copy), without recording anything."""
+    def missing(self, run: Run, contexts: Sequence[int]) -> list[int]:
+        """Per context, the bytes of the run whose current value it does not hold (what
+        ``bring`` would copy), without recording anything."""
         v = self._view(run)
-        bit = np.uint8(1 << ctx)
-        if int(np.bitwise_and.reduce(v, axis=None)) & bit:
-            return 0
-        return int(np.count_nonzero((v & bit) == 0)) * self.grain
+        common = int(np.bitwise_and.reduce(v, axis=None))
+        some = int(np.bitwise_or.reduce(v, axis=None))
+        out = []
+        for c in contexts:
+            if common & (1 << c):
+                out.append(0)
+            elif not some & (1 << c):
+                out.append(v.size * self.grain)
+            else:
+                out.append(int(np.count_nonzero((v & np.uint8(1 << c)) == 0)) * self.grain)
+        return out
 
     def bring(self, run: Run, ctx: int) -> list[tuple[int, Run]]:
         """The copies (source context, run) that make every byte of ``run`` current in

@@ -56,9 +56,9 @@ class BufferResidency:
                                                    self.grain)
         return res, (run[0] & ((1 << _SHIFT) - 1), *run[1:])
 
-    def missing(self, run: Run, ctx: int) -> int:
+    def missing(self, run: Run, contexts: Sequence[int]) -> list[int]:
         res, r = self._at(run)
-        return res.missing(r, ctx)
+        return res.missing(r, contexts)
 
     def bring(self, run: Run, ctx: int) -> None:
         res, r = self._at(run)
@@ -105,8 +105,9 @@ class ResidentPlacement:
         return 0
 
     def _assign(self, jobs: Sequence[StepJob], k: int, times: list[float],
-                balance: bool = True) -> tuple[list[int], list[int]]:
-        """(core per job, copied bytes per core) for ``k`` cores."""
+                miss: dict[Run, list[int]], balance: bool = True) -> tuple[list[int], list[int]]:
+        """(core per job, copied bytes per core) for ``k`` cores; ``miss``: per read run, the
+        bytes each core lacks (the state does not change while a step is decided)."""
         n = len(jobs)
         cap = sum(times) / k + max(times) / 2 if balance else float("inf")
         load = [0.0] * k
@@ -117,8 +118,7 @@ class ResidentPlacement:
             block = i * k // n if balance else 0
             need = []
             for c in range(k):
-                nb = sum(self.res.missing(r, c) for r in dict.fromkeys(sj.reads)
-                         if r not in brought[c])
+                nb = sum(miss[r][c] for r in dict.fromkeys(sj.reads) if r not in brought[c])
                 if c:
                     nb += sum(self._back(w) for w in sj.writes)
                 need.append(nb)
@@ -137,17 +137,20 @@ class ResidentPlacement:
         top = max(1, min(cores, len(jobs)))
         choice = None
         assign = [0] * len(jobs)
+        ctxs = range(cores)
+        miss = {r: self.res.missing(r, ctxs) for sj in jobs for r in sj.reads} \
+            if cores > 1 else {}
         if len(jobs) == 1 and cores > 1:
             # one job costs the same on any core: it goes where its data is (context 0 on
             # a tie); coalesce runs such neighbours side by side
-            assign = [self._assign(jobs, cores, [1.0] * cores, balance=False)[0][0]]
+            assign = [self._assign(jobs, cores, [1.0], miss, balance=False)[0][0]]
         elif top > 1:
             times = [_step_ms(sj.jobs, (), self.c) for sj in jobs]
             ms: dict[int, float] = {}
             nbytes: dict[int, int] = {}
             options: dict[int, list[int]] = {}
             for k in range(1, top + 1):
-                options[k], copied = self._assign(jobs, k, times)
+                options[k], copied = self._assign(jobs, k, times, miss)
                 cj = [replace(j, core=c) for sj, c in zip(jobs, options[k]) for j in sj.jobs]
                 ms[k] = _step_ms(cj, copied, self.c)
                 nbytes[k] = sum(copied)
@@ -156,7 +159,8 @@ class ResidentPlacement:
             choice = CoreChoice(step, label, len(jobs), best, top, ms, nbytes, tuple(assign))
         for sj, c in zip(jobs, assign):
             for r in dict.fromkeys(sj.reads):
-                self.res.bring(r, c)
+                if r not in miss or miss[r][c]:     # a run found current stays current
+                    self.res.bring(r, c)
         for sj, c in zip(jobs, assign):
             for w in sj.writes:
                 self.res.write(w, c)

@@ -52,6 +52,9 @@ class _Mirrors:
         self.res.write(run, ctx)
 
     def read(self, run, ctx: int) -> list:
+        b = _bytes(run)
+        stale = int(np.count_nonzero(self.arena[ctx][b] != self.truth[b]))
+        assert self.res.missing(run, [ctx]) == [stale], (run, ctx)   # what placement prices
         copies = self.res.bring(run, ctx)
         for src, r in copies:
             assert src != ctx
