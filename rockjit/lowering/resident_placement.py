@@ -42,35 +42,63 @@ _SLACK = 4096   # an emitter may read a padded span past its tensor (image_build
 
 
 class BufferResidency:
-    """ContextResidency per lowered buffer, over runs in the unplaced space."""
+    """Which contexts hold each lowered buffer's current bytes, over runs in the unplaced
+    space. A buffer written whole by one context (most are) is one set of contexts, kept as
+    an int; a ContextResidency is made for it only when a run covers part of it."""
 
     def __init__(self, sizes: dict[int, int], contexts: Sequence[int], grain: int) -> None:
         self.sizes, self.contexts, self.grain = sizes, list(contexts), grain
+        self.all = sum(1 << c for c in self.contexts)
+        self.uniform: dict[int, int] = {}
         self.per: dict[int, ContextResidency] = {}
 
-    def _at(self, run: Run) -> tuple[ContextResidency, Run]:
+    def _split(self, run: Run) -> tuple[int, Run, bool]:
+        """(buffer, the run inside it, whether it covers the whole buffer)."""
         bid = (run[0] >> _SHIFT) - 1
+        lo, pieces, pitch, chunk = run[0] & ((1 << _SHIFT) - 1), run[1], run[2], run[3]
+        whole = lo == 0 and (pieces <= 1 or pitch == chunk) and pieces * chunk >= self.sizes[bid]
+        return bid, (lo, pieces, pitch, chunk), whole
+
+    def _res(self, bid: int) -> ContextResidency:
         res = self.per.get(bid)
         if res is None:
             res = self.per[bid] = ContextResidency(self.sizes[bid] + _SLACK, self.contexts,
                                                    self.grain)
-        return res, (run[0] & ((1 << _SHIFT) - 1), *run[1:])
+            res.mask[:] = self.uniform.pop(bid, self.all)
+        return res
 
     def missing(self, run: Run, contexts: Sequence[int]) -> list[int]:
-        res, r = self._at(run)
-        return res.missing(r, contexts)
+        bid, r, _ = self._split(run)
+        if bid not in self.per:
+            u = self.uniform.get(bid, self.all)
+            return [0 if u >> c & 1 else r[1] * r[3] for c in contexts]
+        return self.per[bid].missing(r, contexts)
 
     def bring(self, run: Run, ctx: int) -> None:
-        res, r = self._at(run)
-        res.bring(r, ctx)
+        bid, r, whole = self._split(run)
+        if bid not in self.per:
+            u = self.uniform.get(bid, self.all)
+            if u >> ctx & 1:
+                return
+            if whole:
+                self.uniform[bid] = u | 1 << ctx
+                return
+        self._res(bid).bring(r, ctx)
 
     def write(self, run: Run, ctx: int) -> None:
-        res, r = self._at(run)
-        res.write(r, ctx)
+        bid, r, whole = self._split(run)
+        if whole:
+            self.per.pop(bid, None)
+            self.uniform[bid] = 1 << ctx
+            return
+        self._res(bid).write(r, ctx)
 
     def holder(self, run: Run) -> int | None:
-        res, r = self._at(run)
-        return res.holder(r)
+        bid, r, _ = self._split(run)
+        if bid not in self.per:
+            u = self.uniform.get(bid, self.all)
+            return next((c for c in self.contexts if u >> c & 1), None)
+        return self.per[bid].holder(r)
 
 
 def _span(run: Run) -> tuple[int, int]:
@@ -105,9 +133,11 @@ class ResidentPlacement:
         return 0
 
     def _assign(self, jobs: Sequence[StepJob], k: int, times: list[float],
-                miss: dict[Run, list[int]], balance: bool = True) -> tuple[list[int], list[int]]:
+                miss: dict[Run, list[int]], back: list[int], balance: bool = True
+                ) -> tuple[list[int], list[int]]:
         """(core per job, copied bytes per core) for ``k`` cores; ``miss``: per read run, the
-        bytes each core lacks (the state does not change while a step is decided)."""
+        bytes each core lacks (the state does not change while a step is decided); ``back``:
+        per job, the bytes its writes on a core > 0 will cost later (``_back``)."""
         n = len(jobs)
         cap = sum(times) / k + max(times) / 2 if balance else float("inf")
         load = [0.0] * k
@@ -116,12 +146,9 @@ class ResidentPlacement:
         cores: list[int] = []
         for i, sj in enumerate(jobs):
             block = i * k // n if balance else 0
-            need = []
-            for c in range(k):
-                nb = sum(miss[r][c] for r in dict.fromkeys(sj.reads) if r not in brought[c])
-                if c:
-                    nb += sum(self._back(w) for w in sj.writes)
-                need.append(nb)
+            reads = [(r, miss[r]) for r in dict.fromkeys(sj.reads)]
+            need = [sum(m[c] for r, m in reads if r not in brought[c]) + (back[i] if c else 0)
+                    for c in range(k)]
             fits = [c for c in range(k) if load[c] + times[i] <= cap] or list(range(k))
             best = min(fits, key=lambda c: (need[c], c != block, load[c], c))
             cores.append(best)
@@ -140,17 +167,18 @@ class ResidentPlacement:
         ctxs = range(cores)
         miss = {r: self.res.missing(r, ctxs) for sj in jobs for r in sj.reads} \
             if cores > 1 else {}
+        back = [sum(self._back(w) for w in sj.writes) for sj in jobs] if cores > 1 else []
         if len(jobs) == 1 and cores > 1:
             # one job costs the same on any core: it goes where its data is (context 0 on
             # a tie); coalesce runs such neighbours side by side
-            assign = [self._assign(jobs, cores, [1.0], miss, balance=False)[0][0]]
+            assign = [self._assign(jobs, cores, [1.0], miss, back, balance=False)[0][0]]
         elif top > 1:
             times = [_step_ms(sj.jobs, (), self.c) for sj in jobs]
             ms: dict[int, float] = {}
             nbytes: dict[int, int] = {}
             options: dict[int, list[int]] = {}
             for k in range(1, top + 1):
-                options[k], copied = self._assign(jobs, k, times, miss)
+                options[k], copied = self._assign(jobs, k, times, miss, back)
                 cj = [replace(j, core=c) for sj, c in zip(jobs, options[k]) for j in sj.jobs]
                 ms[k] = _step_ms(cj, copied, self.c)
                 nbytes[k] = sum(copied)
@@ -178,7 +206,9 @@ class ResidentPlacement:
 
 
 def _step_jobs(b: "ImageBuilder", st: ScheduledStep) -> list[StepJob]:
-    return [StepJob(tuple(cost_jobs(jr.job, 0, b.calls[jr.call].call.lowering.macs_per_task)),
+    """The step's jobs as placement sees them (a lone job's cost is never asked)."""
+    return [StepJob(tuple(cost_jobs(jr.job, 0, b.calls[jr.call].call.lowering.macs_per_task))
+                    if len(st.jobs) > 1 else (),
                     tuple(b._ranges(jr, "r", placed=False)),
                     tuple(b._ranges(jr, "w", placed=False))) for jr in st.jobs]
 
