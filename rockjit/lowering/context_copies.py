@@ -74,6 +74,7 @@ class ResidencyWalk:
             if (run := boundary_run(b, bd)) is not None:
                 self.res.write(run, 0)
         self._live = iter(enumerate(b._live_steps))
+        self._pending: list[tuple[int, int, Run]] = []
 
     def _parts(self, st: ScheduledStep) -> Iterator[tuple[int, ScheduledStep]]:
         """The unmerged steps (index, step) a step of the walk is made of."""
@@ -96,7 +97,32 @@ class ResidencyWalk:
 
     def bring(self, run: Run, ctx: int) -> None:
         for src, r in self.res.bring(run, ctx):
-            self.b._cross_context_copy(src, ctx, r)
+            self._queue(src, ctx, r)
+
+    def _queue(self, src: int, dst: int, run: Run) -> None:
+        """A copy joins the one queued just before it when it continues it (same contexts,
+        the next bytes or the next pieces at the same pitch): one host step, not two. Only
+        the last is merged, so the copies keep their order (a later one may read bytes an
+        earlier one brought)."""
+        if self._pending:
+            s, d, (lo, n, pitch, chunk) = self._pending[-1]
+            a, m, p2, c2 = run
+            contiguous = (n == 1 or pitch == chunk) and (m == 1 or p2 == c2)
+            if (s, d) == (src, dst):
+                if contiguous and a == lo + n * chunk:
+                    size = n * chunk + m * c2
+                    self._pending[-1] = (s, d, (lo, 1, size, size))
+                    return
+                if n > 1 and m >= 1 and c2 == chunk and (m == 1 or p2 == pitch) \
+                        and a == lo + n * pitch and pitch != chunk:
+                    self._pending[-1] = (s, d, (lo, n + m, pitch, chunk))
+                    return
+        self._pending.append((src, dst, run))
+
+    def _flush(self) -> None:
+        for src, dst, run in self._pending:
+            self.b._cross_context_copy(src, dst, run)
+        self._pending = []
 
     def npu_step(self, st: ScheduledStep) -> None:
         """The copies before an NPU step (its jobs are independent within each part: every
@@ -109,6 +135,7 @@ class ResidencyWalk:
             for jr in part.jobs:
                 for run in self.ranges[id(jr)][1]:
                     self.res.write(run, jr.core)
+        self._flush()
 
     def host_contexts(self, st: ScheduledStep) -> dict[str, int]:
         """The context whose arena each arena operand of a host step uses. An input is read
@@ -128,6 +155,7 @@ class ResidencyWalk:
             where[opname] = ctx
             if opname == "dst":
                 self.res.write(run, ctx)
+        self._flush()
         return where
 
     def finish(self) -> None:
@@ -135,6 +163,7 @@ class ResidencyWalk:
         for bd in self.b.lowered.outputs:
             if (run := boundary_run(self.b, bd)) is not None:
                 self.bring(run, 0)
+        self._flush()
 
 
 def eager_copies(b: "ImageBuilder", st: ScheduledStep) -> tuple[list, list]:
