@@ -3,8 +3,8 @@ which the runtime loads (runtime/program.py: LoadedImage) and a bundle stores.
 
 ``ImageBuilder`` runs named steps, each filling the attributes the next ones read:
   * ``_schedule``: the calls in step order (schedule.py);
-  * ``_assign_contexts``: how many contexts (cores) each NPU step uses, by modelled cost
-    (placement.py), its jobs dealt round-robin over them;
+  * ``_assign_contexts``: each NPU job's context (core), by modelled cost with the copies
+    residency tracking will make (resident_placement.py);
   * ``_coalesce``: independent host steps hoisted and adjacent context-0 NPU steps merged
     (coalesce.py);
   * ``_liveness`` + ``_plan_arena``: each arena buffer's live interval in steps, the arena

@@ -1,9 +1,11 @@
-"""Core placement: how many cores an NPU step's independent jobs use, by modelled cost.
+"""Core placement under the eager copies (ROCKJIT_EAGER_COPIES; by default placement follows
+the residency-tracked copies, resident_placement.py, which reuses ``CoreChoice``): how many
+cores an NPU step's independent jobs use, by modelled cost.
 
 The jobs of one step may run side by side on the device's cores, but a core other than 0 is
-its own context (rocket: one fd, one IOVA space) with a mirror of the arena, so every arena run
-its jobs' DMA reads is copied in by the host before the step and every run they write is copied
-back after it (image_builder._walk_steps). For each step with more than one job this module
+its own context (rocket: one fd, one IOVA space) with a mirror of the arena; in the eager scheme
+every arena run its jobs' DMA reads is copied in by the host before the step and every run they
+write is copied back after it (context_copies.eager_copies). For each step with more than one job this module
 models, with ``rockjit.cost`` (calibrated constants, the model's default clock), the step dealt
 round-robin over k = 1 .. min(cores, jobs) cores:
 
