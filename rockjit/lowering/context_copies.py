@@ -49,7 +49,9 @@ class ResidencyWalk:
     """The residency of the arena while the image builder walks the steps; ``bring`` and
     ``host_contexts`` ask the builder for the copies they need (``_cross_context_copy``)."""
 
-    def __init__(self, b: "ImageBuilder") -> None:
+    def __init__(self, b: "ImageBuilder", unplaced: dict | None = None) -> None:
+        """``unplaced``: each job's (reads, writes) before the arena plan, by ``id`` of its
+        JobRef (resident_placement.place), moved to the planned offsets here."""
         self.b = b
         inputs = {bd.tensor.buf for bd in b.lowered.inputs}
         # per unmerged step, the buffers whose live interval begins there: their bytes' old
@@ -62,7 +64,14 @@ class ResidencyWalk:
         boundary = [r for bd in (*b.lowered.inputs, *b.lowered.outputs)
                     if (r := boundary_run(b, bd)) is not None]
         # each job's (reads, writes), asked of the builder once
-        self.ranges = {id(jr): (b._ranges(jr, "r"), b._ranges(jr, "w"))
+        offs, low = b.plan.offsets, (1 << 40) - 1
+
+        def placed(rs):
+            return [(offs[(r[0] >> 40) - 1] + (r[0] & low), *r[1:]) for r in rs]
+
+        unplaced = unplaced or {}
+        self.ranges = {id(jr): (placed(unplaced[id(jr)][0]), placed(unplaced[id(jr)][1]))
+                       if id(jr) in unplaced else (b._ranges(jr, "r"), b._ranges(jr, "w"))
                        for st in b.steps for jr in st.jobs}
         runs = [r for rw in self.ranges.values() for rs in rw for r in rs]
         runs += [r for st in b.steps if st.kind != "npu" for _, r in host_runs(b, *st.host)]

@@ -146,6 +146,7 @@ class ImageBuilder:
         space, so every BO a job touches must live in the job's context."""
         self.ncores = max(1, min(self.cores, contexts if contexts is not None else self.cores))
         self._host_scratch: set[tuple[int, str]] = set()
+        self._private_of: dict[tuple[int, str], bool] = {}
         for st in self.steps:
             if st.kind == "host":
                 ci, hs = st.host
@@ -154,8 +155,10 @@ class ImageBuilder:
         if self.ncores > 1:
             # by the copies residency tracking makes (resident_placement.py), or placement.py's
             # eager model with ROCKJIT_EAGER_COPIES
-            self.core_choices = place(self, debugflags.enabled(debugflags.EAGER_COPIES.name))
+            self.core_choices, self._job_runs = place(
+                self, debugflags.enabled(debugflags.EAGER_COPIES.name))
         else:
+            self._job_runs = {}
             for st in self.steps:
                 for jr in st.jobs:
                     jr.core = 0
@@ -313,12 +316,13 @@ class ImageBuilder:
         in its context. Scratch a host step of the call touches is shared with context 0,
         where host steps run: the im2col cube of a patchify, the packed B of a run-time
         matmul, K partials the host sums. It moves like any other tensor."""
-        sp = self._spec(ci, name)
-        if sp is None:
-            return False
-        if sp.role == "scratch":
-            return (ci, name) not in self._host_scratch
-        return sp.role in ("regcmd", "const")
+        hit = self._private_of.get((ci, name))
+        if hit is None:
+            sp = self._spec(ci, name)
+            hit = self._private_of[(ci, name)] = sp is not None and (
+                (ci, name) not in self._host_scratch if sp.role == "scratch"
+                else sp.role in ("regcmd", "const"))
+        return hit
 
     def _ranges(self, jr: JobRef, which: str, placed: bool = True) -> list[tuple[int, int, int, int]]:
         """The arena bytes a job's DMA reads or writes, as (start, pieces, pitch, chunk)
@@ -364,7 +368,8 @@ class ImageBuilder:
         self._pending: list[tuple] = []
         n = self._count
         eager = debugflags.enabled(debugflags.EAGER_COPIES.name)
-        walk = None if eager else ResidencyWalk(self)
+        # one context: nothing to copy
+        walk = None if eager or self.used == [0] else ResidencyWalk(self, self._job_runs)
         for st in progress(self.steps, "laying out the program image"):
             if st.kind != "npu":
                 ci, hs = st.host

@@ -16,7 +16,6 @@ copied.
 """
 from __future__ import annotations
 
-import math
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -38,6 +37,7 @@ class ContextResidency:
         self.grain = max(1, int(grain))
         self.all = np.uint8(sum(1 << c for c in self.contexts))
         self.mask = np.full(-(-int(nbytes) // self.grain), self.all, np.uint8)
+        self._views: dict[Run, np.ndarray] = {}
 
     # ----------------------------------------------------------------- views
     def _cells(self, run: Run) -> Run:
@@ -57,10 +57,17 @@ class ContextResidency:
         return lo // g, pieces, pitch // g, chunk // g
 
     def _view(self, run: Run) -> np.ndarray:
-        lo, pieces, pitch, chunk = self._cells(run)
-        if lo + pieces * pitch <= self.mask.size:   # a plain slice: as_strided costs ~10 us
-            return self.mask[lo:lo + pieces * pitch].reshape(pieces, pitch)[:, :chunk]
-        return as_strided(self.mask[lo:], (pieces, chunk), (pitch, 1), writeable=True)
+        # a whole model asks ~10^5 times for a few 10^4 runs (the arena's offsets repeat
+        # layer after layer); the mask is never reallocated, so a view stays valid
+        v = self._views.get(run)
+        if v is None:
+            lo, pieces, pitch, chunk = self._cells(run)
+            if lo + pieces * pitch <= self.mask.size:   # a plain slice: as_strided ~10 us
+                v = self.mask[lo:lo + pieces * pitch].reshape(pieces, pitch)[:, :chunk]
+            else:
+                v = as_strided(self.mask[lo:], (pieces, chunk), (pitch, 1), writeable=True)
+            self._views[run] = v
+        return v
 
     # ----------------------------------------------------------------- updates
     def reset(self, lo: int, hi: int) -> None:
@@ -143,12 +150,8 @@ class ContextResidency:
 
 def grain_of(values: Iterable[int]) -> int:
     """The largest cell size dividing every value (run starts, pitches, chunks, bounds)."""
-    g = 0
-    for v in values:
-        g = math.gcd(g, int(v))
-        if g == 1:
-            break
-    return max(g, 1)
+    a = np.fromiter(values, np.int64)
+    return max(int(np.gcd.reduce(a)) if a.size else 0, 1)
 
 
 def _runs_of(take: np.ndarray, lo: int, pitch: int) -> list[Run]:

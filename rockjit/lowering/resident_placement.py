@@ -227,11 +227,16 @@ def _place_eager(b: "ImageBuilder") -> list[CoreChoice]:
     return choices
 
 
-def place(b: "ImageBuilder", eager: bool = False) -> list[CoreChoice]:
+JobRuns = dict[int, tuple[Sequence[Run], Sequence[Run]]]
+
+
+def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], JobRuns]:
     """Every NPU step's jobs' cores (``JobRef.core``) and the choices made for steps with
-    several jobs; ``eager``: by placement.py's model of the eager copies."""
+    several jobs; ``eager``: by placement.py's model of the eager copies. Also each job's
+    (reads, writes) in the unplaced space, by ``id`` of its JobRef (empty when eager), so
+    the image's walk need not ask the builder again."""
     if eager:
-        return _place_eager(b)
+        return _place_eager(b), {}
     arena = {bf.id: bf.size for bf in b.bufs if bf.kind == "arena"}
 
     def host_runs(ci: int, hs) -> list[tuple[str, Run]]:
@@ -267,6 +272,8 @@ def place(b: "ImageBuilder", eager: bool = False) -> list[CoreChoice]:
             res.write((lo, 1, arena[bd.tensor.buf], arena[bd.tensor.buf]), 0)
     walk = ResidentPlacement(res, host_reads, outputs)
     choices: list[CoreChoice] = []
+    runs: JobRuns = {id(jr): (sj.reads, sj.writes) for st, d in zip(b.steps, desc)
+                     if st.kind == "npu" for jr, sj in zip(st.jobs, d)}
     for si, (st, d) in enumerate(zip(b.steps, desc)):
         if st.kind != "npu":
             walk.host_step(d)
@@ -277,4 +284,4 @@ def place(b: "ImageBuilder", eager: bool = False) -> list[CoreChoice]:
             jr.core = c
         if ch is not None:
             choices.append(ch)
-    return choices
+    return choices, runs
