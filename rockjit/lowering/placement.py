@@ -69,6 +69,11 @@ class CoreChoice:
                          for k, ms in sorted(self.modelled_ms.items()))
         verdict = ("round-robin kept" if self.agrees
                    else f"round-robin over {self.rule_cores} overruled")
+        if self.assignment:     # resident_placement.py: the jobs went where their data is
+            per = "/".join(str(self.assignment.count(c)) for c in range(self.cores))
+            verdict = ("every core" if self.agrees else
+                       f"{self.cores} cores, round-robin over {self.rule_cores} overruled") + \
+                f"; jobs per core {per} by where their data is"
         return f"{self.jobs} jobs, modelled {opts}; {verdict}"
 
 
