@@ -200,3 +200,11 @@ flag(NO_COMPILE_CACHE,
      "layer's; rockjit/lowering/compile_cache.py); the program is the same either way, only "
      "slower.",
      "0")
+
+EAGER_COPIES = flag(
+    "ROCKJIT_EAGER_COPIES",
+    "on: around every NPU step with jobs on contexts > 0, copy every arena run they read from "
+    "context 0 in and every run they write back (the scheme before residency tracking, "
+    "rockjit/lowering/residency_copies.py), and host steps read context 0 only. For A/B "
+    "comparisons of copy bytes and results.",
+    "0")

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..ir.graph import Node
 from ..ir.ops import Op
-from ..ir.types import DType, TensorType
+from ..ir.types import TensorType
 from .host_descriptor import (DTYPE_CODES, HOST_KINDS, MAX_RANK, HostView, encode_descriptor,
                               row_major_strides, view_span)
 from .op_lowering import BufferSpec, HostStep, OpLowering, Slice

@@ -3,8 +3,8 @@ which the runtime loads (runtime/program.py: LoadedImage) and a bundle stores.
 
 ``ImageBuilder`` runs named steps, each filling the attributes the next ones read:
   * ``_schedule``: the calls in step order (schedule.py);
-  * ``_assign_contexts``: how many contexts (cores) each NPU step uses, by modelled cost
-    (placement.py), its jobs dealt round-robin over them;
+  * ``_assign_contexts``: each NPU job's context (core), by modelled cost with the copies
+    residency tracking will make (resident_placement.py);
   * ``_coalesce``: independent host steps hoisted and adjacent context-0 NPU steps merged
     (coalesce.py);
   * ``_liveness`` + ``_plan_arena``: each arena buffer's live interval in steps, the arena
@@ -15,8 +15,8 @@ which the runtime loads (runtime/program.py: LoadedImage) and a bundle stores.
     is written into them once at load;
   * ``_words_and_relocations``: every kick's words; address words become relocations
     (patched by the runtime at load);
-  * ``_walk_steps`` (with ``_cross_context_copy``): jobs and host steps in schedule order,
-    and the host copies between contexts; ``_step_specs``: the same as image records;
+  * ``_walk_steps`` (with ``_cross_context_copy``, context_copies.py): jobs and host steps
+    in schedule order, and the host copies between contexts; ``_step_specs``: the same as image records;
   * ``_stats``, then the image.
 The image holds no compiler object.
 
@@ -24,12 +24,11 @@ Multicore: the jobs of one NPU step are independent and are dealt over as many o
 device's contexts as the cost model finds cheapest, copies included (placement.py). The rocket driver gives each fd its own IOVA space and a job may only touch BOs
 of its own context (notes: perf/iova-and-multicore.md), so every used context gets its own
 arena (a mirror at the same offsets: a job's relocations differ only in the BO), weights (the
-const buffers its jobs read, uploaded once) and regcmd (its jobs' kicks). Context 0 holds the
-canonical arena: before a step, a host copy brings into each other context exactly the strided
-runs its jobs' DMA reads (regcmd.Access, declared by the emitters); after it, the runs they
-write come back. Op scratch that only one context touches (K partials, broadcast cubes)
-never moves; scratch a host step of the op fills or reads (the patchify's im2col cube) moves
-like any tensor when a job on another core uses it. Every copy is a counted host step
+const buffers its jobs read, uploaded once) and regcmd (its jobs' kicks). The host copies
+between contexts follow residency (context_copies.py): a job's context gets only the bytes its
+DMA reads (regcmd.Access, declared by the emitters) that it does not hold; host steps read
+where a value is current; outputs end in context 0. Op scratch that only one context touches
+(K partials, broadcast cubes) never moves. Every copy is a counted host step
 (``host_copy_steps``, ``host_bytes_copied``).
 
 Stats: ``device_bytes_read/written`` sum every task's declared DMA streams (what the task's
@@ -44,23 +43,21 @@ from typing import Any
 import numpy as np
 
 from .. import debugflags
-from ..ir.types import DType
-from ..cost.from_program import cost_jobs_once
 from ..progress import progress
 from ..runtime.image import (BoSpec, CorePlacement, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
                              StepSpec, TensorSig, Upload, Words, ZeroFill)
 from .bounds import check_bo
 from .coalesce import coalesce
+from .context_copies import ResidencyWalk, cross_context_copy, eager_copies
 from .image_stats import program_stats
-from .host_descriptor import set_offsets
-from .host_rules import DESC_BYTES, HostView, host_op_step
+from .host_rules import DESC_BYTES
 from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
 from .arith import round_up
 from .memory import ArenaPlan, BufReq, check_plan, plan_arena
 from .op_lowering import HostStep
-from .regcmd import LoweringError
-from .placement import CoreChoice, StepJob, choose
+from .placement import CoreChoice
+from .resident_placement import place
 from .schedule import JobRef, ScheduledStep, call_spans, runtime_jobs, schedule
 
 _ARENA_SLACK = 4096  # emitters may read a padded span past the last tensor
@@ -148,28 +145,22 @@ class ImageBuilder:
         space, so every BO a job touches must live in the job's context."""
         self.ncores = max(1, min(self.cores, contexts if contexts is not None else self.cores))
         self._host_scratch: set[tuple[int, str]] = set()
+        self._private_of: dict[tuple[int, str], bool] = {}
         for st in self.steps:
             if st.kind == "host":
                 ci, hs = st.host
                 self._host_scratch.update((ci, sl.buffer) for sl in hs.operands.values())
         self.core_choices: list[CoreChoice] = []
-        costed: dict = {}        # the layers' calls share their jobs: each costed once
-        for si, st in enumerate(self.steps):
-            if st.kind != "npu":
-                continue
-            k = 1
-            if self.ncores > 1 and len(st.jobs) > 1:
-                sjs = [StepJob(cost_jobs_once(costed, jr.job,
-                                              self.calls[jr.call].call.lowering.macs_per_task),
-                               tuple(self._ranges(jr, "r", placed=False)),
-                               tuple(self._ranges(jr, "w", placed=False)))
-                       for jr in st.jobs]
-                label = ", ".join(dict.fromkeys(self.calls[jr.call].node for jr in st.jobs))
-                choice = choose(sjs, self.ncores, si, label)
-                self.core_choices.append(choice)
-                k = choice.cores
-            for i, jr in enumerate(st.jobs):
-                jr.core = i % k
+        if self.ncores > 1:
+            # by the copies residency tracking makes (resident_placement.py), or placement.py's
+            # eager model with ROCKJIT_EAGER_COPIES
+            self.core_choices, self._job_runs = place(
+                self, debugflags.enabled(debugflags.EAGER_COPIES.name))
+        else:
+            self._job_runs = {}
+            for st in self.steps:
+                for jr in st.jobs:
+                    jr.core = 0
         self.used = sorted({jr.core for st in self.steps for jr in st.jobs} | {0})
 
     def _lay_out_weights(self) -> None:
@@ -324,12 +315,13 @@ class ImageBuilder:
         in its context. Scratch a host step of the call touches is shared with context 0,
         where host steps run: the im2col cube of a patchify, the packed B of a run-time
         matmul, K partials the host sums. It moves like any other tensor."""
-        sp = self._spec(ci, name)
-        if sp is None:
-            return False
-        if sp.role == "scratch":
-            return (ci, name) not in self._host_scratch
-        return sp.role in ("regcmd", "const")
+        hit = self._private_of.get((ci, name))
+        if hit is None:
+            sp = self._spec(ci, name)
+            hit = self._private_of[(ci, name)] = sp is not None and (
+                (ci, name) not in self._host_scratch if sp.role == "scratch"
+                else sp.role in ("regcmd", "const"))
+        return hit
 
     def _ranges(self, jr: JobRef, which: str, placed: bool = True) -> list[tuple[int, int, int, int]]:
         """The arena bytes a job's DMA reads or writes, as (start, pieces, pitch, chunk)
@@ -351,26 +343,7 @@ class ImageBuilder:
 
     def _cross_context_copy(self, src_core: int, dst_core: int,
                             run: tuple[int, int, int, int]) -> None:
-        """One strided host copy of a run between the two contexts' arenas (same offsets: the
-        arenas mirror each other)."""
-        lo, pieces, pitch, chunk = run
-        tmpl = self._copy_at_zero.get((pieces, pitch, chunk))
-        if tmpl is None:
-            # checked and encoded at offset 0 once per shape, each copy setting its own (the
-            # view check is the same at any offset, but for the start checked below)
-            span, dt = (pieces - 1) * pitch + chunk, DType.U8
-            _, desc = host_op_step("copy", (pieces, chunk), HostView("dst", dt, 0, (pitch, 1)),
-                                   [HostView("src", dt, 0, (pitch, 1))], {"dst": span, "src": span,
-                                   "cdesc": 0}, "cdesc", what="cross-context copy")
-            tmpl = self._copy_at_zero[(pieces, pitch, chunk)] = desc.data
-        if lo + min(0, (pieces - 1) * pitch) < 0:
-            raise LoweringError(f"cross-context copy of {pieces} x {chunk} bytes at {lo} (pitch "
-                                f"{pitch}) reaches before the arena")
-        self._desc_bufs.append(set_offsets(tmpl.copy(), (lo, lo)))
-        self._pending.append(("copy", src_core, dst_core, len(self._desc_bufs) - 1))
-        self._count["copied"] += pieces * chunk
-        self._count["copy_steps"] += 1
-        self._count["host"] += 1
+        cross_context_copy(self, src_core, dst_core, run)
 
     def _walk_steps(self) -> None:
         """Jobs, host steps and cross-context copies in schedule order, as pending records."""
@@ -382,10 +355,14 @@ class ImageBuilder:
         self._copy_at_zero: dict[tuple[int, int, int], np.ndarray] = {}
         self._pending: list[tuple] = []
         n = self._count
+        eager = debugflags.enabled(debugflags.EAGER_COPIES.name)
+        # one context: nothing to copy
+        walk = None if eager or self.used == [0] else ResidencyWalk(self, self._job_runs)
         for st in progress(self.steps, "laying out the program image"):
             if st.kind != "npu":
                 ci, hs = st.host
-                self._pending.append(("host", ci, hs))
+                where = {} if walk is None else walk.host_contexts(st)
+                self._pending.append(("host", ci, hs, where))
                 n["host"] += 1
                 nb = hs.moved_bytes
                 if hs.kind.startswith("pack"):
@@ -396,20 +373,17 @@ class ImageBuilder:
                 n["packed"] += int(hs.params.get("packed_bytes", 0))
                 n["unpacked"] += int(hs.params.get("unpacked_bytes", 0))
                 continue
-            ins: dict[int, list] = {}
-            outs: dict[int, list] = {}
-            for jr in st.jobs:
-                if jr.core:
-                    ins.setdefault(jr.core, []).extend(self._ranges(jr, "r"))
-                    outs.setdefault(jr.core, []).extend(self._ranges(jr, "w"))
-            for c, rs in sorted(ins.items()):
-                for run in dict.fromkeys(rs):
-                    self._cross_context_copy(0, c, run)
+            ins, outs = eager_copies(self, st) if walk is None else ([], [])
+            if walk is not None:
+                walk.npu_step(st)
+            for src, dst, run in ins:
+                self._cross_context_copy(src, dst, run)
             self._pending.append(("npu", [j for jr in st.jobs for j in self._runtime_jobs(jr)]))
             n["npu_steps"] += 1
-            for c, rs in sorted(outs.items()):
-                for run in dict.fromkeys(rs):
-                    self._cross_context_copy(c, 0, run)
+            for src, dst, run in outs:
+                self._cross_context_copy(src, dst, run)
+        if walk is not None:
+            walk.finish()
 
     def _runtime_jobs(self, jr: JobRef) -> list[tuple]:
         """One scheduled job's runtime jobs: (tasks, read BOs, written BOs, core, chained,
@@ -466,8 +440,9 @@ class ImageBuilder:
                     calls_here.append(ci)
                 step_specs.append(StepSpec("npu", tuple(ids), None, self._source(calls_here[0])))
             elif item[0] == "host":
-                _, ci, hs = item
-                step_specs.append(StepSpec("host", (), self._host_step(ci, hs), self._source(ci)))
+                _, ci, hs, where = item
+                step_specs.append(StepSpec("host", (), self._host_step(ci, hs, where),
+                                           self._source(ci)))
             else:
                 _, sc, dc, k = item
                 step_specs.append(StepSpec("host", (), HostStepSpec(
@@ -494,5 +469,14 @@ class ImageBuilder:
                 return s
         return None
 
-    def _host_step(self, ci: int, hs: HostStep) -> HostStepSpec:
-        return host_step_spec(hs, self._names[ci], lambda n: self._spec(ci, n))
+    def _host_step(self, ci: int, hs: HostStep, where: dict[str, int]) -> HostStepSpec:
+        """``where``: operand -> the context whose arena it uses (context 0 when absent)."""
+        spec = host_step_spec(hs, self._names[ci], lambda n: self._spec(ci, n))
+        if not any(where.values()):
+            return spec
+        ops = dict(spec.operands)
+        for opname, ctx in where.items():
+            bo, off, dt, rs = ops[opname]
+            assert bo == self.arena_c[0], (opname, bo)
+            ops[opname] = (self.arena_c[ctx], off, dt, rs)
+        return HostStepSpec(spec.kind, ops, spec.params)

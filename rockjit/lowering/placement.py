@@ -1,9 +1,11 @@
-"""Core placement: how many cores an NPU step's independent jobs use, by modelled cost.
+"""Core placement under the eager copies (ROCKJIT_EAGER_COPIES; by default placement follows
+the residency-tracked copies, resident_placement.py, which reuses ``CoreChoice``): how many
+cores an NPU step's independent jobs use, by modelled cost.
 
 The jobs of one step may run side by side on the device's cores, but a core other than 0 is
-its own context (rocket: one fd, one IOVA space) with a mirror of the arena, so every arena run
-its jobs' DMA reads is copied in by the host before the step and every run they write is copied
-back after it (image_builder._walk_steps). For each step with more than one job this module
+its own context (rocket: one fd, one IOVA space) with a mirror of the arena; in the eager scheme
+every arena run its jobs' DMA reads is copied in by the host before the step and every run they
+write is copied back after it (context_copies.eager_copies). For each step with more than one job this module
 models, with ``rockjit.cost`` (calibrated constants, the model's default clock), the step dealt
 round-robin over k = 1 .. min(cores, jobs) cores:
 
@@ -54,6 +56,8 @@ class CoreChoice:
     rule_cores: int                 # the fixed rule's (round-robin over every core)
     modelled_ms: dict[int, float]   # cores -> modelled ms of the step with its copies
     copy_bytes: dict[int, int]      # cores -> host bytes copied between contexts
+    # each job's core (resident_placement.py); empty: round-robin over ``cores``
+    assignment: tuple[int, ...] = ()
 
     @property
     def agrees(self) -> bool:
@@ -65,6 +69,11 @@ class CoreChoice:
                          for k, ms in sorted(self.modelled_ms.items()))
         verdict = ("round-robin kept" if self.agrees
                    else f"round-robin over {self.rule_cores} overruled")
+        if self.assignment:     # resident_placement.py: the jobs went where their data is
+            per = "/".join(str(self.assignment.count(c)) for c in range(self.cores))
+            verdict = ("every core" if self.agrees else
+                       f"{self.cores} cores, round-robin over {self.rule_cores} overruled") + \
+                f"; jobs per core {per} by where their data is"
         return f"{self.jobs} jobs, modelled {opts}; {verdict}"
 
 

@@ -1,0 +1,216 @@
+"""The cross-context copies of a program image, in step order (ImageBuilder._walk_steps).
+
+Every used context has its own mirror of the arena (rocket: one IOVA space per fd). By default
+the copies follow residency (residency_copies.py): before an NPU step, a job's context gets only
+the bytes of the runs its DMA reads that it does not hold, from a context that does; nothing
+is copied back. A host step reads an operand in a context holding it whole (the CPU maps every
+context's arena) and writes where its output slice is current; the outputs end in context 0,
+where the runtime reads them. ``ROCKJIT_EAGER_COPIES`` restores the old scheme: every run a
+step's jobs on contexts > 0 read is copied in from context 0 and every run they write back.
+
+A merged step (coalesce.py) is walked part by part in its unmerged order, so a part's reads of
+bytes an earlier part wrote in the same context need no copy; coalesce never merges a step
+that reads bytes another context wrote inside the merged step, so every copy a part needs can
+run before the whole merged step.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from ..ir.types import DType
+from .host_descriptor import set_offsets
+from .host_rules import HostView, host_op_step
+from .lowered import Boundary
+from .op_lowering import HostStep
+from .regcmd import LoweringError
+from .residency_copies import ContextResidency, Run, grain_of
+from .schedule import ScheduledStep
+
+if TYPE_CHECKING:
+    from .image_builder import ImageBuilder
+
+
+def boundary_run(b: "ImageBuilder", bd: Boundary) -> Run | None:
+    """The arena bytes of a graph input or output (None: not in the arena)."""
+    bo, base = b._where(bd.tensor.buf)
+    nb = bd.tensor.nbytes
+    return (base + bd.tensor.offset, 1, nb, nb) if bo == b.arena_c[0] and nb else None
+
+
+def host_runs(b: "ImageBuilder", ci: int, hs: HostStep) -> list[tuple[str, Run]]:
+    """A host step's arena operands as (operand, contiguous run), its output last."""
+    names = b._names[ci]
+    out = []
+    for opname in sorted(hs.operands, key=lambda o: o == "dst"):
+        sl = hs.operands[opname]
+        bo, base = names[sl.buffer]
+        if bo == b.arena_c[0] and sl.nbytes > 0:
+            out.append((opname, (base + sl.offset, 1, sl.nbytes, sl.nbytes)))
+    return out
+
+
+class ResidencyWalk:
+    """The residency of the arena while the image builder walks the steps; ``bring`` and
+    ``host_contexts`` ask the builder for the copies they need (``_cross_context_copy``)."""
+
+    def __init__(self, b: "ImageBuilder", unplaced: dict | None = None) -> None:
+        """``unplaced``: each job's (reads, writes) before the arena plan, by ``id`` of its
+        JobRef (resident_placement.place), moved to the planned offsets here."""
+        self.b = b
+        inputs = {bd.tensor.buf for bd in b.lowered.inputs}
+        # per unmerged step, the buffers whose live interval begins there: their bytes' old
+        # values are dead (pinned buffers, zero tails and inputs never are)
+        self.births: dict[int, list[tuple[int, int]]] = {}
+        for bf in b.bufs:
+            if bf.kind == "arena" and not bf.pinned and not bf.zero and bf.id not in inputs:
+                lo = b.plan.offsets[bf.id]
+                self.births.setdefault(bf.first, []).append((lo, lo + bf.size))
+        boundary = [r for bd in (*b.lowered.inputs, *b.lowered.outputs)
+                    if (r := boundary_run(b, bd)) is not None]
+        # each job's (reads, writes), asked of the builder once
+        offs, low = b.plan.offsets, (1 << 40) - 1
+
+        def placed(rs):
+            return [(offs[(r[0] >> 40) - 1] + (r[0] & low), *r[1:]) for r in rs]
+
+        unplaced = unplaced or {}
+        self.ranges = {id(jr): (placed(unplaced[id(jr)][0]), placed(unplaced[id(jr)][1]))
+                       if id(jr) in unplaced else (b._ranges(jr, "r"), b._ranges(jr, "w"))
+                       for st in b.steps for jr in st.jobs}
+        runs = [r for rw in self.ranges.values() for rs in rw for r in rs]
+        runs += [r for st in b.steps if st.kind != "npu" for _, r in host_runs(b, *st.host)]
+        grain = grain_of([v for lo, pieces, pitch, chunk in runs + boundary
+                          for v in (lo, chunk, pitch if pieces > 1 else 0)]
+                         + [v for bs in self.births.values() for lohi in bs for v in lohi])
+        self.res = ContextResidency(b.arena_bytes, b.used, grain)
+        for bd in b.lowered.inputs:
+            if (run := boundary_run(b, bd)) is not None:
+                self.res.write(run, 0)
+        self._live = iter(enumerate(b._live_steps))
+        self._pending: list[tuple[int, int, Run]] = []
+
+    def _parts(self, st: ScheduledStep) -> Iterator[tuple[int, ScheduledStep]]:
+        """The unmerged steps (index, step) a step of the walk is made of."""
+        if st.kind != "npu":
+            li, part = next(self._live)
+            assert part.kind == "host" and part.host[1] is st.host[1], (li, part.kind)
+            yield li, part
+            return
+        njobs = 0
+        while njobs < len(st.jobs):
+            li, part = next(self._live)
+            assert part.kind == "npu", li
+            njobs += len(part.jobs)
+            yield li, part
+        assert njobs == len(st.jobs)
+
+    def _born(self, li: int) -> None:
+        for lo, hi in self.births.get(li, ()):
+            self.res.reset(lo, hi)
+
+    def bring(self, run: Run, ctx: int) -> None:
+        for src, r in self.res.bring(run, ctx):
+            self._queue(src, ctx, r)
+
+    def _queue(self, src: int, dst: int, run: Run) -> None:
+        """A copy joins the one queued just before it when it continues it (same contexts,
+        the next bytes or the next pieces at the same pitch): one host step, not two. Only
+        the last is merged, so the copies keep their order (a later one may read bytes an
+        earlier one brought)."""
+        if self._pending:
+            s, d, (lo, n, pitch, chunk) = self._pending[-1]
+            a, m, p2, c2 = run
+            contiguous = (n == 1 or pitch == chunk) and (m == 1 or p2 == c2)
+            if (s, d) == (src, dst):
+                if contiguous and a == lo + n * chunk:
+                    size = n * chunk + m * c2
+                    self._pending[-1] = (s, d, (lo, 1, size, size))
+                    return
+                if n > 1 and m >= 1 and c2 == chunk and (m == 1 or p2 == pitch) \
+                        and a == lo + n * pitch and pitch != chunk:
+                    self._pending[-1] = (s, d, (lo, n + m, pitch, chunk))
+                    return
+        self._pending.append((src, dst, run))
+
+    def _flush(self) -> None:
+        for src, dst, run in self._pending:
+            self.b._cross_context_copy(src, dst, run)
+        self._pending = []
+
+    def npu_step(self, st: ScheduledStep) -> None:
+        """The copies before an NPU step (its jobs are independent within each part: every
+        read of a part is brought in before any of its jobs' writes is recorded)."""
+        for li, part in self._parts(st):
+            self._born(li)
+            for jr in part.jobs:
+                for run in dict.fromkeys(self.ranges[id(jr)][0]):
+                    self.bring(run, jr.core)
+            for jr in part.jobs:
+                for run in self.ranges[id(jr)][1]:
+                    self.res.write(run, jr.core)
+        self._flush()
+
+    def host_contexts(self, st: ScheduledStep) -> dict[str, int]:
+        """The context whose arena each arena operand of a host step uses. An input is read
+        where it is current as a whole (context 0 first); one current nowhere as a whole is
+        brought into context 0 first. The output ("dst") is written into a context holding
+        all of its slice (so the bytes of the slice the step does not write stay current),
+        else into context 0 after bringing the slice there."""
+        for li, _ in self._parts(st):
+            self._born(li)
+        ci, hs = st.host
+        where: dict[str, int] = {}
+        for opname, run in host_runs(self.b, ci, hs):
+            ctx = self.res.holder(run)
+            if ctx is None:
+                self.bring(run, 0)
+                ctx = 0
+            where[opname] = ctx
+            if opname == "dst":
+                self.res.write(run, ctx)
+        self._flush()
+        return where
+
+    def finish(self) -> None:
+        """The runtime reads the outputs from context 0."""
+        for bd in self.b.lowered.outputs:
+            if (run := boundary_run(self.b, bd)) is not None:
+                self.bring(run, 0)
+        self._flush()
+
+
+def eager_copies(b: "ImageBuilder", st: ScheduledStep) -> tuple[list, list]:
+    """ROCKJIT_EAGER_COPIES: (copies in, copies back) around an NPU step as (source, target,
+    run); context 0 holds every value between steps."""
+    ins: dict[int, list] = {}
+    outs: dict[int, list] = {}
+    for jr in st.jobs:
+        if jr.core:
+            ins.setdefault(jr.core, []).extend(b._ranges(jr, "r"))
+            outs.setdefault(jr.core, []).extend(b._ranges(jr, "w"))
+    return ([(0, c, run) for c, rs in sorted(ins.items()) for run in dict.fromkeys(rs)],
+            [(c, 0, run) for c, rs in sorted(outs.items()) for run in dict.fromkeys(rs)])
+
+
+def cross_context_copy(self: "ImageBuilder", src_core: int, dst_core: int,
+                       run: tuple[int, int, int, int]) -> None:
+    """One strided host copy of a run between the two contexts' arenas (same offsets: the
+    arenas mirror each other), queued on the builder's pending records."""
+    lo, pieces, pitch, chunk = run
+    tmpl = self._copy_at_zero.get((pieces, pitch, chunk))
+    if tmpl is None:
+        # checked and encoded at offset 0 once per shape, each copy setting its own (the
+        # view check is the same at any offset, but for the start checked below)
+        span, dt = (pieces - 1) * pitch + chunk, DType.U8
+        _, desc = host_op_step("copy", (pieces, chunk), HostView("dst", dt, 0, (pitch, 1)),
+                               [HostView("src", dt, 0, (pitch, 1))], {"dst": span, "src": span,
+                               "cdesc": 0}, "cdesc", what="cross-context copy")
+        tmpl = self._copy_at_zero[(pieces, pitch, chunk)] = desc.data
+    if lo + min(0, (pieces - 1) * pitch) < 0:
+        raise LoweringError(f"cross-context copy of {pieces} x {chunk} bytes at {lo} (pitch "
+                            f"{pitch}) reaches before the arena")
+    self._desc_bufs.append(set_offsets(tmpl.copy(), (lo, lo)))
+    self._pending.append(("copy", src_core, dst_core, len(self._desc_bufs) - 1))
+    self._count["copied"] += pieces * chunk
+    self._count["copy_steps"] += 1
+    self._count["host"] += 1

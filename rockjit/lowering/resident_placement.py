@@ -1,0 +1,290 @@
+"""Core placement by the copies the residency scheme would really make (context_copies.py):
+the steps are walked in schedule order, tracking which contexts hold each buffer's current
+bytes after the earlier steps' decisions, and each NPU step with several jobs is given, per
+number of cores k = 1 .. min(cores, jobs), a job -> core assignment and its modelled cost
+
+    submits(k) + the slowest core's jobs + the host copies the assignment needs
+
+(the cheapest k kept, the fewest cores on a tie). What a copy costs here is what the image
+builder's walk will copy: the bytes of a job's reads its core does not hold. Writes are charged
+a copy back only where a later host step reads a slice the job does not make whole, or the
+value is a graph output (the runtime reads outputs from context 0): a value made on a core
+and consumed there by the next NPU step never moves.
+
+The assignment keeps data where it is: job by job in order, the core needing the fewest
+copied bytes among those under the balanced load (the step's modelled job time / k, plus half
+a job), ties broken by the job's block (jobs i*k//n: contiguous jobs on one core, so the tiles
+of one head, made by one step and read by the next with a different tiling, share a core), then
+by load. With every input on context 0 that is the block rule itself; with inputs spread by
+the step before, each job follows its data.
+
+Runs are in the unplaced space of ImageBuilder._ranges(placed=False) (buffer id << 40 +
+offset): before the arena plan no two buffers share bytes, so no value dies under another.
+``ROCKJIT_EAGER_COPIES`` keeps placement.py's eager model (round-robin over k cores).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Sequence
+
+from .. import cost
+from ..cost import Constants, CostHostStep, CostJob, CostNpuStep, CostProgram
+from ..cost.from_program import cost_jobs_once
+from .placement import CoreChoice, StepJob, choose
+from .residency_copies import ContextResidency, Run, grain_of
+from .schedule import ScheduledStep
+
+if TYPE_CHECKING:
+    from .image_builder import ImageBuilder
+
+_SHIFT = 40
+_SLACK = 4096   # an emitter may read a padded span past its tensor (image_builder._ARENA_SLACK)
+
+
+class BufferResidency:
+    """Which contexts hold each lowered buffer's current bytes, over runs in the unplaced
+    space. A buffer written whole by one context (most are) is one set of contexts, kept as
+    an int; a ContextResidency is made for it only when a run covers part of it."""
+
+    def __init__(self, sizes: dict[int, int], contexts: Sequence[int], grain: int) -> None:
+        self.sizes, self.contexts, self.grain = sizes, list(contexts), grain
+        self.all = sum(1 << c for c in self.contexts)
+        self.uniform: dict[int, int] = {}
+        self.per: dict[int, ContextResidency] = {}
+
+    def _split(self, run: Run) -> tuple[int, Run, bool]:
+        """(buffer, the run inside it, whether it covers the whole buffer)."""
+        bid = (run[0] >> _SHIFT) - 1
+        lo, pieces, pitch, chunk = run[0] & ((1 << _SHIFT) - 1), run[1], run[2], run[3]
+        whole = lo == 0 and (pieces <= 1 or pitch == chunk) and pieces * chunk >= self.sizes[bid]
+        return bid, (lo, pieces, pitch, chunk), whole
+
+    def _res(self, bid: int) -> ContextResidency:
+        res = self.per.get(bid)
+        if res is None:
+            res = self.per[bid] = ContextResidency(self.sizes[bid] + _SLACK, self.contexts,
+                                                   self.grain)
+            res.mask[:] = self.uniform.pop(bid, self.all)
+        return res
+
+    def missing(self, run: Run, contexts: Sequence[int]) -> list[int]:
+        bid, r, _ = self._split(run)
+        if bid not in self.per:
+            u = self.uniform.get(bid, self.all)
+            return [0 if u >> c & 1 else r[1] * r[3] for c in contexts]
+        return self.per[bid].missing(r, contexts)
+
+    def bring(self, run: Run, ctx: int) -> None:
+        bid, r, whole = self._split(run)
+        if bid not in self.per:
+            u = self.uniform.get(bid, self.all)
+            if u >> ctx & 1:
+                return
+            if whole:
+                self.uniform[bid] = u | 1 << ctx
+                return
+        self._res(bid).bring(r, ctx)
+
+    def write(self, run: Run, ctx: int) -> None:
+        bid, r, whole = self._split(run)
+        if whole:
+            self.per.pop(bid, None)
+            self.uniform[bid] = 1 << ctx
+            return
+        self._res(bid).write(r, ctx)
+
+    def holder(self, run: Run) -> int | None:
+        bid, r, _ = self._split(run)
+        if bid not in self.per:
+            u = self.uniform.get(bid, self.all)
+            return next((c for c in self.contexts if u >> c & 1), None)
+        return self.per[bid].holder(r)
+
+
+def _span(run: Run) -> tuple[int, int]:
+    lo, pieces, pitch, chunk = run
+    return lo, lo + (pieces - 1) * pitch + chunk
+
+
+def _step_ms(jobs: Sequence[CostJob], copies: Sequence[int], c: Constants) -> float:
+    steps = [CostHostStep("copy", nb, "cross-context copy") for nb in copies if nb]
+    return cost.estimate(CostProgram([*steps, CostNpuStep(list(jobs), "")]), constants=c).ms
+
+
+class ResidentPlacement:
+    """The walk: ``npu_step`` decides one step and records its copies and writes;
+    ``host_step`` records where a host step reads and writes."""
+
+    def __init__(self, res: BufferResidency, host_reads: dict[int, list[tuple[int, int]]],
+                 outputs: set[int], constants: Constants | None = None) -> None:
+        self.res = res
+        self.host_reads = host_reads      # buffer -> spans host steps read (unplaced space)
+        self.outputs = outputs            # buffers of graph outputs
+        self.c = constants or cost.calibrated()
+
+    def _back(self, run: Run) -> int:
+        """Bytes of a job's write on a core > 0 that will be copied to context 0 later."""
+        bid = (run[0] >> _SHIFT) - 1
+        if bid in self.outputs:
+            return run[1] * run[3]
+        lo, hi = _span(run)
+        if any(a < hi and lo < b and not (lo <= a and b <= hi) for a, b in self.host_reads.get(bid, ())):
+            return run[1] * run[3]
+        return 0
+
+    def _assign(self, jobs: Sequence[StepJob], k: int, times: list[float],
+                miss: dict[Run, list[int]], back: list[int], balance: bool = True
+                ) -> tuple[list[int], list[int]]:
+        """(core per job, copied bytes per core) for ``k`` cores; ``miss``: per read run, the
+        bytes each core lacks (the state does not change while a step is decided); ``back``:
+        per job, the bytes its writes on a core > 0 will cost later (``_back``)."""
+        n = len(jobs)
+        cap = sum(times) / k + max(times) / 2 if balance else float("inf")
+        load = [0.0] * k
+        brought: list[set[Run]] = [set() for _ in range(k)]
+        copied = [0] * k
+        cores: list[int] = []
+        for i, sj in enumerate(jobs):
+            block = i * k // n if balance else 0
+            reads = [(r, miss[r]) for r in dict.fromkeys(sj.reads)]
+            need = [sum(m[c] for r, m in reads if r not in brought[c]) + (back[i] if c else 0)
+                    for c in range(k)]
+            fits = [c for c in range(k) if load[c] + times[i] <= cap] or list(range(k))
+            best = min(fits, key=lambda c: (need[c], c != block, load[c], c))
+            cores.append(best)
+            load[best] += times[i]
+            brought[best].update(sj.reads)
+            copied[best] += need[best]
+        return cores, copied
+
+    def npu_step(self, jobs: Sequence[StepJob], cores: int, step: int, label: str
+                 ) -> tuple[list[int], CoreChoice | None]:
+        """Decide a step (each job's core, and the choice when there was one to make: more
+        than one job) and record its copies and writes."""
+        top = max(1, min(cores, len(jobs)))
+        choice = None
+        assign = [0] * len(jobs)
+        ctxs = range(cores)
+        miss = {r: self.res.missing(r, ctxs) for sj in jobs for r in sj.reads} \
+            if cores > 1 else {}
+        back = [sum(self._back(w) for w in sj.writes) for sj in jobs] if cores > 1 else []
+        if len(jobs) == 1 and cores > 1:
+            # one job costs the same on any core: it goes where its data is (context 0 on
+            # a tie); coalesce runs such neighbours side by side
+            assign = [self._assign(jobs, cores, [1.0], miss, back, balance=False)[0][0]]
+        elif top > 1:
+            times = [_step_ms(sj.jobs, (), self.c) for sj in jobs]
+            ms: dict[int, float] = {}
+            nbytes: dict[int, int] = {}
+            options: dict[int, list[int]] = {}
+            for k in range(1, top + 1):
+                options[k], copied = self._assign(jobs, k, times, miss, back)
+                cj = [replace(j, core=c) for sj, c in zip(jobs, options[k]) for j in sj.jobs]
+                ms[k] = _step_ms(cj, copied, self.c)
+                nbytes[k] = sum(copied)
+            best = min(ms, key=lambda k: (ms[k], k))
+            assign = options[best]
+            choice = CoreChoice(step, label, len(jobs), best, top, ms, nbytes, tuple(assign))
+        for sj, c in zip(jobs, assign):
+            for r in dict.fromkeys(sj.reads):
+                if r not in miss or miss[r][c]:     # a run found current stays current
+                    self.res.bring(r, c)
+        for sj, c in zip(jobs, assign):
+            for w in sj.writes:
+                self.res.write(w, c)
+        return assign, choice
+
+    def host_step(self, runs: Sequence[tuple[str, Run]]) -> None:
+        """A host step's operands (its output "dst" last), as context_copies reads them."""
+        for opname, run in runs:
+            ctx = self.res.holder(run)
+            if ctx is None:
+                self.res.bring(run, 0)
+                ctx = 0
+            if opname == "dst":
+                self.res.write(run, ctx)
+
+
+def _step_jobs(b: "ImageBuilder", st: ScheduledStep, costed: dict) -> list[StepJob]:
+    """The step's jobs as placement sees them (a lone job's cost is never asked; the layers'
+    calls share their jobs, each costed once: ``costed``)."""
+    return [StepJob(cost_jobs_once(costed, jr.job, b.calls[jr.call].call.lowering.macs_per_task)
+                    if len(st.jobs) > 1 else (),
+                    tuple(b._ranges(jr, "r", placed=False)),
+                    tuple(b._ranges(jr, "w", placed=False))) for jr in st.jobs]
+
+
+def _place_eager(b: "ImageBuilder") -> list[CoreChoice]:
+    """placement.py's choice of k under the eager copies; jobs round-robin over k cores."""
+    choices: list[CoreChoice] = []
+    costed: dict = {}
+    for si, st in enumerate(b.steps):
+        k = 1
+        if st.kind == "npu" and len(st.jobs) > 1:
+            label = ", ".join(dict.fromkeys(b.calls[jr.call].node for jr in st.jobs))
+            choices.append(choose(_step_jobs(b, st, costed), b.ncores, si, label))
+            k = choices[-1].cores
+        for i, jr in enumerate(st.jobs):
+            jr.core = i % k
+    return choices
+
+
+JobRuns = dict[int, tuple[Sequence[Run], Sequence[Run]]]
+
+
+def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], JobRuns]:
+    """Every NPU step's jobs' cores (``JobRef.core``) and the choices made for steps with
+    several jobs; ``eager``: by placement.py's model of the eager copies. Also each job's
+    (reads, writes) in the unplaced space, by ``id`` of its JobRef (empty when eager), so
+    the image's walk need not ask the builder again."""
+    if eager:
+        return _place_eager(b), {}
+    arena = {bf.id: bf.size for bf in b.bufs if bf.kind == "arena"}
+
+    def host_runs(ci: int, hs) -> list[tuple[str, Run]]:
+        out = []
+        for opname in sorted(hs.operands, key=lambda o: o == "dst"):
+            sl = hs.operands[opname]
+            bound = b.calls[ci].binding.get(sl.buffer)
+            if bound is not None and bound[0] in arena and sl.nbytes > 0:
+                lo = ((bound[0] + 1) << _SHIFT) + bound[1] + sl.offset
+                out.append((opname, (lo, 1, sl.nbytes, sl.nbytes)))
+        return out
+
+    desc: list = []
+    costed: dict = {}
+    host_reads: dict[int, list[tuple[int, int]]] = {}
+    for st in b.steps:
+        if st.kind != "npu":
+            runs = host_runs(*st.host)
+            desc.append(runs)
+            for opname, r in runs:
+                if opname != "dst":
+                    host_reads.setdefault((r[0] >> _SHIFT) - 1, []).append(_span(r))
+            continue
+        desc.append(_step_jobs(b, st, costed))
+    allruns = [r for d in desc for x in d for r in
+               ((x[1],) if isinstance(x, tuple) else (*x.reads, *x.writes))]
+    grain = grain_of([v for lo, pieces, pitch, chunk in allruns
+                      for v in (lo & ((1 << _SHIFT) - 1), chunk, pitch if pieces > 1 else 0)])
+    res = BufferResidency(arena, list(range(b.ncores)), grain)
+    outputs = {bd.tensor.buf for bd in b.lowered.outputs}
+    for bd in b.lowered.inputs:
+        if bd.tensor.buf in arena:
+            lo = (bd.tensor.buf + 1) << _SHIFT
+            res.write((lo, 1, arena[bd.tensor.buf], arena[bd.tensor.buf]), 0)
+    walk = ResidentPlacement(res, host_reads, outputs)
+    choices: list[CoreChoice] = []
+    runs: JobRuns = {id(jr): (sj.reads, sj.writes) for st, d in zip(b.steps, desc)
+                     if st.kind == "npu" for jr, sj in zip(st.jobs, d)}
+    for si, (st, d) in enumerate(zip(b.steps, desc)):
+        if st.kind != "npu":
+            walk.host_step(d)
+            continue
+        label = ", ".join(dict.fromkeys(b.calls[jr.call].node for jr in st.jobs))
+        cores, ch = walk.npu_step(d, b.ncores, si, label)
+        for jr, c in zip(st.jobs, cores):
+            jr.core = c
+        if ch is not None:
+            choices.append(ch)
+    return choices, runs
