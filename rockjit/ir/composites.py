@@ -24,9 +24,11 @@ def _keep_dims(x: TensorType, axes: tuple[int, ...]) -> tuple[tuple[int, ...], l
     return shape, [i for i in range(x.rank) if i not in axes]
 
 
-def expand_softmax(emit: Emit, x: Value, attrs) -> Value:
-    """jax.nn.softmax: exp(x - max(-inf, max(x))) / sum(...), max and sum kept as rows."""
-    axes = tuple(attrs["axes"])
+def softmax_numerator(emit: Emit, x: Value, axes: tuple[int, ...]
+                      ) -> tuple[Value, Callable[[Value], Value]]:
+    """exp(x - max(-inf, max(x))) as jax.nn.softmax spells it (the range plan and the LUT
+    calibration recognise this form), and the broadcast that puts a row statistic back on
+    x's rows."""
     keep, kept = _keep_dims(x.type, axes)
     full = list(range(x.type.rank))
 
@@ -38,7 +40,13 @@ def expand_softmax(emit: Emit, x: Value, attrs) -> Value:
     m = emit(Op.REDUCE_MAX, [x], {"axes": list(axes)})
     c = emit(Op.CONSTANT, [], {"value": np.array(-np.inf, x.type.dtype.to_numpy())})
     cb = emit(Op.BROADCAST_IN_DIM, [c], {"broadcast_dimensions": []}, m.type)
-    e = emit(Op.EXP, [emit(Op.SUB, [x, back(emit(Op.MAX, [cb, m]))])])
+    return emit(Op.EXP, [emit(Op.SUB, [x, back(emit(Op.MAX, [cb, m]))])]), back
+
+
+def expand_softmax(emit: Emit, x: Value, attrs) -> Value:
+    """jax.nn.softmax: exp(x - max(-inf, max(x))) / sum(...), max and sum kept as rows."""
+    axes = tuple(attrs["axes"])
+    e, back = softmax_numerator(emit, x, axes)
     return emit(Op.DIV, [e, back(emit(Op.REDUCE_SUM, [e], {"axes": list(axes)}))])
 
 

@@ -17,12 +17,11 @@ downstream changes.
 """
 from __future__ import annotations
 
-import numpy as np
 
 from ..graph import Graph, Node, Value
 from ..ops import Op
+from ..composites import softmax_numerator
 from ..rules import infer_type
-from ..types import TensorType
 
 
 def _row_dims(dot: Node) -> list[int] | None:
@@ -91,21 +90,7 @@ def defer_softmax_division(graph: Graph) -> Graph:
 
         x = sm.inputs[0]
         rank = x.type.rank
-        rows = TensorType(x.type.dtype, x.type.shape[:-1])
-        keep = TensorType(x.type.dtype, x.type.shape[:-1] + (1,))
-        kept = list(range(rank - 1))
-
-        def back(v: Value) -> Value:
-            k = emit(Op.BROADCAST_IN_DIM, [v], {"broadcast_dimensions": kept}, keep)
-            return emit(Op.BROADCAST_IN_DIM, [k], {"broadcast_dimensions": list(range(rank))},
-                        x.type)
-
-        # the numerator as composites.expand_softmax spells it (the range plan and the LUT
-        # calibration recognise exp(x - max(-inf, max x)))
-        m = emit(Op.REDUCE_MAX, [x], {"axes": [rank - 1]})
-        c = emit(Op.CONSTANT, [], {"value": np.array(-np.inf, x.type.dtype.to_numpy())})
-        cb = emit(Op.BROADCAST_IN_DIM, [c], {"broadcast_dimensions": []}, rows)
-        e = emit(Op.EXP, [emit(Op.SUB, [x, back(emit(Op.MAX, [cb, m]))])])
+        e, _ = softmax_numerator(emit, x, (rank - 1,))
         s = emit(Op.REDUCE_SUM, [e], {"axes": [rank - 1]})
         y = emit(Op.DOT_GENERAL, [e, dot.inputs[1]], dot.attrs, loc=dot.loc)
         sb = emit(Op.BROADCAST_IN_DIM, [s], {"broadcast_dimensions": dims}, y.type, loc=dot.loc)

@@ -287,7 +287,10 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
             return RuleResult(row_calls(ctx, op, run, srow, run is y, form, shape))
         csrc = channel_source(ctx, other, shape)
         if csrc is not None:
-            return RuleResult(channel_calls(ctx, op, run, csrc, run is y, form))
+            try:
+                return RuleResult(channel_calls(ctx, op, run, csrc, run is y, form))
+            except (LoweringError, NoNpuForm):
+                pass   # v - x, or positions one pass cannot cover: the broadcast form below
         if other.type.shape != shape:
             raise NoNpuForm("operand shapes differ")
         flat = _flat_layout(form)
