@@ -1,7 +1,7 @@
-"""A host element-wise op reading a broadcast operand in place: the per-row statistic of a
-row-wise normalisation (a deferred softmax's sum, ir/passes/softmax_dot.py) is read through a
-stride-0 view of the row vector, so the replicated tensor is never written (a broadcast the
-NPU refused would otherwise be one host copy of the whole result's size)."""
+"""A host element-wise op reading a broadcast operand in place: a per-row or per-column
+vector (the row sums of a deferred softmax divided on the host, ir/passes/softmax_dot.py; a
+power by a per-row exponent) is read through a stride-0 view of its source, so the replicated
+tensor is never written (otherwise one host copy of the whole result's size)."""
 from __future__ import annotations
 
 from typing import Sequence

@@ -71,7 +71,6 @@ def host_result(node: Node, ctx: RuleContext, why: str) -> RuleResult:
 
     sources = broadcast_sources(node, ctx)
     if sources is not None:
-
         prog = binary_over_sources(node, sources)
         return RuleResult([OpCall(prog, tuple(Use(v) for v, _ in sources), (Use(node.out),),
                                   label=node.op.text, where="host",
