@@ -7,7 +7,9 @@ a 64-wide head), and the probabilities are never written. Exact in real arithmet
 
 Range: ``e`` lies in [0, 1] and ``s`` in [1, keys], so ``e @ v`` can reach ``keys * max|v|``
 (a uniform row), past fp16 where the quotient is not. The lowering therefore writes that product
-in fp32 (rules/contract.py, ``deferred_softmax_product``) and divides on the host in f32: no
+in fp32 (``is_deferred_product``: pipeline.py's ``fp32_values``, rules/contract.py) and scales
+it by the split reciprocal of s in one NPU pass per head (rules/eltwise_vectors.py,
+``deferred_division_calls``), or divides on the host in f32 where that pass does not fit: no
 value of the rewritten graph is narrower than in the original, and the quotient is rounded to
 fp16 once, where the original rounded the probabilities and then the product.
 
@@ -16,7 +18,6 @@ lhs and contracting that axis. The division keeps the dot's result value, so not
 downstream changes.
 """
 from __future__ import annotations
-
 
 from ..graph import Graph, Node, Value
 from ..ops import Op

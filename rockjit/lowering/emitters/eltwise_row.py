@@ -56,14 +56,10 @@ def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, o
     r_max = profile.max_feature_rows // align * align
     # weights: ones in input channel 0 of each kernel, so out = s exactly (fp32 product by 1).
     # Kernel tiles keep the CBUF split legal.
-    bank = profile.cbuf_bank_bytes
-    n_tile = kernels
-    while True:
-        data_banks = ceil_div(r_max * profile.cbuf_entry_bytes, bank)
-        if data_banks + ceil_div(n_tile * EW_VIEW_CHANNELS * p.esize, bank) <= profile.cbuf_banks \
-                and n_tile <= profile.cube_dim_limit:
-            break
-        n_tile = round_up(n_tile // 2, p.n_align)
+    n_tile = _kernel_tile(profile, r_max, kernels)
+    if n_tile is None:
+        raise LoweringError(f"a per-row operand over {r_max}-row tiles: no kernel tile fits "
+                            f"the CBUF")
     # row tiles: whole aligned tiles, then the aligned part of the rest, then one aligned tile
     # ending at the last row (overlapping; positions >= 4 was checked above)
     spans: list[tuple[int, int]] = []
@@ -85,6 +81,22 @@ def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, o
                 out=Reloc(out, (n0 // p.feature_c2) * positions * atom + m0 * atom),
                 out_channels=nk, out_surf_stride=positions * atom, real_channels=1))
     return tasks
+
+
+def _kernel_tile(profile: ChipProfile, positions: int, kernels: int) -> int | None:
+    """The most kernels (halving from all of them) one flat-view conv task over ``positions``
+    can hold beside its 32-channel feature in the CBUF and within a cube dimension, or None."""
+    p = profile.input(DType.F16)
+    bank = profile.cbuf_bank_bytes
+    entries = ceil_div(EW_VIEW_CHANNELS * p.esize, profile.cbuf_entry_bytes)
+    data_banks = ceil_div(positions * entries * profile.cbuf_entry_bytes, bank)
+    n_tile = kernels
+    while data_banks + ceil_div(n_tile * EW_VIEW_CHANNELS * p.esize, bank) > profile.cbuf_banks \
+            or n_tile > profile.cube_dim_limit:
+        if n_tile <= p.n_align:
+            return None
+        n_tile = round_up(n_tile // 2, p.n_align)
+    return n_tile
 
 
 def _row_fold(positions: int, profile: ChipProfile) -> tuple[int, int] | None:
@@ -140,15 +152,9 @@ def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, 
     rows, width = fold
     ew_op, sign = _ONE_PASS[op]
     kernels = round_up(layout.channels, p.n_align)
-    bank = profile.cbuf_bank_bytes
-    entries = ceil_div(EW_VIEW_CHANNELS * p.esize, profile.cbuf_entry_bytes)
-    data_banks = ceil_div(positions * entries * profile.cbuf_entry_bytes, bank)
-    n_tile = kernels
-    while data_banks + ceil_div(n_tile * EW_VIEW_CHANNELS * p.esize, bank) > profile.cbuf_banks \
-            or n_tile > profile.cube_dim_limit:
-        if n_tile <= p.n_align:
-            return None
-        n_tile = round_up(n_tile // 2, p.n_align)
+    n_tile = _kernel_tile(profile, positions, kernels)
+    if n_tile is None:
+        return None
     s_lay = row_vector_layout(positions, profile)
     wl = weight_layout(profile, DType.F16, kernels, EW_VIEW_CHANNELS)
     x_lay, x_c2 = layout, p.feature_c2

@@ -4,10 +4,13 @@ cube by the one-pass emitters of emitters/eltwise_row.py, one call per cube (att
 heads), and the host reciprocal of a per-row divisor."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...ir.ops import Op
-from ...ir.types import DType
+from ...ir.types import DType, TensorType
+from ..arith import round_up
 from ..op_lowering import BufferSpec, HostStep, OpLowering
 from .base import CubeForm, NoNpuForm, OpCall, RowForm, RuleContext, Use
 from .forms import cube_form
@@ -127,35 +130,42 @@ def channel_calls(ctx: RuleContext, op: str, run, vec, reverse: bool,
     return calls
 
 
+def _row_vector_out(ctx: RuleContext, positions: int, batch_shape: tuple[int, ...], rows: int):
+    """The fresh per-row factor a host tail writes for per-row passes: the row-vector cube of
+    ``positions`` (channel 0 per row) once, or once per batch item at 64-byte aligned strides.
+    Returns (factor value, its form, the layout, the item stride, the bytes all items span)."""
+    from ..emitters import eltwise_row as ewr
+
+    lay = ewr.row_vector_layout(positions, ctx.profile)
+    r_shape = tuple(batch_shape) + (rows, 1)
+    if batch_shape:
+        item = round_up(lay.nbytes, 64)
+        form = cube_form(lay, r_shape, ("b",) * len(batch_shape) + ("h", "c"), item_stride=item)
+    else:
+        item = lay.nbytes
+        form = cube_form(lay, r_shape, ("h", "c"))
+    batch = math.prod(batch_shape)
+    return ctx.fresh(TensorType(DType.F16, r_shape)), form, lay, item, item * (batch - 1) + lay.nbytes
+
+
 def recip_rows(ctx: RuleContext, srow, form: CubeForm, shape: tuple[int, ...]):
     """r = 1 / s per row on the host (the O(rows) tail of a division by a per-row value),
     written straight into the row-vector cube(s) the per-row multiply reads: one host-op
     binary divide, fp32 in, fp16 out. Returns (host OpCall, r value, the form r is in)."""
-    from ...ir.types import TensorType
-    from ..emitters import eltwise_row as ewr
     from ..host_rules import BINARY_CODES, HostView, host_op_step
 
     items = form.batch_items()
-    lead = shape[:-1]
-    rows_total = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    rows_total = math.prod(shape[:-1])
     if len(items) == 1 or one_cube(form):
-        batch, rows = 1, rows_total
-        lay = ewr.row_vector_layout(form.layout.height * form.layout.width, ctx.profile)
-        r_shape, roles, item = (rows, 1), ("h", "c"), lay.nbytes
-        r_form = cube_form(lay, r_shape, roles)
+        batch, rows, lead, sub = 1, rows_total, (), form
     else:
         sub, _ = form.sub(items[0][0])
-        batch, rows = len(items), sub.hwc()[0]
-        lay = ewr.row_vector_layout(sub.layout.height * sub.layout.width, ctx.profile)
-        item = -(-lay.nbytes // 64) * 64
-        r_shape = tuple(shape[:len(items[0][0])]) + (rows, 1)
-        roles = ("b",) * len(items[0][0]) + ("h", "c")
-        r_form = cube_form(lay, r_shape, roles, item_stride=item)
+        batch, rows, lead = len(items), sub.hwc()[0], tuple(shape[:len(items[0][0])])
     if batch * rows != rows_total:
         raise NoNpuForm("the per-row vector does not match the operand's rows")
-    r = ctx.fresh(TensorType(DType.F16, r_shape))
+    r, r_form, lay, item, nbytes_out = _row_vector_out(
+        ctx, sub.layout.height * sub.layout.width, lead, rows)
     s_rows = RowForm(DType.F32, tuple(srow.type.shape))
-    nbytes_out = item * (batch - 1) + lay.nbytes
     es = 2
     sizes = {"s": s_rows.nbytes, "one": 4, "out": nbytes_out, "rdesc": 0}
     step, desc = host_op_step(
@@ -177,8 +187,6 @@ def recip_rows(ctx: RuleContext, srow, form: CubeForm, shape: tuple[int, ...]):
     return call, r
 
 
-
-
 def deferred_division_calls(ctx: RuleContext, x, srow, shape: tuple[int, ...]) -> list[OpCall]:
     """(e @ v) / s per row for a deferred softmax (ir/passes/softmax_dot.py): x is the fp32
     cube form the value product wrote, s the fp32 row sums on the host. The host splits
@@ -186,18 +194,16 @@ def deferred_division_calls(ctx: RuleContext, x, srow, shape: tuple[int, ...]) -
     LO_SCALE)) and one NPU pass per cube (a head) scales x by hi + lo * LO_SCALE (exact in
     fp32) into the fp16 cube the next op reads: one rounding of the quotient, as on the host,
     without the fp32 tensor crossing to the CPU (eltwise_row.build_row_scale_wide)."""
-    from ...ir.types import TensorType
     from ..emitters import eltwise_row as ewr
     from ..host_rules import BINARY_CODES, HostView, host_op_step
     from ..layouts import feature_layout
-    from .forms import cube_form as _cube_form
 
     form = next((f for f in ctx.forms(x) if isinstance(f, CubeForm)), None)
     if form is None or form.dtype is not DType.F32 or form.roles[-1:] != ("c",) or \
             "c" in form.roles[:-1]:
         raise NoNpuForm("the deferred product is not held as an fp32 matrix cube")
     items = form.batch_items()
-    rows_total = int(np.prod(shape[:-1], dtype=np.int64))
+    rows_total = math.prod(shape[:-1])
     if len(items) == 1 or one_cube(form):
         # a batch folded into the cube's rows is one cube: one call over all of its rows
         subs, nb, rows = [((), form)], 0, rows_total
@@ -214,14 +220,8 @@ def deferred_division_calls(ctx: RuleContext, x, srow, shape: tuple[int, ...]) -
     batch = len(subs)
     if batch * rows != rows_total:
         raise NoNpuForm("the row sums do not match the product's rows")
-    vlay = ewr.row_vector_layout(lay16.height, ctx.profile)
-    item = -(-vlay.nbytes // 64) * 64
-    r_shape = tuple(shape[:nb]) + (rows, 1)
-    r = ctx.fresh(TensorType(DType.F16, r_shape))
-    r_form = _cube_form(vlay, r_shape, ("b",) * nb + ("h", "c"), item_stride=item) if nb else \
-        _cube_form(vlay, r_shape, ("h", "c"))
+    r, r_form, vlay, item, n_out = _row_vector_out(ctx, lay16.height, tuple(shape[:nb]), rows)
     s_rows = RowForm(DType.F32, tuple(srow.type.shape))
-    n_out = item * (batch - 1) + vlay.nbytes
     sizes = {"s": s_rows.nbytes, "one": 4, "t": 4 * batch * rows, "d": 4 * batch * rows,
              "h": 4 * batch * rows, "k": 4, "out": n_out}
     hv = ((batch, rows), (rows, 1))
@@ -257,8 +257,8 @@ def deferred_division_calls(ctx: RuleContext, x, srow, shape: tuple[int, ...]) -
                     emitter="host per-row reciprocal (hi + lo)", forms_in=(s_rows,),
                     forms_out=(r_form,))]
     prog16 = ewr.build_row_scale_wide(lay16, ctx.profile)
-    out_form = _cube_form(lay16, shape, form.roles, item_stride=-(-lay16.nbytes // 64) * 64) \
-        if nb else _cube_form(lay16, shape, form.roles)
+    out_form = cube_form(lay16, shape, form.roles, item_stride=round_up(lay16.nbytes, 64)) \
+        if nb else cube_form(lay16, shape, form.roles)
     for ix, sub in subs:
         o_sub = out_form.sub(ix)[0] if nb else out_form
         r_sub = r_form.sub(ix)[0] if nb else r_form
