@@ -13,11 +13,24 @@ clamped underflow region), and leaves 65504 - 32768 = 32736 of headroom, so addi
 and subtracting the row max (each far below 2^14 in any real model) stays finite in fp16.
 The substitution keeps the meaning of a mask (an added term that removes a key from a
 softmax); tolerance.graph_bound applies the same one so the bound describes this program.
+
+It keeps that meaning only where the value *is* such a term, so it is made only there
+(``mask_path``): every out-of-range entry is negative and every use of the value reaches the
+argument of an exp (or a softmax) through shape ops, converts, selects, adds, the minuend of a
+subtraction and row maxima. Anywhere else -- ``x / 1e5``, ``clip(x, -1e5, 1e5)`` -- 2^15 would
+be a different number, so the constant keeps its value: host ops compute with it in f32, and
+the NPU rules see a bound beyond fp16 and leave the op to the host.
+
+A row the mask removes entirely is the one case the substitution does not keep: the exact
+softmax of ``logits + finfo.min`` is uniform (f32 absorbs the logits), while ``logits - 2^15``
+keeps what fp16 or f32 leaves of them.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..ir.graph import Graph, Node
+from ..ir.ops import Op
 from ..weight_timing import timed
 from .compile_cache import memo_of_array
 
@@ -65,11 +78,66 @@ def saturate(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def saturate_consts(consts: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-    """The compile-time values with fp16-unrepresentable floats saturated (a new dict); each
-    read-only value once per compile (the range plan saturates its folds up to five times)."""
-    return {k: memo_of_array("saturate", v, lambda v=v: _saturated_copy_read_only(v))
-            for k, v in consts.items()}
+def saturate_consts(consts: dict[int, np.ndarray], graph: Graph) -> dict[int, np.ndarray]:
+    """The compile-time values of ``graph`` with fp16-unrepresentable floats saturated where
+    the value is a softmax mask term (``mask_path``; a new dict); each read-only value once
+    per compile (the range plan saturates its folds up to five times)."""
+    out = dict(consts)
+    users = None
+    for k, v in consts.items():
+        if not needs_saturation(v):
+            continue
+        if users is None:
+            users = graph.users()
+        if mask_path(users, k, v):
+            out[k] = memo_of_array("saturate", v, lambda v=v: _saturated_copy_read_only(v))
+    return out
+
+
+# ops a mask term passes through unchanged in meaning (operand index -> the path continues
+# through the result); None: any operand
+_CARRY = {Op.BROADCAST_IN_DIM: None, Op.RESHAPE: None, Op.SLICE: None, Op.TRANSPOSE: None,
+          Op.CONCATENATE: None, Op.CONVERT: None, Op.ADD: None, Op.MAX: None,
+          Op.REDUCE_MAX: None, Op.SELECT_N: "cases", Op.SUB: 0, Op.PAD: None}
+_ROW_MAX = frozenset({Op.REDUCE_MAX, Op.MAX})
+
+
+def mask_path(users: dict[int, list[Node]], vid: int, value: np.ndarray) -> bool:
+    """True when saturating ``value`` (value id ``vid``) to -2^15 keeps every result: its
+    out-of-range entries are negative, and every use reaches the argument of an exp or a
+    softmax only through ``_CARRY`` ops, as the subtrahend of a subtraction only once it has
+    gone through a row max (``x - max(x)``), and never a graph output."""
+    a = np.asarray(value)
+    with np.errstate(invalid="ignore"):
+        if np.any(a > FP16_MAX):
+            return False
+    seen: set[tuple[int, bool]] = set()
+    stack = [(vid, False)]
+    while stack:
+        v, maxed = stack.pop()
+        if (v, maxed) in seen:
+            continue
+        seen.add((v, maxed))
+        nodes = users.get(v)
+        if not nodes:
+            return False                      # a graph output (or unused): no softmax
+        for n in nodes:
+            if n.op in (Op.EXP, Op.SOFTMAX):
+                continue
+            idx = [i for i, x in enumerate(n.inputs) if x.id == v]
+            if n.op is Op.SUB and idx != [0]:
+                if not maxed or 0 in idx:
+                    return False
+                stack.append((n.out.id, False))
+                continue
+            if n.op not in _CARRY:
+                return False
+            elif _CARRY[n.op] == "cases" and 0 in idx:
+                return False                  # a select's predicate
+            elif isinstance(_CARRY[n.op], int) and idx != [_CARRY[n.op]]:
+                return False
+            stack.append((n.out.id, maxed or n.op in _ROW_MAX))
+    return True
 
 
 def _saturated_copy_read_only(a: np.ndarray) -> np.ndarray:

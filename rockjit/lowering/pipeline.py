@@ -54,7 +54,7 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         self.profile = profile
         self.producers = graph.producers()
         # a mask's finfo(f32).min or -inf would be -inf in fp16: saturated (fp16_range.py)
-        self.consts = saturate_consts(fold_consts(graph, params))
+        self.consts = saturate_consts(fold_consts(graph, params), graph)
         self.tensors: dict[int, list[Tensor]] = {}
         self.bufs: list[Buf] = []
         self.calls: list[PlacedCall] = []

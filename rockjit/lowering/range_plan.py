@@ -143,7 +143,7 @@ def plan_ranges(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, 
     folded = fold_consts(graph, params)
     graph, gain_folds = fold_norm_gains(graph, folded)
     # the fold rewrites the graph only where it found a gain; otherwise its values stand
-    consts = saturate_consts(fold_consts(graph, params) if gain_folds else folded)
+    consts = saturate_consts(fold_consts(graph, params) if gain_folds else folded, graph)
     bounds = compute_bounds(graph, consts)
     g2, sites = rewrite_square_sums(graph, consts, bounds)
     known = dict(bounds)
@@ -153,18 +153,18 @@ def plan_ranges(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, 
             # pass 2's operand is <= ROW_TARGET by construction (no bound rule can see it)
             known[s.scaled.id] = ROW_TARGET
             known[s.prescaled.id] = min(s.operand_bound, FP16_MAX) * 2.0 ** -s.shift
-        consts = saturate_consts(fold_consts(g2, params))
+        consts = saturate_consts(fold_consts(g2, params), g2)
         bounds = compute_bounds(g2, consts, known)
     g3, products = rewrite_matmul_inputs(g2, consts, bounds)
     if products:
         known = dict(bounds)
         for ps in products:
             known[ps.product.id] = ps.bound * 2.0 ** -ps.shift
-        consts = saturate_consts(fold_consts(g3, params))
+        consts = saturate_consts(fold_consts(g3, params), g3)
         bounds = compute_bounds(g3, consts, known)
     g4, scores = rewrite_score_scales(g3, consts, bounds)
     if scores:
-        bounds = compute_bounds(g4, saturate_consts(fold_consts(g4, params)), bounds)
+        bounds = compute_bounds(g4, saturate_consts(fold_consts(g4, params), g4), bounds)
     plan = RangePlan(bounds, sites)
     plan.products = products
     plan.score_scales = scores

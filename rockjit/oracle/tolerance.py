@@ -399,7 +399,7 @@ def graph_bound(graph, params, inputs, trace: dict | None = None) -> list[np.nda
         val = _f64(x)
         env[v.id] = Err(val, np.zeros_like(val),
                         _round_var(val) if v.type.dtype.is_float else np.zeros_like(val))
-    folded = saturate_consts(fold_consts(graph, params))
+    folded = saturate_consts(fold_consts(graph, params), graph)
     producers = graph.producers()
 
     def compute(n: Node, args: list[Err]) -> Err:

@@ -82,7 +82,7 @@ def test_quotient_bound_is_the_value_bound() -> None:
     rng = np.random.default_rng(2)
     q, k, v = _qkv(rng, b=1, h=2, t=64, d=8)
     r = expand(defer_softmax_division(_graph(_attention, q, k, v)))
-    bounds = compute_bounds(r, saturate_consts(fold_consts(r, {})), input_bound=300.0)
+    bounds = compute_bounds(r, saturate_consts(fold_consts(r, {}), r), input_bound=300.0)
     prod, users = r.producers(), r.users()
     div = prod[r.outputs[0].id]
     dot = prod[div.inputs[0].id]

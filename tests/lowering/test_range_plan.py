@@ -97,7 +97,7 @@ def test_every_bound_holds_on_data() -> None:
     x[0, 6] = np.linspace(-600, 600, H)
     x[0, 9, 5] = 650.0
     g, params = _graph(_block, p, x)
-    consts = saturate_consts(fold_consts(g, params))
+    consts = saturate_consts(fold_consts(g, params), g)
     bounds = RB.compute_bounds(g, consts, input_bound=float(np.abs(x).max()))
     # every value's actual magnitude from the interpreter
     env = {g.inputs[0].id: x}
@@ -129,7 +129,7 @@ def test_layernorm_bound_is_reached() -> None:
     got = np.abs(_ln_np(x, 1.0, 0.0)).max()
     assert got <= math.sqrt(H) and got > 0.98 * math.sqrt(H)
     g, params = _graph(_ln, p, x)
-    bounds = RB.compute_bounds(g, saturate_consts(fold_consts(g, params)))
+    bounds = RB.compute_bounds(g, saturate_consts(fold_consts(g, params), g))
     assert bounds[g.outputs[0].id] == pytest.approx(math.sqrt(H))
 
 
@@ -142,7 +142,7 @@ def test_matmul_bound_uses_weight_l1_norms() -> None:
 
     x = np.ones((4, 32), np.float32)
     g, params = _graph(fn, w, x)
-    b = RB.compute_bounds(g, saturate_consts(fold_consts(g, params)), input_bound=2.0)
+    b = RB.compute_bounds(g, saturate_consts(fold_consts(g, params), g), input_bound=2.0)
     assert b[g.outputs[0].id] == pytest.approx(2.0 * np.abs(w).sum(axis=1).max())
 
 

@@ -300,7 +300,8 @@ def scalar_stages(op: str, value: float, reverse: bool) -> tuple[SdpStage | None
     """BS/BN register operands for ``x OP c`` (``c OP x`` when ``reverse``). The constant is
     the fp16 value of ``value`` (the tensor's dtype), held exactly as the fp32 ALU operand."""
     _check_op(op)
-    c = float(np.float16(value))
+    with np.errstate(over="ignore"):
+        c = float(np.float16(value))
     if not np.isfinite(c):
         raise LoweringError(f"scalar operand {value!r} is not a finite fp16 value")
     if op == "sub":
