@@ -89,7 +89,7 @@ def test_range_plan_records_are_reported_per_group(whisper2, monkeypatch) -> Non
 
     from rockjit.check import make_groups
 
-    prog = c._runner.loaded_graph
+    prog = c._runner.load()      # loaded on first use: this test may run alone
     groups, _ = make_groups(c.graph)
     v = groups[2].value.id
     recs = [Rec(v, "prescale 2^-4", 123.0), Rec(groups[2].nodes[0].out.id, "fp16", 9.0)]
