@@ -48,9 +48,9 @@ fp16 input, and prescales by a bound only where the bound is tight enough to use
 
 * Scaled activation products (attention's ``q k^T * head_dim^-0.5``). The matmul writes the
   product before the scale, in fp16: scaled logits past 8192 (head_dim 64) overflow there
-  though they fit after it. Where such a product's bound exceeds fp16, the scale's power-of-two
-  part moves onto the first activation operand (``rewrite_score_scales``): exact, and the
-  matmul then writes the scaled logits.
+  though they fit after it. The scale's power-of-two part moves onto the first activation
+  operand, into q's projection weights where it can (score_scales.py): exact, the matmul then
+  writes the scaled logits, and the scores are not read and written again for the scale.
 
 Before these, not for range but for one rounding less: a bias-free norm's gain ``n * g`` read
 only by projections with resident weights is folded into their weights (gain_fold.py).
@@ -82,8 +82,8 @@ from ..ir.ops import Op
 from .fp16_range import FP16_MAX
 from .range_bounds import INF, ROW_TARGET, compute_bounds
 from .gain_fold import GainFoldSite, fold_norm_gains
-from .range_rewrites import (NormSite, ProductSite, ScoreScaleSite, rewrite_matmul_inputs,
-                             rewrite_score_scales, rewrite_square_sums)
+from .range_rewrites import NormSite, ProductSite, rewrite_matmul_inputs, rewrite_square_sums
+from .score_scales import ScoreScaleSite, rewrite_score_scales
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def plan_ranges(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, 
             known[ps.product.id] = ps.bound * 2.0 ** -ps.shift
         consts = saturate_consts(fold_consts(g3, params), g3)
         bounds = compute_bounds(g3, consts, known)
-    g4, scores = rewrite_score_scales(g3, consts, bounds)
+    g4, scores = rewrite_score_scales(g3, consts)
     if scores:
         bounds = compute_bounds(g4, saturate_consts(fold_consts(g4, params), g4), bounds)
     plan = RangePlan(bounds, sites)

@@ -355,7 +355,7 @@ def test_attention_logits_near_fp16_limit_do_not_overflow_before_the_scale(head_
     """Scaled attention logits of ~15000 (a real checkpoint's large-logit layer, pushed toward
     fp16's limit): q k^T before the 1/sqrt(head_dim) scale is 7-8x that, past 65504, so the
     NPU wrote inf there and the program raised NumericsError. The scale's power of two (1/8) is
-    now applied to q first (range_plan.rewrite_score_scales); at head_dim 48 the rest of the
+    now applied to q first (score_scales.rewrite_score_scales); at head_dim 48 the rest of the
     scale (8 / sqrt(48) = 1.15) stays after the matmul. Reference: numpy float64."""
     rng = np.random.default_rng(11)
     d, s = 2 * head_dim, 16

@@ -14,7 +14,7 @@ real checkpoints have"):
 * LayerNorm gains of 10-50 on four channels of every LayerNorm;
 * one layer's q and k weights scaled by 150-275: its scaled attention logits reach 2-3e4, near
   fp16's 65504 (q k^T before the 1/8 scale would be 8x that: it overflowed until
-  range_plan.rewrite_score_scales).
+  score_scales.rewrite_score_scales).
 The test asserts each planted activation is present in HF's run, so it cannot pass vacuously.
 
 Checks: final cosine >= 0.9999 against JAX and against HF (per batch element too), mean

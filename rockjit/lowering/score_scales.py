@@ -1,0 +1,177 @@
+"""Attention's score scale moved off the scores (a range-plan rewrite, range_plan.py).
+
+``(q @ k^T) * c`` with a constant ``c`` below 1 (``head_dim^-0.5``) is computed as
+``(q 2^k) @ k^T * (c 2^-k)``: the scale's power-of-two part 2^k moves onto the matmul's first
+activation operand (as HF's Whisper and torch's SDPA scale q) and only the rest, in [1, 2),
+stays after the matmul (none at all for head_dim 64). Two reasons:
+
+* range: the matmul writes its product in fp16 before any scale. Logits of 8192 (head_dim 64)
+  are 65536 unscaled and overflow though the scaled logits fit;
+* work: the scores are [heads, q, keys], q is [heads, q, head_dim], so the scale costs a pass
+  over the smaller of the two -- and nothing at all where q is a projection with resident
+  weights reached through reshapes and transposes only: 2^k then goes into its weights and
+  bias (``W 2^k``, ``b 2^k``).
+
+Exact: a power of two scales an fp16 value without rounding; a weight or value below 2^-14
+after the scale loses low bits as a subnormal, an absolute error under 2^-25 of the unit it
+multiplies, far below the matmul's own rounding.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ..ir.graph import Graph, Node, Value
+from ..ir.ops import Op
+from ..ir.types import TensorType
+from .gain_fold import _feature_vector
+from .range_rewrites import GraphEditor
+
+# the ops that carry q from its projection to the score matmul without changing its values
+_CARRY = (Op.RESHAPE, Op.TRANSPOSE)
+
+
+@dataclass
+class ScoreScaleSite:
+    """One ``(a @ b) * c`` computed as ``(a 2^k) @ b * (c 2^-k)``."""
+
+    scaled_operand: Value   # a * 2^k
+    shift: int              # -k: the power of two moved onto the operand is 2^-shift
+    loc: str
+    into_weights: bool = False   # 2^k went into the projection's weights and bias
+
+
+def _uniform_scale(v: Value, consts: Mapping[int, np.ndarray]) -> float | None:
+    c = consts.get(v.id)
+    if c is None or c.size == 0:
+        return None
+    a = np.asarray(c)
+    # a broadcast constant (a scalar scale over [B, H, S, S]) repeats along its 0-stride axes
+    a = a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)] if a.ndim else a
+    first = float(a.flat[0])
+    # the last element first: a table (a rotary cos/sin) differs there, without a full scan
+    if not (math.isfinite(first) and first > 0.0) or a.flat[-1] != first or np.any(a != first):
+        return None
+    return first
+
+
+def _projection(x: Value, producers, users, consts, outputs
+                ) -> tuple[Node, Node | None, np.ndarray | None] | None:
+    """(dot, bias add, bias vector) when ``x`` is ``x_in @ W (+ b)`` (W, b resident) carried
+    to its one reader by reshapes and transposes, each value on the way read once."""
+    v = x
+    while True:
+        if v.id in outputs or len(users.get(v.id, [])) != 1:
+            return None
+        n = producers.get(v.id)
+        if n is None or n.op not in _CARRY:
+            break
+        v = n.inputs[0]
+
+    def weights_dot(d: Value) -> Node | None:
+        dot = producers.get(d.id)
+        ok = dot is not None and dot.op is Op.DOT_GENERAL and d.id not in outputs \
+            and len(users.get(d.id, [])) == 1 and dot.inputs[1].id in consts \
+            and dot.inputs[0].id not in consts and dot.inputs[1].type.dtype.is_float
+        return dot if ok else None
+
+    top = producers.get(v.id)
+    if top is None:
+        return None
+    if top.op is Op.DOT_GENERAL:
+        dot = weights_dot(v)
+        return None if dot is None else (dot, None, None)
+    if top.op is not Op.ADD:
+        return None
+    for d, b in (top.inputs, top.inputs[::-1]):
+        dot = weights_dot(d)
+        vec = _feature_vector(b, consts)
+        if dot is not None and vec is not None:
+            return dot, top, vec
+    return None
+
+
+def rewrite_score_scales(graph: Graph, consts: Mapping[int, np.ndarray]
+                         ) -> tuple[Graph, list[ScoreScaleSite]]:
+    """Every ``(a @ b) * c`` of two activations with a uniform constant c < 1, the product
+    read by nothing else, rewritten as the module docstring says."""
+    producers = graph.producers()
+    users = graph.users()
+    outputs = {v.id for v in graph.outputs}
+    plans: dict[int, tuple] = {}       # id(score dot) -> (k, rest, d, c, mul, projection)
+    for n in graph.nodes:
+        if n.op is not Op.MUL or not n.out.type.dtype.is_float:
+            continue
+        for d, c in (n.inputs, n.inputs[::-1]):
+            dot = producers.get(d.id)
+            if dot is None or dot.op is not Op.DOT_GENERAL or d.id in consts:
+                continue      # before scanning c: a mask or gain constant is a large array
+            scale = _uniform_scale(c, consts)
+            if scale is None:
+                continue
+            if d.id in outputs or len(users.get(d.id, [])) != 1 or d.type != n.out.type:
+                continue
+            if not all(x.id not in consts and x.type.dtype.is_float for x in dot.inputs):
+                continue
+            k = math.floor(math.log2(scale))
+            if k >= 0:
+                continue
+            x = dot.inputs[0]
+            proj = _projection(x, producers, users, consts, outputs)
+            plans[id(dot)] = (k, scale * 2.0 ** -k, d, c, n, proj)
+            break
+    if not plans:
+        return graph, []
+    ed = GraphEditor(graph)
+    muls = {id(p[4]): p for p in plans.values()}
+    weights = {id(p[5][0]): p[0] for p in plans.values() if p[5] is not None}
+    biases = {id(p[5][1]): (p[0], p[5][2]) for p in plans.values()
+              if p[5] is not None and p[5][1] is not None}
+    sites: list[ScoreScaleSite] = []
+    out_nodes: list[Node] = []
+    for n in graph.nodes:
+        if id(n) in weights:
+            w = consts[n.inputs[1].id]
+            ws = np.asarray(w * np.asarray(2.0 ** weights[id(n)], w.dtype))
+            ws.setflags(write=False)
+            w2 = ed.node(out_nodes, Op.CONSTANT, (), {"value": ws}, n.inputs[1].type, n.loc)
+            ed.node(out_nodes, n.op, (n.inputs[0], w2), dict(n.attrs), loc=n.loc, result=n.out)
+            continue
+        if id(n) in biases:
+            k, vec = biases[id(n)]
+            t = n.out.type
+            bs = np.asarray(vec * np.asarray(2.0 ** k, vec.dtype))
+            bs.setflags(write=False)
+            c = ed.node(out_nodes, Op.CONSTANT, (), {"value": bs}, TensorType(t.dtype, bs.shape),
+                        n.loc)
+            cb = ed.node(out_nodes, Op.BROADCAST_IN_DIM, (c,),
+                         {"broadcast_dimensions": (len(t.shape) - 1,)}, t, n.loc)
+            dot_in = next(v for v in n.inputs if v.id not in consts)
+            ed.node(out_nodes, Op.ADD, (dot_in, cb), {}, loc=n.loc, result=n.out)
+            continue
+        if id(n) in plans:
+            k, rest, d, c, mul, proj = plans[id(n)]
+            i = next(j for j, x in enumerate(n.inputs) if x.id not in consts)
+            x = n.inputs[i]
+            if proj is None:
+                two_k = ed.const(out_nodes, 2.0 ** k, x.type, n.loc)
+                xs = ed.node(out_nodes, Op.MUL, (x, two_k), loc=n.loc)
+                ins = list(n.inputs)
+                ins[i] = xs
+            else:       # the projection's own output now holds q 2^k
+                xs, ins = (proj[1] or proj[0]).out, list(n.inputs)
+            ed.node(out_nodes, n.op, tuple(ins), dict(n.attrs), loc=n.loc,
+                    result=mul.out if rest == 1.0 else d)
+            sites.append(ScoreScaleSite(xs, -k, str(n.loc) if n.loc else "", proj is not None))
+            continue
+        if id(n) in muls:
+            k, rest, d, c, mul, _ = muls[id(n)]
+            if rest != 1.0:
+                r = ed.const(out_nodes, rest, d.type, n.loc)
+                ed.node(out_nodes, Op.MUL, (d, r), loc=n.loc, result=n.out)
+            continue
+        out_nodes.append(n)
+    return Graph(graph.name, graph.inputs, out_nodes, graph.outputs), sites
