@@ -68,27 +68,20 @@ def _flat_layout(form: CubeForm) -> CubeLayout | None:
     return CubeLayout(total // atom, 1, form.layout.c2, form.layout.c2, form.layout.dtype)
 
 
-# An offered split costs a job's dispatch per extra part even where placement keeps every
-# part on one core; a part is offered only when its DMA outlasts that many dispatches, so the
-# split costs at most 1/PART_DISPATCHES of the op when it does not pay.
-PART_DISPATCHES = 10
-
-
 def flat_parts(ctx: RuleContext, form: CubeForm, passes: int = 1) -> int:
     """How many jobs a flat-view op over ``form`` offers placement (eltwise.part_bounds): one
     per cube when several cubes tile the run (attention's heads), so job h reads only the
     bytes the producer's jobs for head h wrote and placement can keep each head on the core
-    that holds it; a single long cube is cut into up to ``cores`` ranges, each worth
-    PART_DISPATCHES dispatches of a job of ``passes`` kicks. Placement (resident_placement.py)
-    prices the copies a spread would need and keeps the parts on one core where it does not
-    pay."""
+    that holds it; a single long cube is cut into up to ``cores`` ranges, each moving at
+    least what the DMA moves during one dispatch of a job of ``passes`` kicks (a smaller part
+    cannot pay for its own job). Placement (resident_placement.py) prices the copies a spread
+    would need and keeps the parts on one core where the model says that is cheaper."""
     items = form.batch_items()
     if len(items) > 1 and _flat_layout(form) is not None:
         return len(items)
     # a batch folded into one cube's rows (one_cube) is one long run
     c = cost.calibrated()
-    dispatch_s = (c.job_us + passes * c.kick_us) * 1e-6
-    least = PART_DISPATCHES * dispatch_s * c.dma_gbps * 1e9
+    least = (c.job_us + passes * c.kick_us) * 1e-6 * c.dma_gbps * 1e9
     return max(1, min(ctx.profile.cores, int(form.layout.nbytes // least)))
 
 
