@@ -34,6 +34,11 @@ span). Lanes never mix, so padding lanes and pad bytes only ever produce padding
 zero pad lane stays 0 under add/sub/mul/max/min of two zero pads; under a scalar op it holds
 ``op(0, c)``; with a per-channel vector it holds ``op(0, 0)``.
 
+Jobs: with ``parts`` > 1 a flat view is cut at ``part_bounds`` (whole aligned EW rows), every
+pass's chunking cuts there too, and each range becomes one job holding all passes over it
+(jobs.split_by_range), so placement can run the ranges on the cores that hold their inputs
+(attention's heads: where the QK^T job of that head ran).
+
 Sources: [conf] /work/shared/conformance 05 / 06 programs; [lut] [ew] [k-acc] [mrdma] [chain]
 notes encodings/dpu-lut-activation.md, k-accumulation.md, mrdma-trap.md, regcmd-task-model.md;
 [mesa] Mesa rkt_regcmd.c (conv framing, via emitters/matmul.py).
