@@ -306,11 +306,15 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 rows = form.sub(form.batch_items()[0][0])[0].hwc()[0]
                 if tuple(srow.type.shape) != bshape + (rows,):
                     raise NoNpuForm("a per-row operand not shaped like the operand's rows")
-            return RuleResult(row_calls(ctx, op, run, srow, run is y, form, shape))
+            # one call per head, independent: one step of jobs placement spreads by cost
+            # (as separate steps each went wherever its data was, all to one core)
+            return RuleResult(row_calls(ctx, op, run, srow, run is y, form, shape),
+                              parallel=True)
         csrc = channel_source(ctx, other, shape)
         if csrc is not None:
             try:
-                return RuleResult(channel_calls(ctx, op, run, csrc, run is y, form))
+                return RuleResult(channel_calls(ctx, op, run, csrc, run is y, form),
+                                  parallel=True)
             except (LoweringError, NoNpuForm):
                 pass   # v - x, or positions one pass cannot cover: the broadcast form below
         if other.type.shape != shape:
