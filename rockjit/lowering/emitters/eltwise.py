@@ -34,6 +34,11 @@ span). Lanes never mix, so padding lanes and pad bytes only ever produce padding
 zero pad lane stays 0 under add/sub/mul/max/min of two zero pads; under a scalar op it holds
 ``op(0, c)``; with a per-channel vector it holds ``op(0, 0)``.
 
+Jobs: with ``parts`` > 1 a flat view is cut at ``part_bounds`` (whole aligned EW rows), every
+pass's chunking cuts there too, and each range becomes one job holding all passes over it
+(jobs.split_by_range), so placement can run the ranges on the cores that hold their inputs
+(attention's heads: where the QK^T job of that head ran).
+
 Sources: [conf] /work/shared/conformance 05 / 06 programs; [lut] [ew] [k-acc] [mrdma] [chain]
 notes encodings/dpu-lut-activation.md, k-accumulation.md, mrdma-trap.md, regcmd-task-model.md;
 [mesa] Mesa rkt_regcmd.c (conv framing, via emitters/matmul.py).
@@ -55,7 +60,7 @@ from ..tiling import CbufSplit, ceil_div, round_up
 # the DPU stage records live in dpu_stages.py; LUT builders import them from here too
 from .dpu_stages import LutTables, OutCvt, SdpStage, ew_stage  # noqa: F401
 from .flying import FLYING_MAX_POSITIONS, emit_flying
-from .jobs import JobTasks, assemble_jobs
+from .jobs import JobTasks, assemble_jobs, split_by_range
 from .task import ConvTaskGeom, DpuStages, conv_task
 
 # ---------------------------------------------------------------------------------------------
@@ -98,13 +103,41 @@ def check_fp16_cube(layout: CubeLayout, profile: ChipProfile, what: str) -> None
 
 def npu_program(buffers: list[BufferSpec], groups: Sequence[Sequence[EmittedTask]],
                 profile: ChipProfile, reads: Sequence[str], writes: Sequence[str],
-                macs: int = 0) -> OpLowering:
-    """One NPU step of one job: the task groups (passes) run in order, each pass its own
-    kick(s) of self-chained tasks (fp16 chains, notes: encodings/regcmd-task-model.md)."""
-    jobs, end = assemble_jobs(profile, [JobTasks([list(g) for g in groups], tuple(reads),
-                                                 tuple(writes))])
+                macs: int = 0, bounds: Sequence[int] = ()) -> OpLowering:
+    """One NPU step: the task groups (passes) run in order, each pass its own kick(s) of
+    self-chained tasks (fp16 chains, notes: encodings/regcmd-task-model.md). ``bounds``
+    (part_bounds) cut a flat run into byte ranges, each range one job holding every pass over
+    it (jobs.split_by_range), which placement may spread over the cores; none: one job."""
+    tasks = [JobTasks([list(g) for g in groups], tuple(reads), tuple(writes))] if not bounds \
+        else split_by_range(groups, bounds, tuple(reads), tuple(writes))
+    jobs, end = assemble_jobs(profile, tasks)
     bufs = list(buffers) + [BufferSpec("regcmd", "regcmd", round_up(end, profile.regcmd_align_bytes))]
     return OpLowering(tuple(bufs), (NpuStep(tuple(jobs)),), macs=macs)
+
+
+def part_bounds(nbytes: int, profile: ChipProfile, parts: int) -> tuple[int, ...]:
+    """The interior byte boundaries cutting a flat run of ``nbytes`` into at most ``parts``
+    near-equal ranges (attention's heads: one range per head when the heads tile the run).
+    A boundary sits on a whole number of aligned EW-view rows (ew_chunks) and every range
+    holds at least the rows one EW task needs, so both flat chunkings can cut there."""
+    if parts <= 1:
+        return ()
+    per_row = profile.atom_bytes * EW_VIEW_CHANNELS // profile.input(DType.F16).feature_c2
+    grain = per_row * profile.row_align
+    least = round_up(max(profile.ew_min_positions, profile.min_feature_rows),
+                     profile.row_align) * per_row
+    out: list[int] = []
+    for j in range(1, parts):
+        b = j * nbytes // parts // grain * grain
+        if b - (out[-1] if out else 0) >= least and nbytes - b >= least:
+            out.append(b)
+    return tuple(out)
+
+
+def _segments(n: int, bounds: Sequence[int], unit: int) -> list[tuple[int, int]]:
+    """(start, end) in ``unit``s of the pieces of [0, n) cut at ``bounds`` (bytes)."""
+    cuts = [0, *(b // unit for b in bounds if 0 < b // unit < n), n]
+    return list(zip(cuts, cuts[1:]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,39 +225,48 @@ def _emit_conv_dpu(name: str, profile: ChipProfile, feature: Reloc, rows: int,
 # the flat views
 # ---------------------------------------------------------------------------------------------
 
-def flying_chunks(nbytes: int, profile: ChipProfile) -> list[tuple[int, int]]:
-    """(byte offset, positions) of the flying tasks covering ``nbytes`` (whole atoms)."""
+def flying_chunks(nbytes: int, profile: ChipProfile,
+                  bounds: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """(byte offset, positions) of the flying tasks covering ``nbytes`` (whole atoms), none
+    crossing a boundary of ``bounds`` (part_bounds)."""
     atoms = ceil_div(nbytes, profile.atom_bytes)
-    out, pos = [], 0
-    while pos < atoms:
-        n = min(FLYING_MAX_POSITIONS, atoms - pos)
-        out.append((pos * profile.atom_bytes, n))
-        pos += n
+    out = []
+    for lo, hi in _segments(atoms, bounds, profile.atom_bytes):
+        pos = lo
+        while pos < hi:
+            n = min(FLYING_MAX_POSITIONS, hi - pos)
+            out.append((pos * profile.atom_bytes, n))
+            pos += n
     return out
 
 
-def ew_chunks(nbytes: int, profile: ChipProfile) -> tuple[list[tuple[int, int]], int]:
+def ew_chunks(nbytes: int, profile: ChipProfile,
+              bounds: Sequence[int] = ()) -> tuple[list[tuple[int, int]], int]:
     """(byte offset, rows) of the identity-conv EW tasks covering ``nbytes``, and the padded
     span they touch. A chunk of R rows is R x 32 channels = 4 surfaces of R atoms = 64R bytes.
     R is a multiple of the row alignment, at least the EW stride floor, and at most the
-    feature rows one conv task reads."""
+    feature rows one conv task reads. No chunk crosses a boundary of ``bounds`` (part_bounds
+    puts them on aligned rows, each piece at least the floor)."""
     atom = profile.atom_bytes
     per_row = atom * EW_VIEW_CHANNELS // profile.input(DType.F16).feature_c2   # 64 bytes
     align = profile.row_align
     r_max = profile.max_feature_rows // align * align
     r_min = round_up(max(profile.ew_min_positions, profile.min_feature_rows), align)
     rows_total = round_up(max(ceil_div(nbytes, per_row), r_min), align)
-    out, done = [], 0
-    n_tasks = ceil_div(rows_total, r_max)
-    # spread rows evenly so no task falls under the floor
-    base = round_up(ceil_div(rows_total, n_tasks), align)
-    while done < rows_total:
-        r = min(base, rows_total - done)
-        if r < r_min:          # cannot happen with even spreading; kept as a guard
-            raise LoweringError(f"internal: EW chunk of {r} rows under the floor {r_min}")
-        out.append((done * per_row, r))
-        done += r
-    return out, done * per_row
+    out = []
+    for lo, hi in _segments(rows_total, bounds, per_row):
+        n_tasks = ceil_div(hi - lo, r_max)
+        # spread rows evenly so no task falls under the floor
+        base = round_up(ceil_div(hi - lo, n_tasks), align)
+        done = lo
+        while done < hi:
+            r = min(base, hi - done)
+            if r < r_min or r % align:       # cannot happen (even spreading, part_bounds)
+                raise LoweringError(f"internal: EW chunk of {r} rows under the floor {r_min} "
+                                    f"or off the {align}-row alignment")
+            out.append((done * per_row, r))
+            done += r
+    return out, rows_total * per_row
 
 
 def _identity_weights(profile: ChipProfile, sign: float) -> np.ndarray:
@@ -242,19 +284,23 @@ def _check_op(op: str) -> None:
 
 
 def full_ew_tasks(op: str, a: str, b: str, out: str, weights: str, nbytes: int,
-                  profile: ChipProfile, prefix: str = "ew") -> tuple[list[EmittedTask], int]:
-    """Tasks computing out = a OP b over the flat view of ``nbytes``; returns (tasks, padded
-    span). ``weights`` names a const buffer holding the 32x32 identity (-identity for sub).
-    Emitted once per geometry in a compile (compile_cache.py); each caller gets its own list."""
-    tasks, span = memo(("full_ew_tasks", op, a, b, out, weights, nbytes, profile, prefix),
-                       lambda: _full_ew_tasks(op, a, b, out, weights, nbytes, profile, prefix))
+                  profile: ChipProfile, prefix: str = "ew",
+                  bounds: tuple[int, ...] = ()) -> tuple[list[EmittedTask], int]:
+    """Tasks computing out = a OP b over the flat view of ``nbytes`` (none crossing
+    ``bounds``); returns (tasks, padded span). ``weights`` names a const buffer holding the
+    32x32 identity (-identity for sub). Emitted once per geometry in a compile
+    (compile_cache.py); each caller gets its own list."""
+    tasks, span = memo(("full_ew_tasks", op, a, b, out, weights, nbytes, profile, prefix, bounds),
+                       lambda: _full_ew_tasks(op, a, b, out, weights, nbytes, profile, prefix,
+                                              bounds))
     return list(tasks), span
 
 
 def _full_ew_tasks(op: str, a: str, b: str, out: str, weights: str, nbytes: int,
-                   profile: ChipProfile, prefix: str) -> tuple[tuple[EmittedTask, ...], int]:
+                   profile: ChipProfile, prefix: str,
+                   bounds: tuple[int, ...]) -> tuple[tuple[EmittedTask, ...], int]:
     _check_op(op)
-    chunks, span = ew_chunks(nbytes, profile)
+    chunks, span = ew_chunks(nbytes, profile, bounds)
     # sub: the conv main feed is -b, the ERDMA operand a, the EW unit adds them
     main, opnd, ew_op = (b, a, "add") if op == "sub" else (a, b, op)
     tasks = []
@@ -277,8 +323,10 @@ def weights_buffer(op: str, profile: ChipProfile, name: str = "weights") -> Buff
 # ---------------------------------------------------------------------------------------------
 
 @memoized
-def build_binary(op: str, layout: CubeLayout, profile: ChipProfile | str | None = None) -> OpLowering:
-    """out = a OP b for two fp16 cubes of the same dense ``layout``.
+def build_binary(op: str, layout: CubeLayout, profile: ChipProfile | str | None = None,
+                 parts: int = 1) -> OpLowering:
+    """out = a OP b for two fp16 cubes of the same dense ``layout``; ``parts`` > 1 offers
+    that many jobs over byte ranges (part_bounds, npu_program).
 
     Buffers: ``a`` (input 0), ``b`` (input 1), ``out`` (output 0), ``weights`` (const, the
     32x32 +-identity), ``regcmd``. The input/output ``nbytes`` is the padded span the tasks
@@ -287,13 +335,15 @@ def build_binary(op: str, layout: CubeLayout, profile: ChipProfile | str | None 
     profile = resolve_profile(profile)
     _check_op(op)
     check_fp16_cube(layout, profile, f"element-wise {op}")
-    tasks, span = full_ew_tasks(op, "a", "b", "out", "weights", layout.nbytes, profile)
+    bounds = part_bounds(layout.nbytes, profile, parts)
+    tasks, span = full_ew_tasks(op, "a", "b", "out", "weights", layout.nbytes, profile,
+                                bounds=bounds)
     bufs = [BufferSpec("a", "input", span, layout=layout, bind=0),
             BufferSpec("b", "input", span, layout=layout, bind=1),
             BufferSpec("out", "output", span, layout=layout, bind=0),
             weights_buffer(op, profile)]
     macs = span // 2 * EW_VIEW_CHANNELS
-    return npu_program(bufs, [tasks], profile, ("a", "b", "weights"), ("out",), macs)
+    return npu_program(bufs, [tasks], profile, ("a", "b", "weights"), ("out",), macs, bounds)
 
 
 def scalar_stages(op: str, value: float, reverse: bool) -> tuple[SdpStage | None, SdpStage | None]:
@@ -317,19 +367,21 @@ def scalar_stages(op: str, value: float, reverse: bool) -> tuple[SdpStage | None
 
 @memoized
 def build_binary_scalar(op: str, layout: CubeLayout, value: float, reverse: bool = False,
-                        profile: ChipProfile | str | None = None) -> OpLowering:
-    """out = x OP c (or c OP x with ``reverse``) for a constant ``c`` (rounded to fp16).
+                        profile: ChipProfile | str | None = None, parts: int = 1) -> OpLowering:
+    """out = x OP c (or c OP x with ``reverse``) for a constant ``c`` (rounded to fp16);
+    ``parts`` as in build_binary.
 
     One flying DPU pass per <= 4096 atoms; the BS (or, for c - x, BN) stage applies the
     register operand. Buffers: ``x`` (input 0), ``out`` (output 0), ``regcmd``; no padding."""
     profile = resolve_profile(profile)
     check_fp16_cube(layout, profile, f"element-wise {op} with a scalar")
     bs, bn = scalar_stages(op, value, reverse)
+    bounds = part_bounds(layout.nbytes, profile, parts)
     tasks = [emit_flying(f"{op}_c{i}", profile, Reloc("x", off), Reloc("out", off), n, bs=bs, bn=bn)
-             for i, (off, n) in enumerate(flying_chunks(layout.nbytes, profile))]
+             for i, (off, n) in enumerate(flying_chunks(layout.nbytes, profile, bounds))]
     bufs = [BufferSpec("x", "input", layout.nbytes, layout=layout, bind=0),
             BufferSpec("out", "output", layout.nbytes, layout=layout, bind=0)]
-    return npu_program(bufs, [tasks], profile, ("x",), ("out",))
+    return npu_program(bufs, [tasks], profile, ("x",), ("out",), bounds=bounds)
 
 
 def broadcast_channel_cube(layout: CubeLayout, vector: np.ndarray) -> np.ndarray:
@@ -343,8 +395,9 @@ def broadcast_channel_cube(layout: CubeLayout, vector: np.ndarray) -> np.ndarray
 
 
 def build_binary_channel(op: str, layout: CubeLayout, vector: np.ndarray, reverse: bool = False,
-                         profile: ChipProfile | str | None = None) -> OpLowering:
-    """out[h, w, c] = x[h, w, c] OP v[c] (v OP x with ``reverse``) for a compile-time vector.
+                         profile: ChipProfile | str | None = None, parts: int = 1) -> OpLowering:
+    """out[h, w, c] = x[h, w, c] OP v[c] (v OP x with ``reverse``) for a compile-time vector;
+    ``parts`` as in build_binary.
 
     The vector is broadcast into a constant cube (``bcast``, resident) and combined as a full
     cube. Buffers: ``x`` (input 0), ``out`` (output 0), ``bcast`` and ``weights`` (const),
@@ -355,10 +408,11 @@ def build_binary_channel(op: str, layout: CubeLayout, vector: np.ndarray, revers
     data = np.zeros(span, np.uint8)
     data[:layout.nbytes] = broadcast_channel_cube(layout, vector)
     a, b = ("bcast", "x") if reverse else ("x", "bcast")
-    tasks, span = full_ew_tasks(op, a, b, "out", "weights", layout.nbytes, profile)
+    bounds = part_bounds(layout.nbytes, profile, parts)
+    tasks, span = full_ew_tasks(op, a, b, "out", "weights", layout.nbytes, profile, bounds=bounds)
     bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
             BufferSpec("out", "output", span, layout=layout, bind=0),
             BufferSpec("bcast", "const", span, layout=layout, data=data),
             weights_buffer(op, profile)]
     return npu_program(bufs, [tasks], profile, ("x", "bcast", "weights"), ("out",),
-                       span // 2 * EW_VIEW_CHANNELS)
+                       span // 2 * EW_VIEW_CHANNELS, bounds)

@@ -61,7 +61,7 @@ from .. import lut_tables as LT
 from ..fp16_range import U16
 from .eltwise import (EW_VIEW_CHANNELS, SdpStage, check_fp16_cube, emit_flying, ew_chunks,
                       flying_chunks, fp16_bits, fp32_bits, full_ew_tasks, npu_program,
-                      resolve_profile, weights_buffer)
+                      part_bounds, resolve_profile, weights_buffer)
 
 
 def _radius(lo: float, hi: float) -> float:
@@ -148,50 +148,53 @@ def activation_error(kind: str, x: np.ndarray, x_range: tuple[float, float] | No
 
 
 def _lut_tasks(t: LT.LutTable, src: str, dst: str, nbytes: int, profile: ChipProfile,
-               name: str) -> list[EmittedTask]:
+               name: str, bounds: tuple[int, ...] = ()) -> list[EmittedTask]:
     return [emit_flying(f"{name}{i}", profile, Reloc(src, off), Reloc(dst, off), n, bn=t.bn,
                         lut=t.lut, out_cvt=t.out_cvt)
-            for i, (off, n) in enumerate(flying_chunks(nbytes, profile))]
+            for i, (off, n) in enumerate(flying_chunks(nbytes, profile, bounds))]
 
 
 @memoized
 def build_activation(kind: str, layout: CubeLayout, x_range: tuple[float, float] | None = None,
-                     profile: ChipProfile | str | None = None) -> OpLowering:
+                     profile: ChipProfile | str | None = None, parts: int = 1) -> OpLowering:
     """out = kind(x) for an fp16 cube ``layout`` whose values lie in ``x_range`` (lo, hi);
     None takes the kind's default domain (``ACTIVATIONS[kind].default_range``). Inputs outside
-    the domain are clamped to it (module docstring)."""
+    the domain are clamped to it (module docstring). ``parts`` > 1 offers that many jobs,
+    each every pass over its own byte range (eltwise.part_bounds, npu_program)."""
     profile = resolve_profile(profile)
     act = _kind(kind)
     check_fp16_cube(layout, profile, f"activation {kind}")
     t = _build(act, *_range(act, x_range))
+    bounds = part_bounds(layout.nbytes, profile, parts)
     if act.post in ("gate", "square"):
         # pass 1: g = table(x) over the EW span; pass 2: out = x * g for a gate (x * sigma(x),
         # x * Phi(x)), g * g for a squared half-table (exp_sq); each an identity conv + EW
         _, span = ew_chunks(layout.nbytes, profile)
         gate = act.post == "gate"
         lut_tag, mul_tag = ("gate", "mul") if gate else ("lut", "sq")
-        lut_tasks = _lut_tasks(t, "x", "gate", span, profile, f"{kind}_{lut_tag}")
+        lut_tasks = _lut_tasks(t, "x", "gate", span, profile, f"{kind}_{lut_tag}", bounds)
         ew, span = full_ew_tasks("mul", "x" if gate else "gate", "gate", "out", "weights",
-                                 layout.nbytes, profile, prefix=f"{kind}_{mul_tag}")
+                                 layout.nbytes, profile, prefix=f"{kind}_{mul_tag}",
+                                 bounds=bounds)
         bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
                 BufferSpec("out", "output", span, layout=layout, bind=0),
                 BufferSpec("gate", "scratch", span),
                 weights_buffer("mul", profile)]
         return npu_program(bufs, [lut_tasks, ew], profile, ("x", "weights"), ("out",),
-                           span // 2 * EW_VIEW_CHANNELS)
+                           span // 2 * EW_VIEW_CHANNELS, bounds)
     if act.post == "affine":
         a, b = act.affine
-        lut_tasks = _lut_tasks(t, "x", "gate", layout.nbytes, profile, f"{kind}_lut")
+        lut_tasks = _lut_tasks(t, "x", "gate", layout.nbytes, profile, f"{kind}_lut", bounds)
         # BN multiplies then adds (dpu-lut-activation.md, "MUL then ALU"); a and b are exact
         # in fp16/fp32
         bn = SdpStage(alu=(2, fp32_bits(b)), mul=fp16_bits(a))
         aff = [emit_flying(f"{kind}_affine{i}", profile, Reloc("gate", off), Reloc("out", off), n, bn=bn)
-               for i, (off, n) in enumerate(flying_chunks(layout.nbytes, profile))]
+               for i, (off, n) in enumerate(flying_chunks(layout.nbytes, profile, bounds))]
         bufs = [BufferSpec("x", "input", layout.nbytes, layout=layout, bind=0),
                 BufferSpec("out", "output", layout.nbytes, layout=layout, bind=0),
                 BufferSpec("gate", "scratch", layout.nbytes)]
-        return npu_program(bufs, [lut_tasks, aff], profile, ("x",), ("out",))
-    tasks = _lut_tasks(t, "x", "out", layout.nbytes, profile, kind)
+        return npu_program(bufs, [lut_tasks, aff], profile, ("x",), ("out",), bounds=bounds)
+    tasks = _lut_tasks(t, "x", "out", layout.nbytes, profile, kind, bounds)
     bufs = [BufferSpec("x", "input", layout.nbytes, layout=layout, bind=0),
             BufferSpec("out", "output", layout.nbytes, layout=layout, bind=0)]
-    return npu_program(bufs, [tasks], profile, ("x",), ("out",))
+    return npu_program(bufs, [tasks], profile, ("x",), ("out",), bounds=bounds)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import cost
 from ...ir.ops import Op
+from ...ir.activations import ACTIVATIONS
 from ...ir.types import DType
 from ..arith import round_up
 from ..layouts import CubeLayout, feature_layout
@@ -64,6 +66,23 @@ def _flat_layout(form: CubeForm) -> CubeLayout | None:
     total = n * len(items)
     atom = form.layout.c2 * form.layout.esize
     return CubeLayout(total // atom, 1, form.layout.c2, form.layout.c2, form.layout.dtype)
+
+
+def flat_parts(ctx: RuleContext, form: CubeForm, passes: int = 1) -> int:
+    """How many jobs a flat-view op over ``form`` offers placement (eltwise.part_bounds): one
+    per cube when several cubes tile the run (attention's heads), so job h reads only the
+    bytes the producer's jobs for head h wrote and placement can keep each head on the core
+    that holds it; a single long cube is cut into up to ``cores`` ranges, each moving at
+    least what the DMA moves during one dispatch of a job of ``passes`` kicks (a smaller part
+    cannot pay for its own job). Placement (resident_placement.py) prices the copies a spread
+    would need and keeps the parts on one core where the model says that is cheaper."""
+    items = form.batch_items()
+    if len(items) > 1 and _flat_layout(form) is not None:
+        return len(items)
+    # a batch folded into one cube's rows (one_cube) is one long run
+    c = cost.calibrated()
+    least = (c.job_us + passes * c.kick_us) * 1e-6 * c.dma_gbps * 1e9
+    return max(1, min(ctx.profile.cores, int(form.layout.nbytes // least)))
 
 
 def _scalar(c: np.ndarray) -> float | None:
@@ -155,7 +174,8 @@ def lower_div_op(ctx: RuleContext) -> RuleResult:
             flat = _flat_layout(form)
             if flat is None:
                 raise NoNpuForm("operand cubes are not one dense run")
-            prog = ew.build_binary_scalar("mul", flat, 1.0 / c, False, ctx.profile)
+            prog = ew.build_binary_scalar("mul", flat, 1.0 / c, False, ctx.profile,
+                                          flat_parts(ctx, form))
             return RuleResult([OpCall(prog, (Use(x),), (Use(node.out),), "div scalar",
                                       emitter="eltwise.lower_binary_scalar (x * 1/c)",
                                       forms_in=(form,), forms_out=(form,))])
@@ -197,7 +217,7 @@ def lower_square(ctx: RuleContext) -> RuleResult:
                         f"DPU multiply)")
     form, flat = _dense_f16_operand(ctx, x)
     try:
-        prog = ew.build_binary("mul", flat, ctx.profile)
+        prog = ew.build_binary("mul", flat, ctx.profile, flat_parts(ctx, form))
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None
     return RuleResult([OpCall(prog, (Use(x), Use(x)), (Use(node.out),), "square",
@@ -213,7 +233,7 @@ def lower_neg(ctx: RuleContext) -> RuleResult:
     x = node.inputs[0]
     form, flat = _dense_f16_operand(ctx, x)
     try:
-        prog = ew.build_binary_scalar("mul", flat, -1.0, False, ctx.profile)
+        prog = ew.build_binary_scalar("mul", flat, -1.0, False, ctx.profile, flat_parts(ctx, form))
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None
     return RuleResult([OpCall(prog, (Use(x),), (Use(node.out),), "neg",
@@ -246,7 +266,8 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 flat = _flat_layout(form)
                 if flat is None:
                     raise NoNpuForm("operand cubes are not one dense run")
-                prog = ew.build_binary_scalar(op, flat, s, reverse, ctx.profile)
+                prog = ew.build_binary_scalar(op, flat, s, reverse, ctx.profile,
+                                              flat_parts(ctx, form))
                 return RuleResult([OpCall(prog, (Use(run),), (Use(node.out),), f"{op} scalar",
                                           emitter="eltwise.lower_binary_scalar",
                                           forms_in=(form,), forms_out=(form,))])
@@ -255,7 +276,8 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 lay = form.layout
                 v = np.zeros(lay.channels, np.float32)
                 v[:vec.size] = vec
-                prog = ew.build_binary_channel(op, lay, v.astype(np.float16), reverse, ctx.profile)
+                prog = ew.build_binary_channel(op, lay, v.astype(np.float16), reverse, ctx.profile,
+                                               flat_parts(ctx, form))
                 return RuleResult([OpCall(prog, (Use(run),), (Use(node.out),), f"{op} channel",
                                           emitter="eltwise.lower_binary_channel",
                                           forms_in=(form,), forms_out=(form,))])
@@ -263,7 +285,7 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 # a whole constant tensor (a positional embedding): packed into the operand's
                 # cube form once at compile time, combined as two full cubes
                 flat = _flat_layout(form)
-                prog = ew.build_binary(op, flat, ctx.profile)
+                prog = ew.build_binary(op, flat, ctx.profile, flat_parts(ctx, form))
                 cv = x if reverse else y
                 return RuleResult([OpCall(prog, (Use(x), Use(y)), (Use(node.out),),
                                           f"{op} const tensor", emitter="eltwise.lower_binary "
@@ -284,11 +306,15 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 rows = form.sub(form.batch_items()[0][0])[0].hwc()[0]
                 if tuple(srow.type.shape) != bshape + (rows,):
                     raise NoNpuForm("a per-row operand not shaped like the operand's rows")
-            return RuleResult(row_calls(ctx, op, run, srow, run is y, form, shape))
+            # one call per head, independent: one step of jobs placement spreads by cost
+            # (as separate steps each went wherever its data was, all to one core)
+            return RuleResult(row_calls(ctx, op, run, srow, run is y, form, shape),
+                              parallel=True)
         csrc = channel_source(ctx, other, shape)
         if csrc is not None:
             try:
-                return RuleResult(channel_calls(ctx, op, run, csrc, run is y, form))
+                return RuleResult(channel_calls(ctx, op, run, csrc, run is y, form),
+                                  parallel=True)
             except (LoweringError, NoNpuForm):
                 pass   # v - x, or positions one pass cannot cover: the broadcast form below
         if other.type.shape != shape:
@@ -296,7 +322,7 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
         flat = _flat_layout(form)
         if flat is None:
             raise NoNpuForm("operand cubes are not one dense run")
-        prog = ew.build_binary(op, flat, ctx.profile)
+        prog = ew.build_binary(op, flat, ctx.profile, flat_parts(ctx, form))
         return RuleResult([OpCall(prog, (Use(x), Use(y)), (Use(node.out),), op,
                                   emitter="eltwise.lower_binary",
                                   forms_in=(form, form), forms_out=(form,))])
@@ -351,7 +377,9 @@ def lut_result(ctx: RuleContext, kind: str, x, out, note: str = "",
     if flat is None:
         raise NoNpuForm("operand cubes are not one dense run")
     try:
-        prog = lut.build_activation(kind, flat, domain, ctx.profile)
+        passes = 2 if ACTIVATIONS[kind].post in ("gate", "square", "affine") else 1
+        prog = lut.build_activation(kind, flat, domain, ctx.profile,
+                                    flat_parts(ctx, form, passes))
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None
     return RuleResult([OpCall(prog, (Use(x),), (Use(out),), f"lut {kind}",
