@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from jax.extend import core as jcore
@@ -79,9 +79,15 @@ class Importer:
         self._literals: dict[tuple[str, tuple[int, ...], bytes], Value] = {}
 
     # -------------------------------------------------------------- node helpers
-    def constant(self, value: Any, loc: Loc | None, what: str = "a constant") -> Value:
+    def constant(self, value: Any, loc: Loc | None,
+                 what: str | Callable[[], str] = "a constant") -> Value:
+        """``what`` names the value in the error for an unsupported dtype; a callable is only
+        called then (a literal's repr runs numpy's array printer: too slow for every literal)."""
         arr = np.asarray(value)
-        dtype_of(arr.dtype, loc, what)  # fail with a user-facing message, not a TypeError
+        try:
+            DType.from_numpy(arr.dtype)
+        except TypeError:   # fail with a user-facing message, not a TypeError
+            dtype_of(arr.dtype, loc, what() if callable(what) else what)
         arr = np.array(arr, copy=True)
         arr.setflags(write=False)
         key = (arr.dtype.str, arr.shape, arr.tobytes())
@@ -115,7 +121,7 @@ class Importer:
         def read(atom: Any, at: Loc | None) -> Value:
             if isinstance(atom, jcore.Literal):
                 return self.constant(np.asarray(atom.val, dtype=atom.aval.dtype), at,
-                                     f"the literal {atom.val!r}")
+                                     lambda: f"the literal {atom.val!r}")
             return env[atom]
 
         for eqn in jaxpr.eqns:

@@ -6,6 +6,7 @@ text never carries weight bytes. Every node keeps the user's source location.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -68,8 +69,10 @@ class Node:
         object.__setattr__(self, "outputs", tuple(self.outputs))
         object.__setattr__(self, "attrs", {k: _freeze(v) for k, v in sorted(self.attrs.items())})
 
-    @property
+    @functools.cached_property
     def out(self) -> Value:
+        # cached in the instance dict (outputs never change after __post_init__): read per
+        # node by every pass; a node without exactly one result raises on every read
         (v,) = self.outputs
         return v
 

@@ -27,6 +27,13 @@ def _plain(x: Any) -> Any:
     """``x`` as a key part telling apart every value a rule could treat differently (the type
     is part of it: 1, 1.0 and True are equal in Python; floats go by their bits, -0.0 != 0.0),
     or TypeError for anything else."""
+    t = type(x)
+    if t is tuple or t is list:
+        # the common attribute (axes, shapes): a tuple of exact ints keys as itself under its
+        # own tag (no bool or float can be in it, so == tells such tuples apart exactly)
+        if all(type(v) is int for v in x):
+            return (t.__name__ + " of int", tuple(x))
+        return (t.__name__,) + tuple(_plain(v) for v in x)
     if x is None or isinstance(x, (bool, int, str, Op, DType)):
         return (type(x).__name__, x)
     if isinstance(x, float):

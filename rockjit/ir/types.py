@@ -40,10 +40,14 @@ class DType(enum.Enum):
     @staticmethod
     def from_numpy(dt: np.dtype | type | str) -> "DType":
         dt = np.dtype(dt)
+        hit = _FROM_NUMPY.get(dt)     # asked per node and per form: a dict, not the search
+        if hit is not None:
+            return hit
         if dt.name == "bfloat16":
             return DType.BF16
         for k, v in _TO_NUMPY.items():
             if np.dtype(v) == dt:
+                _FROM_NUMPY[dt] = k
                 return k
         raise TypeError(f"rockjit IR has no element type for numpy dtype {dt}")
 
@@ -53,6 +57,7 @@ _TO_NUMPY = {
     DType.I16: "int16", DType.I8: "int8", DType.U32: "uint32", DType.U8: "uint8",
     DType.BOOL: "bool",
 }
+_FROM_NUMPY: dict[np.dtype, DType] = {}     # DType.from_numpy's answers (equal dtypes hash equal)
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,11 @@ def _check_param(n: Node, seen: dict[str, Node]) -> None:
                           "rename one of them")
 
 
-def verify(graph: Graph) -> None:
-    """Raise ``VerifyError`` at the first broken rule, naming the node, its op and location."""
+def verify(graph: Graph, typed: dict[int, Node] | None = None) -> None:
+    """Raise ``VerifyError`` at the first broken rule, naming the node, its op and location.
+    ``typed``: nodes whose result type already passed its shape rule, by identity (a pass
+    pipeline verifies after every pass, and most nodes come through a pass unchanged: a node
+    is immutable, so its rule's answer cannot change); the nodes checked here are added."""
     defined: dict[int, Value] = {}
     params: dict[str, Node] = {}
     for v in graph.inputs:
@@ -48,10 +51,13 @@ def verify(graph: Graph) -> None:
         if len(n.outputs) != 1:
             raise VerifyError(f"{_where(n)}: every op has exactly one result, this node has "
                               f"{len(n.outputs)}")
-        try:
-            infer_type(n.op, [v.type for v in n.inputs], n.attrs, n.out.type)
-        except VerifyError as e:
-            raise VerifyError(f"{_where(n)}: {e}") from None
+        if typed is None or typed.get(id(n)) is not n:
+            try:
+                infer_type(n.op, [v.type for v in n.inputs], n.attrs, n.out.type)
+            except VerifyError as e:
+                raise VerifyError(f"{_where(n)}: {e}") from None
+            if typed is not None:
+                typed[id(n)] = n    # held, so its id is not reused by another node meanwhile
         if n.op is Op.PARAM:
             _check_param(n, params)
         for v in n.outputs:

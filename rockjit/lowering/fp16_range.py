@@ -47,7 +47,11 @@ def extremes(a: np.ndarray) -> tuple[float, float]:
 
 
 def _scan_extremes(a: np.ndarray) -> tuple[float, float]:
-    # a read of the value's bytes: weight work (weight_timing "scan"), one per array
+    # a read of the value's bytes: weight work (weight_timing "scan"), one per array. A
+    # broadcast constant (a mask, a scale over every head) is a view whose stride-0 axes
+    # read the same bytes at every index: index 0 of each holds every value there is
+    if isinstance(a, np.ndarray) and 0 in a.strides and a.size:
+        a = a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
     with timed("scan") as scanned:
         scanned[0] = a.nbytes
         return float(np.min(a)), float(np.max(a))

@@ -40,7 +40,13 @@ def _feature_vector(v: Value, consts: Mapping[int, np.ndarray]) -> np.ndarray | 
         return None
     c = np.asarray(c)
     vec = c.reshape(-1, c.shape[-1])[0]
-    if not np.isfinite(vec).all() or not np.array_equal(c, np.broadcast_to(vec, c.shape)):
+    if not np.isfinite(vec).all():
+        return None
+    # a folded broadcast is a view: along a leading axis of stride 0 every index reads the
+    # same bytes, so comparing index 0 of it compares them all (a 12-head broadcast of a
+    # table is compared once, not twelve times)
+    seen = c[tuple(slice(0, 1) if st == 0 else slice(None) for st in c.strides[:-1])]
+    if not np.array_equal(seen, np.broadcast_to(vec, seen.shape)):
         return None
     return vec
 

@@ -93,3 +93,28 @@ def test_folded_program_on_the_simulator() -> None:
     assert cos > 0.99999, cos
     assert np.abs(got - ref).max() / np.abs(ref).max() < 2e-3
     assert f.compiled(p, x).stats()["range_gain_folds"] == 1
+
+
+def test_feature_vector_of_broadcast_views() -> None:
+    """A gain reaches the fold as a broadcast view (stride-0 leading axes): only its distinct
+    bytes are compared; the answer is numpy's whole-array comparison's, view or copy."""
+    from rockjit.ir.graph import Value
+    from rockjit.ir.types import DType, TensorType
+    from rockjit.lowering.gain_fold import _feature_vector
+
+    rng = np.random.default_rng(0)
+    vec = rng.standard_normal(8).astype(np.float32)
+    table = rng.standard_normal((5, 8)).astype(np.float32)
+    odd = np.broadcast_to(vec, (3, 5, 8)).copy()
+    odd[2, 4, 1] += 1.0
+    cases = [np.broadcast_to(vec, (1, 3, 5, 8)),            # a gain over rows: a vector
+             np.broadcast_to(table, (2, 3, 5, 8)),          # a table over heads: not one
+             np.broadcast_to(vec, (3, 5, 8)).copy(),        # materialized, uniform
+             odd,                                           # materialized, one row differs
+             np.broadcast_to(np.float32(2.0), (4, 8))]      # a scalar
+    for c in cases:
+        want = np.array_equal(c, np.broadcast_to(c.reshape(-1, 8)[0], c.shape))
+        got = _feature_vector(Value(1, TensorType(DType.F32, c.shape)), {1: c})
+        assert (got is not None) == want, c.strides
+        if want:
+            np.testing.assert_array_equal(got, c.reshape(-1, 8)[0])

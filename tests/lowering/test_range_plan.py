@@ -385,3 +385,21 @@ def test_attention_logits_near_fp16_limit_do_not_overflow_before_the_scale(head_
     c = f.compiled(p, x)
     assert c.stats()["range_score_scale_rewrites"] == 1
     assert any(r.action == "prescale 2^-3" and "scale moved" in r.note for r in c.range_plan())
+
+
+def test_extremes_of_broadcast_views() -> None:
+    """A broadcast constant is scanned through index 0 of its stride-0 axes only; its
+    (min, max) is numpy's over the whole array, NaN included."""
+    from rockjit.lowering.fp16_range import _scan_extremes
+
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((5, 8)).astype(np.float32)
+    with_nan = table.copy()
+    with_nan[3, 2] = np.nan
+    cases = [np.broadcast_to(table, (2, 3, 5, 8)), np.broadcast_to(table[:, :1], (5, 8)),
+             np.broadcast_to(np.float32(-3.0), (4, 6)), np.broadcast_to(with_nan, (3, 5, 8)),
+             table[::-1, ::2], table]
+    for a in cases:
+        got = _scan_extremes(a)
+        want = (float(np.min(a)), float(np.max(a)))
+        np.testing.assert_array_equal(got, want)

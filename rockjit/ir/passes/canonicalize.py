@@ -134,15 +134,23 @@ def _key(v: Any) -> Any:
     return (type(v).__name__, v)
 
 
-def cse(graph: Graph) -> Graph:
-    """Merge nodes with the same op, operands, attributes and result types."""
+def cse(graph: Graph, attr_keys: dict[int, tuple[Node, Any]] | None = None) -> Graph:
+    """Merge nodes with the same op, operands, attributes and result types. ``attr_keys``:
+    each node's attribute key by node identity, kept across the rounds of ``canonicalize``
+    (a constant's key holds its bytes; most nodes come through a round unchanged)."""
     seen: dict[Any, Node] = {}
     subst: dict[int, Value] = {}
     nodes: list[Node] = []
     for n in graph.nodes:
         n = _resolve(n, subst)
-        key = (n.op, tuple(v.id for v in n.inputs), _key(tuple(n.attrs.items())),
-               tuple(v.type for v in n.outputs))
+        hit = attr_keys.get(id(n)) if attr_keys is not None else None
+        if hit is not None and hit[0] is n:     # the node itself is held: its id is not reused
+            ak = hit[1]
+        else:
+            ak = _key(tuple(n.attrs.items()))
+            if attr_keys is not None:
+                attr_keys[id(n)] = (n, ak)
+        key = (n.op, tuple(v.id for v in n.inputs), ak, tuple(v.type for v in n.outputs))
         first = seen.get(key)
         if first is None:
             seen[key] = n
@@ -154,8 +162,9 @@ def cse(graph: Graph) -> Graph:
 
 def canonicalize(graph: Graph) -> Graph:
     """simplify + DCE + CSE until nothing changes."""
+    attr_keys: dict[int, tuple[Node, Any]] = {}
     while True:
-        new = cse(dce(simplify(graph)))
+        new = cse(dce(simplify(graph)), attr_keys)
         if new == graph:
             return new
         graph = new

@@ -23,6 +23,7 @@ from ...ir.ops import Op
 from ...ir.activations import ACTIVATIONS
 from ...ir.types import DType
 from ..arith import round_up
+from ..compile_cache import memo_of_array
 from ..layouts import CubeLayout, feature_layout
 from ..regcmd import LoweringError
 from .base import (CubeForm, NoNpuForm, OpCall, RuleContext, RuleResult, Use,
@@ -107,8 +108,16 @@ def _channel_vector_of(c: np.ndarray, form: CubeForm) -> np.ndarray | None:
     """The per-channel vector of a constant broadcast over every axis but the cube's channel
     axis (wherever that axis sits in the value: NCHW's axis 1, a matrix's last), or None."""
     a = np.asarray(c)
+    # a read of the constant's values, the same for every layer's identical constant (a
+    # shared table): once per array, roles and shape in a compile (compile_cache.py); the
+    # vector is only read by the callers
+    return memo_of_array("channel_vector", a, lambda: _scan_channel_vector(a, form),
+                         form.roles, tuple(form.shape))
+
+
+def _scan_channel_vector(a: np.ndarray, form: CubeForm) -> np.ndarray | None:
     if a.ndim == 0 or "c" not in form.roles or a.shape != tuple(form.shape):
-        return _channel_vector(c) if a.ndim and form.roles[-1:] == ("c",) else None
+        return _channel_vector(a) if a.ndim and form.roles[-1:] == ("c",) else None
     ax = form.roles.index("c")
     moved = np.moveaxis(a, ax, -1).reshape(-1, a.shape[ax])
     return moved[0].copy() if np.all(moved == moved[0]) else None
