@@ -124,14 +124,12 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
     groups = reuse_groups(plan, profile, images) if reuse else \
         [("none", [(ri, j)]) for ri in range(len(plan.rows)) for j in range(len(plan.kernels))]
     for mode, members in groups:
-        # one CBUF split for the whole group: a reuse bit keeps an operand only across tasks
-        # with the same bank partition [reuse]; the plan checked that its largest row tile, K
-        # step and kernel tile fit together (tiling.plan_conv)
-        split = None if mode == "none" else cbuf_split(
-            profile, s.in_dtype, max(plan.rows[ri].in_rows for ri, _ in members), s.width,
-            max(c.size for c in plan.channels),
-            max(weight_bytes_of(s, profile, plan.kernels[j].size, max(c.size for c in plan.channels))
-                for _, j in members))
+        # one CBUF split per K step of the group: a reuse bit keeps an operand only across
+        # tasks with the same bank partition [reuse]; the plan checked that its largest row
+        # tile, K step and kernel tile fit together (tiling.plan_conv). DATA_ENTRIES stays the
+        # step's own row width.
+        rows_max = max(plan.rows[ri].in_rows for ri, _ in members)
+        kern_max = max(plan.kernels[j].size for _, j in members)
         chains = []
         for ri, j in members:
             r, ks = plan.rows[ri], plan.kernels[j]
@@ -159,6 +157,9 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
         # K step by K step, every tile of the group per step: the shared operand of a step is
         # fetched by its first task and kept by the others (reuse.py)
         for ki in range(1 if s.depthwise else nk):
+            split = None if mode == "none" else cbuf_split(
+                profile, s.in_dtype, rows_max, s.width, plan.channels[ki].size,
+                weight_bytes_of(s, profile, kern_max, plan.channels[ki].size))
             for ti, chain in enumerate(chains):
                 r, j, ks, final_off, slots, prev = chain
                 cs = ks if s.depthwise else plan.channels[ki]
