@@ -211,7 +211,7 @@ def test_job_buffer_lists_keep_intra_kick_buffers_out_of_reads() -> None:
 @sim
 @pytest.mark.parametrize("m, n, bit, once", [
     (96, 96, "DATA_REUSE", "a"),       # 3 M x 3 N tiles: one M tile per job, its A fetched once
-    (128, 64, "WEIGHT_REUSE", "b"),    # 4 M x 2 N tiles: one N tile per job, its B fetched once
+    (192, 96, "WEIGHT_REUSE", "b"),    # 6 M x 3 N tiles: one N tile per job, its B fetched once
 ])
 def test_tiles_sharing_an_operand_keep_it_in_the_cbuf(m: int, n: int, bit: str, once: str) -> None:
     k = 64

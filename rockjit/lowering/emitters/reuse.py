@@ -11,8 +11,9 @@ of every output element is unchanged (the same K steps in the same order).
 
 The choice: for each mode and number of groups per chain, the jobs' DMA bytes (plus one CBUF of
 traffic per job, tiling.py's weight of a dispatch) spread over the cores largest-first; the
-least loaded critical core wins, then the fewest bytes. Fewer jobs than cores or uneven jobs
-lose there by themselves, so placement (resident_placement.py) can still spread the tiles.
+least loaded critical core wins, then the fewest bytes (uneven jobs lose there by themselves).
+A plan with at least as many tiles as cores keeps at least as many jobs, so placement
+(resident_placement.py) can still spread them over every core.
 """
 from __future__ import annotations
 
@@ -73,6 +74,8 @@ def reuse_groups(plan: ConvPlan, profile: ChipProfile, images: int = 1) -> list[
                 for part_ in _parts(length, g):
                     tiles = [(c, i) if mode == "data" else (i, c) for i in part_]
                     groups.append((mode if len(tiles) > 1 else "none", tiles))
+            if len(groups) * images < min(profile.cores, nr * nn * images):
+                continue        # placement keeps a job per core to spread where it can
             loads = [load("data" if m == "none" else m, t) for m, t in groups]
             key = (_critical(loads * images, profile.cores), sum(loads))
             if best is None or key < best[0]:
