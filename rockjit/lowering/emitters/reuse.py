@@ -17,11 +17,12 @@ A plan with at least as many tiles as cores keeps at least as many jobs, so plac
 """
 from __future__ import annotations
 
+from ..compile_cache import memo
 from ..profile import ChipProfile
 from ..tiling import KACC_DPU, ConvPlan
 
 Tile = tuple[int, int]          # (row tile index, kernel tile index)
-Group = tuple[str, list[Tile]]  # ("none" | "data" | "weight", its tiles in order)
+Group = tuple[str, tuple[Tile, ...]]  # ("none" | "data" | "weight", its tiles in order)
 
 
 def _parts(n: int, g: int) -> list[range]:
@@ -41,12 +42,18 @@ def _critical(loads: list[float], cores: int) -> float:
     return max(per)
 
 
-def reuse_groups(plan: ConvPlan, profile: ChipProfile, images: int = 1) -> list[Group]:
+def reuse_groups(plan: ConvPlan, profile: ChipProfile, images: int = 1) -> tuple[Group, ...]:
     """The jobs of one image of ``plan`` as groups of tiles (module docstring); ``images``
-    copies of them share the step's cores."""
+    copies of them share the step's cores. Decided once per plan in a compile (every image
+    and every layer asks again)."""
+    return memo(("reuse_groups", plan, profile, images),
+                lambda: _reuse_groups(plan, profile, images))
+
+
+def _reuse_groups(plan: ConvPlan, profile: ChipProfile, images: int) -> tuple[Group, ...]:
     s = plan.shape
     nr, nn = len(plan.rows), len(plan.kernels)
-    single = [("none", [(r, j)]) for r in range(nr) for j in range(nn)]
+    single = tuple(("none", ((r, j),)) for r in range(nr) for j in range(nn))
     p = profile.input(s.in_dtype)
     if s.depthwise or not p.chainable or nr * nn == 1:
         return single
@@ -61,24 +68,24 @@ def reuse_groups(plan: ConvPlan, profile: ChipProfile, images: int = 1) -> list[
              for r in plan.rows]
     job = profile.cbuf_bytes
 
-    def load(mode: str, tiles: list[Tile]) -> float:
+    def load(mode: str, tiles: tuple[Tile, ...]) -> float:
         shared = feat[tiles[0][0]] if mode == "data" else wt[tiles[0][1]]
         rest = sum(other[r][j] + (wt[j] if mode == "data" else feat[r]) for r, j in tiles)
         return job + shared + rest
 
-    best: tuple[tuple[float, float], list[Group]] | None = None
+    best: tuple[tuple[float, float], tuple[Group, ...]] | None = None
     for mode, chains, length in (("data", nr, nn), ("weight", nn, nr)):
         for g in range(1, length + 1):
             groups: list[Group] = []
             for c in range(chains):
                 for part_ in _parts(length, g):
-                    tiles = [(c, i) if mode == "data" else (i, c) for i in part_]
+                    tiles = tuple((c, i) if mode == "data" else (i, c) for i in part_)
                     groups.append((mode if len(tiles) > 1 else "none", tiles))
             if len(groups) * images < min(profile.cores, nr * nn * images):
                 continue        # placement keeps a job per core to spread where it can
             loads = [load("data" if m == "none" else m, t) for m, t in groups]
             key = (_critical(loads * images, profile.cores), sum(loads))
             if best is None or key < best[0]:
-                best = (key, groups)
+                best = (key, tuple(groups))
     assert best is not None
     return best[1]

@@ -122,7 +122,7 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
     part_dtype = DType.F32 if plan.kacc == KACC_DPU and s.in_dtype == DType.F16 else s.out_dtype
     partf = profile.output(s.in_dtype, part_dtype)
     groups = reuse_groups(plan, profile, images) if reuse else \
-        [("none", [(ri, j)]) for ri in range(len(plan.rows)) for j in range(len(plan.kernels))]
+        [("none", ((ri, j),)) for ri in range(len(plan.rows)) for j in range(len(plan.kernels))]
     for mode, members in groups:
         # one CBUF split per K step of the group: a reuse bit keeps an operand only across
         # tasks with the same bank partition [reuse]; the plan checked that its largest row
