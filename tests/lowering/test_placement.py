@@ -84,13 +84,14 @@ def test_four_jobs_take_two_cores_not_three() -> None:
 
 
 def test_overruled_step_computes_the_same_on_the_simulator() -> None:
-    # a matmul whose weights split into 4 N tiles: one step of 4 independent jobs
+    # four independent products (a batch of 4, one tile each: no CBUF reuse can join them,
+    # emitters/reuse.py): steps of 4 independent jobs
     rng = np.random.default_rng(7)
-    w = (rng.standard_normal((1024, 2048)) / 32).astype(np.float32)
-    x = rng.standard_normal((40, 1024)).astype(np.float32)
+    w = (rng.standard_normal((4, 1024, 512)) / 32).astype(np.float32)
+    x = rng.standard_normal((4, 40, 1024)).astype(np.float32)
 
     def fn(w, x):
-        return jnp.tanh(x @ w)
+        return jnp.tanh(jnp.matmul(x, w))
 
     comp = rockjit.compile(fn, resident_argnums=0).compiled(w, x)
     one, three = SimDevice(cores=1), SimDevice(cores=3)
@@ -98,9 +99,9 @@ def test_overruled_step_computes_the_same_on_the_simulator() -> None:
         p1 = LoadedGraph(lower_graph(comp.graph, comp.params), one)
         p3 = LoadedGraph(lower_graph(comp.graph, comp.params), three)
         choices = p3.builder.core_choices
-        assert [(ch.jobs, ch.cores, ch.rule_cores) for ch in choices] == [(4, 2, 3)]
+        assert [(ch.jobs, ch.cores, ch.rule_cores) for ch in choices] == [(4, 2, 3)] * 2
         s3 = p3.stats()
-        assert s3["placement_steps"] == 1 and s3["placement_rule_overruled"] == 1
+        assert s3["placement_steps"] == 2 and s3["placement_rule_overruled"] == 2
         assert s3["cores_used"] == 2 and s3["jobs_core2"] == 0
         # the record travels with the image (bundles, ``rockjit inspect``)
         img = p3.image
@@ -109,9 +110,9 @@ def test_overruled_step_computes_the_same_on_the_simulator() -> None:
         y1, = p1.run([x])
         y3, = p3.run([x])
         assert np.array_equal(y1, y3)
-        ref = np.tanh(x.astype(np.float64) @ w.astype(np.float64))
+        ref = np.tanh(np.matmul(x.astype(np.float64), w.astype(np.float64)))
         T.check(y3, ref, T.graph_bound(comp.graph, comp.params, [x])[0]
-                + 2.0 ** -23 * np.abs(ref), "4 N tiles on 2 of 3 contexts")
+                + 2.0 ** -23 * np.abs(ref), "4 products on 2 of 3 contexts")
     finally:
         one.close()
         three.close()

@@ -287,8 +287,9 @@ def build_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
            fp16 cube per distinct tile height (the EW operand is the task's output geometry).
       "kacc" scratch for fp16 K partials; "kpart" scratch + host-op "binary add" steps (int32
            views) for int8 K partials; "regcmd".
-    Jobs: one per (batch element, M tile, N tile), independent, in one NpuStep; an fp16 job's K
-    steps are one self-chained kick, an int8 job's K steps separate kicks.
+    Jobs: per batch element, the M x N tiles in groups that keep a shared feature (one M tile)
+    or weight (one N tile) resident in the CBUF (reuse.py), independent, in one NpuStep; an
+    fp16 job is one self-chained kick (K step by K step), an int8 job one kick per task.
 
     In a compile (compile_cache.py) the program is built once per structure -- every argument
     but the values of ``b`` and the bias, and ``name`` (task names reach error messages only,
@@ -392,7 +393,7 @@ def _build_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
         build_tiled(plan, profile, feature=feat, weight_buffer="b",
                     weight_offset=lambda j, ki, base=base: base + offs[(j, ki)], out=out,
                     scratch=scratch, host_partials=host, name=f"{name}.{i}", into=tiled,
-                    epilogue=ep)
+                    epilogue=ep, reuse=True, images=batch)
     shape_a = (batch, m, k) if batch > 1 else (m, k)
     shape_c = (batch, m, n) if batch > 1 else (m, n)
     buffers = [

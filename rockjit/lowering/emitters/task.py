@@ -407,10 +407,13 @@ def _build(g: ConvTaskGeom, st: DpuStages, profile: ChipProfile, reuse: str) -> 
                    height=g.out_h, channels=g.out_c)
     # DMA footprint: the feature's channel groups (rows x width atoms each, at the cube's
     # pitches), the weights, the EW operand (a dense cube of the output geometry), the BS
-    # vector and the output's channel groups at the destination surface stride
+    # vector and the output's channel groups at the destination surface stride. An operand kept
+    # in the CBUF by a reuse bit is not fetched [reuse], so it is no stream of this task.
     atom = profile.atom_bytes
-    t.reads(Reloc("feature"), g.in_h * g.line_pitch, -(-g.in_c // p.feature_c2), g.surf_pitch)
-    t.reads(Reloc("weight"), wbytes)
+    if reuse != "data":
+        t.reads(Reloc("feature"), g.in_h * g.line_pitch, -(-g.in_c // p.feature_c2), g.surf_pitch)
+    if reuse != "weight":
+        t.reads(Reloc("weight"), wbytes)
     if st.ew is not None:
         # the operand's own atoms: an fp32 operand holds half the channels per atom
         t.reads(Reloc("ew"), -(-g.out_c // (atom // st.ew.esize)) * g.positions * atom)

@@ -1,7 +1,8 @@
 """A conv tile plan (tiling.py) -> jobs of self-chained kicks of conv tasks (task.py); shared
 by the conv and matmul emitters.
 
-Sources: [kacc] encodings/k-accumulation.md; [task] encodings/regcmd-task-model.md.
+Sources: [kacc] encodings/k-accumulation.md; [task] encodings/regcmd-task-model.md;
+[reuse] encodings/cbuf-reuse.md.
 """
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from ..bounds import check_tasks
 from ..op_lowering import BufferSpec, HostStep, NpuStep, OpLowering
 from ..profile import ChipProfile
 from ..regcmd import LoweringError, Reloc, EmittedTask
-from ..tiling import KACC_DPU, KACC_HOST, ConvPlan, ceil_div, round_up
+from ..tiling import (KACC_DPU, KACC_HOST, ConvPlan, cbuf_split, ceil_div, round_up,
+                      weight_bytes_of)
 from .dpu_stages import ew_stage
 from .jobs import JobTasks, assemble_jobs
+from .reuse import reuse_groups
 from .task import ConvRequant, ConvTaskGeom, DpuStages, conv_task, emit_conv_task
 
 
@@ -79,9 +82,10 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
                 weight_offset: Callable[[int, int], int], out: CubeRef, scratch: Scratch,
                 host_partials: tuple[str, int] | None, name: str, into: TiledTasks,
                 requant: ConvRequant | None = None, bias_buffer: str | None = None,
-                epilogue: Epilogue | None = None) -> None:
+                epilogue: Epilogue | None = None, reuse: bool = False, images: int = 1) -> None:
     """Append one image's jobs for ``plan`` to ``into``: one job per (row tile, output-channel
-    tile), its K steps in order. fp16 K steps are self-chained into one kick (the PC honours the
+    tile), its K steps in order; with ``reuse``, one job per group of tiles that keep a shared
+    operand in the CBUF (reuse.py; ``images`` such images share the step's cores). fp16 K steps are self-chained into one kick (the PC honours the
     in-kick read-after-write of a partial, regcmd-task-model.md "in-kick data dependency");
     integer K steps are separate kicks (the CACC clears per kick) and their partials go to
     ``host_partials`` = (buffer, stride between K steps) for a host add.
@@ -117,9 +121,18 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
     # last narrows to the output dtype.
     part_dtype = DType.F32 if plan.kacc == KACC_DPU and s.in_dtype == DType.F16 else s.out_dtype
     partf = profile.output(s.in_dtype, part_dtype)
-    for r in plan.rows:
-        for j, ks in enumerate(plan.kernels):
-            steps = [plan.kernels[j]] if s.depthwise else list(plan.channels)
+    groups = reuse_groups(plan, profile, images) if reuse else \
+        [("none", ((ri, j),)) for ri in range(len(plan.rows)) for j in range(len(plan.kernels))]
+    for mode, members in groups:
+        # one CBUF split per K step of the group: a reuse bit keeps an operand only across
+        # tasks with the same bank partition [reuse]; the plan checked that its largest row
+        # tile, K step and kernel tile fit together (tiling.plan_conv). DATA_ENTRIES stays the
+        # step's own row width.
+        rows_max = max(plan.rows[ri].in_rows for ri, _ in members)
+        kern_max = max(plan.kernels[j].size for _, j in members)
+        chains = []
+        for ri, j in members:
+            r, ks = plan.rows[ri], plan.kernels[j]
             part_surf = r.out_rows * s.out_w * 16
             tile_out_bytes = part_surf * ceil_div(ks.size, partf.c2)
             final_off = out.offset + (ks.start // outf.c2) * out.surf_pitch + r.out_row * s.out_w * 16
@@ -138,16 +151,24 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
                 else:
                     even = odd          # never used with two steps
                 slots = [even, odd]
-            tasks: list[EmittedTask] = []
-            reads, writes = {feature.buffer, weight_buffer}, set()
-            prev: Reloc | None = None
-            for ki, cs in enumerate(steps):
+            chains.append([r, j, ks, final_off, slots, None])
+        tasks: list[EmittedTask] = []
+        reads, writes = {feature.buffer, weight_buffer}, set()
+        # K step by K step, every tile of the group per step: the shared operand of a step is
+        # fetched by its first task and kept by the others (reuse.py)
+        for ki in range(1 if s.depthwise else nk):
+            split = None if mode == "none" else cbuf_split(
+                profile, s.in_dtype, rows_max, s.width, plan.channels[ki].size,
+                weight_bytes_of(s, profile, kern_max, plan.channels[ki].size))
+            for ti, chain in enumerate(chains):
+                r, j, ks, final_off, slots, prev = chain
+                cs = ks if s.depthwise else plan.channels[ki]
                 last = ki == nk - 1
                 out_dtype = s.out_dtype
                 if plan.kacc == KACC_DPU:
                     # the final step lands in the output; earlier ones alternate backwards from it
                     dst = Reloc(out.buffer, final_off) if last else slots[(nk - 1 - ki) % 2]
-                    dsurf = out.surf_pitch if last else part_surf
+                    dsurf = out.surf_pitch if last else r.out_rows * s.out_w * 16
                     out_dtype = s.out_dtype if last else part_dtype
                 elif plan.kacc == KACC_HOST and ki > 0:
                     assert host_partials is not None
@@ -160,32 +181,34 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
                     feature.line_pitch, feature.surf_pitch, s.kh, s.kw, ks.size, s.sy, s.sx,
                     s.dy, s.dx, r.pad_top, s.pad_left, r.out_rows, s.out_w, dsurf,
                     ew_esize=partf.esize if (plan.kacc == KACC_DPU and ki > 0) else 0,
-                    requant=requant)
+                    requant=requant, cbuf=split)
                 feat = Reloc(feature.buffer, feature.offset + (cs.start // c2_in) * feature.surf_pitch
                              + r.in_row * feature.line_pitch)
                 wt = Reloc(weight_buffer, weight_offset(j, ki))
                 tname = f"{name}.r{r.out_row}.n{ks.start}.k{cs.start}"
+                task_reuse = mode if ti > 0 else "none"
                 # the requant vector of this kernel tile: int32 per output channel
                 bias = None if bias_buffer is None else Reloc(bias_buffer, 4 * ks.start)
                 if epilogue is None or ki > 0:
                     tasks.append(emit_conv_task(g, profile, feat, wt, dst,
                                                 ew_operand=prev if g.ew_esize else None,
-                                                name=tname, bias=bias))
+                                                name=tname, bias=bias, reuse=task_reuse))
                 else:
                     where = {"feature": feat, "weight": wt, "out": dst}
                     if epilogue.ew is not None:
                         _, ebuf, eoff = epilogue.ew
                         where["ew"] = Reloc(ebuf, eoff(r.out_rows, ks.start))
                         reads.add(ebuf)
-                    tasks.append(conv_task(g, profile, where, stages=ep_stages, name=tname))
+                    tasks.append(conv_task(g, profile, where, stages=ep_stages, name=tname,
+                                           reuse=task_reuse))
                 if bias is not None:
                     reads.add(bias.buffer)
                 writes.add(dst.buffer)
-                prev = dst
-            # a buffer written inside the job is listed as written only (jobs.assemble_jobs)
-            kicks = [tasks] if p.chainable else [[t] for t in tasks]
-            into.jobs.append(JobTasks(kicks, sorted(reads - writes), sorted(writes),
-                                      integer=s.in_dtype.is_int))
+                chain[5] = dst
+        # a buffer written inside the job is listed as written only (jobs.assemble_jobs)
+        kicks = [tasks] if p.chainable else [[t] for t in tasks]
+        into.jobs.append(JobTasks(kicks, sorted(reads - writes), sorted(writes),
+                                  integer=s.in_dtype.is_int))
 
 
 def assemble(profile: ChipProfile, tiled: TiledTasks, buffers: list[BufferSpec],
