@@ -123,7 +123,8 @@ class _Access:
     def read_as(self, bo: int, storage_dtype, dtype, shape: Sequence[int],
                 offset: int = 0) -> np.ndarray:
         """A fresh array of ``dtype`` from ``shape`` elements stored as ``storage_dtype``,
-        converted in one C pass (``rj_program_read_as``) where ``write_as`` would."""
+        converted in one C pass (``rj_program_read_as``) where ``write_as`` would (f16 -> f32
+        is exact; a signalling NaN comes back quiet, its payload kept)."""
         codes = _convert_codes(np.dtype(dtype), np.dtype(storage_dtype))
         if codes is None:
             return self.read_array(bo, storage_dtype, shape, offset).astype(dtype)
