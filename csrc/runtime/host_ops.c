@@ -649,29 +649,117 @@ static void copy_short_rows(run_ctx *c, const nd *it)
     } while (nd_next(it, r - 3, 2, idx, off));
 }
 
+/* Move the widest of dims 0..rank-2 to rank-2, the dim a block walker walks itself, so the
+ * odometer steps once per widest run instead of once per narrowest (a copy's element order is
+ * free: the output aliases an input only with the identical view). */
+static void nd_widest_to_block(nd *it)
+{
+    int r = it->rank, k = r - 2;
+    for (int d = 0; d < r - 2; d++)
+        if (it->shape[d] > it->shape[k])
+            k = d;
+    if (k == r - 2)
+        return;
+    int64_t t = it->shape[k];
+    it->shape[k] = it->shape[r - 2];
+    it->shape[r - 2] = t;
+    for (int v = 0; v < it->nv; v++) {
+        t = it->st[v][k];
+        it->st[v][k] = it->st[v][r - 2];
+        it->st[v][r - 2] = t;
+    }
+}
+
 /* A same-dtype copy whose two innermost dims are swapped between input and output (a true
- * transpose): walk 32 x 32 tiles so both sides stay in cache lines. Dims 0..rank-3 are
- * walked by an odometer; the caller checked rank >= 2. */
+ * transpose, e.g. a cube's 8 lanes to a row-major row): walk tiles so both sides stay in cache
+ * lines, with one walker per element size so every move is one fixed-size load and store.
+ * Dims 0..rank-3 are walked by an odometer; the caller checked rank >= 2. */
 #define TILE 32
+#define DEF_TRANSPOSE(NAME, ES)                                                                   \
+    static void NAME(uint8_t *D, const uint8_t *S, int64_t n1, int64_t n0, int64_t o1,           \
+                     int64_t o0, int64_t i1, int64_t i0)                                          \
+    {                                                                                             \
+        for (int64_t a = 0; a < n1; a += TILE)                                                    \
+            for (int64_t b = 0; b < n0; b += TILE) {                                              \
+                int64_t ae = a + TILE < n1 ? a + TILE : n1, be = b + TILE < n0 ? b + TILE : n0;   \
+                for (int64_t y = a; y < ae; y++) {                                                \
+                    uint8_t *d = D + y * o1 * ES;                                                 \
+                    const uint8_t *s = S + y * i1 * ES;                                           \
+                    for (int64_t x = b; x < be; x++)                                              \
+                        memcpy(d + x * o0 * ES, s + x * i0 * ES, ES);                             \
+                }                                                                                 \
+            }                                                                                     \
+    }
+DEF_TRANSPOSE(transpose_es1, 1)
+DEF_TRANSPOSE(transpose_es2, 2)
+DEF_TRANSPOSE(transpose_es4, 4)
+DEF_TRANSPOSE(transpose_es8, 8)
+
 static void copy_transposed(run_ctx *c, const nd *it)
 {
     int r = it->rank;
     uint32_t es = c->es[0];
+    void (*walk)(uint8_t *, const uint8_t *, int64_t, int64_t, int64_t, int64_t, int64_t,
+                 int64_t) = es == 1 ? transpose_es1 : es == 2 ? transpose_es2
+                           : es == 4 ? transpose_es4 : transpose_es8;
     int64_t n1 = it->shape[r - 2], n0 = it->shape[r - 1];
     int64_t o1 = it->st[0][r - 2], o0 = it->st[0][r - 1], i1 = it->st[1][r - 2], i0 = it->st[1][r - 1];
     int64_t idx[RJ_HOST_MAX_RANK] = {0}, off[2] = {it->off[0], it->off[1]};
-    for (;;) {
-        for (int64_t a = 0; a < n1; a += TILE)
-            for (int64_t b = 0; b < n0; b += TILE) {
-                int64_t ae = a + TILE < n1 ? a + TILE : n1, be = b + TILE < n0 ? b + TILE : n0;
-                for (int64_t y = a; y < ae; y++)
-                    for (int64_t x = b; x < be; x++)
-                        move_elem(AT(c->base[0], off[0] + y * o1 + x * o0, es),
-                                  AT(c->base[1], off[1] + y * i1 + x * i0, es), es);
-            }
-        if (!nd_next(it, r - 3, 2, idx, off))
-            return;
+    do {
+        walk(AT(c->base[0], off[0], es), AT(c->base[1], off[1], es), n1, n0, o1, o0, i1, i0);
+    } while (nd_next(it, r - 3, 2, idx, off));
+}
+
+/* One contiguous row of n elements f32 -> f16 or f16 -> f32, rounding as store_f does
+ * (nearest even: the same F16C instruction for 8 lanes, rj_f2h for the rest). */
+static void convert_row(uint8_t *d, const uint8_t *s, int64_t n, int to_half)
+{
+    int64_t i = 0;
+    if (to_half) {
+#if defined(__F16C__)
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i *)(d + 2 * i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps((const float *)(s + 4 * i)),
+                                             _MM_FROUND_TO_NEAREST_INT));
+#endif
+        for (; i < n; i++) {
+            float f;
+            memcpy(&f, s + 4 * i, 4);
+            uint16_t h = rj_f2h(f);
+            memcpy(d + 2 * i, &h, 2);
+        }
+    } else {
+#if defined(__F16C__)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps((float *)(d + 4 * i),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 2 * i))));
+#endif
+        for (; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2);
+            float f = rj_h2f(h);
+            memcpy(d + 4 * i, &f, 4);
+        }
     }
+}
+
+/* An f32 <-> f16 copy whose innermost rows are short and contiguous on both sides (a cube's
+ * 8 lanes to or from float32 rows): as copy_short_rows, converting each row in place of the
+ * per-row scratch round trip. The caller checked rank >= 2 and unit inner strides. */
+static void convert_short_rows(run_ctx *c, const nd *it)
+{
+    int r = it->rank;
+    uint32_t ed = c->es[0], es = c->es[1];
+    int to_half = c->dt[0] == RJ_DT_F16;
+    int64_t n1 = it->shape[r - 2], n = it->shape[r - 1];
+    int64_t sd = it->st[0][r - 2] * ed, ss = it->st[1][r - 2] * es;
+    int64_t idx[RJ_HOST_MAX_RANK] = {0}, off[MAXV] = {it->off[0], it->off[1]};
+    do {
+        uint8_t *d = AT(c->base[0], off[0], ed);
+        const uint8_t *s = AT(c->base[1], off[1], es);
+        for (int64_t i = 0; i < n1; i++)
+            convert_row(d + i * sd, s + i * ss, n, to_half);
+    } while (nd_next(it, r - 3, 2, idx, off));
 }
 
 /* ---- SELECT --------------------------------------------------------------------------------------- */
@@ -1286,16 +1374,24 @@ int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs
     case RJ_HOST_BINARY:
     case RJ_HOST_COMPARE: {
         int same = op->kind == RJ_HOST_COPY && c->dt[0] == c->dt[1];
+        int f16_f32 = op->kind == RJ_HOST_COPY &&
+                      ((c->dt[0] == RJ_DT_F16 && c->dt[1] == RJ_DT_F32) ||
+                       (c->dt[0] == RJ_DT_F32 && c->dt[1] == RJ_DT_F16));
         nd_build(&it, (int)op->rank, op->shape, nv, st, off);
         int r = it.rank;
+        int short_rows = !it.empty && r >= 2 && it.st[0][r - 1] == 1 && it.st[1][r - 1] == 1 &&
+                         it.shape[r - 1] <= 64 / c->es[0];
+        if (short_rows && (same || f16_f32))
+            nd_widest_to_block(&it);
         if (same && !it.empty && r >= 2 && it.st[0][r - 1] == 1 && it.st[1][r - 2] == 1 &&
-            it.st[1][r - 1] != 1 && it.shape[r - 1] >= TILE && it.shape[r - 2] >= TILE) {
+            it.st[1][r - 1] != 1 && it.shape[r - 1] >= 8 && it.shape[r - 2] >= 4) {
             copy_transposed(c, &it);
             rc = RJ_OK;
-        } else if (same && !it.empty && r >= 2 && it.st[0][r - 1] == 1 &&
-                   it.st[1][r - 1] == 1 && it.shape[r - 1] * c->es[0] <= 64 &&
-                   it.shape[r - 2] >= 4) {
+        } else if (same && short_rows && it.shape[r - 2] >= 4) {
             copy_short_rows(c, &it);
+            rc = RJ_OK;
+        } else if (f16_f32 && short_rows && it.shape[r - 2] >= 4) {
+            convert_short_rows(c, &it);
             rc = RJ_OK;
         } else {
             rc = nd_walk(c, &it, same ? copy_row : ew_row);

@@ -73,6 +73,56 @@ def test_tiled_transpose_of_the_two_inner_dims(dtype, shape):
     np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("dtype,groups,rows,lanes", [(DType.F16, 6, 32, 8), (DType.F16, 3, 9, 5),
+                                                     (DType.U8, 4, 40, 8), (DType.F32, 2, 11, 4),
+                                                     (DType.I64, 3, 8, 6)])
+def test_cube_lanes_to_rows_transpose(dtype, groups, rows, lanes):
+    """[group][row][lane] -> [group][lane][row]: a transpose whose lane dim is narrower than
+    a tile (the cube unpack of a head), with leftover rows and lanes."""
+    x = RNG.integers(0, 100, (groups, rows, lanes)).astype(dtype.to_numpy())
+    want = np.ascontiguousarray(np.transpose(x, (0, 2, 1)))
+    out = np.zeros_like(want)
+    run_desc("copy", want.shape, out, HostView("o", dtype, 0, (lanes * rows, rows, 1)),
+             [(x, HostView("x", dtype, 0, (rows * lanes, 1, lanes)))])
+    np.testing.assert_array_equal(out, want)
+
+
+def test_short_rows_walk_the_widest_dim():
+    """A relayout of 16-byte atoms whose second-innermost dim is 2 wide (an image packed into
+    cube atoms): every atom lands where numpy's transpose puts it."""
+    x = RNG.standard_normal((14, 3, 16, 2, 8)).astype(np.float16)
+    perm = (2, 0, 1, 3, 4)
+    want = np.ascontiguousarray(np.transpose(x, perm))
+    out = np.zeros_like(want)
+    xs = [s // 2 for s in x.strides]
+    run_desc("copy", want.shape, out, HostView("o", DType.F16, 0, [s // 2 for s in want.strides]),
+             [(x, HostView("x", DType.F16, 0, [xs[p] for p in perm]))])
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("lanes", [8, 5, 12])
+def test_converting_short_rows_round_as_numpy(lanes):
+    """f32 rows -> f16 cube atoms ([row][lane] -> [group][row][lane]) and back: bit for bit
+    numpy's astype (nearest even; ties, subnormals, overflow to inf), lane counts with and
+    without a vector tail."""
+    groups, rows = 7, 33
+    x = (RNG.standard_normal((rows, groups * lanes)) *
+         10.0 ** RNG.integers(-8, 6, (rows, groups * lanes))).astype(np.float32)
+    x[0, :4] = [1.00048828125, 65520.0, 2.98e-8, -np.inf]     # a tie, overflow, underflow
+    cube = np.zeros((groups, rows, lanes), np.float16)
+    run_desc("copy", (groups, rows, lanes), cube,
+             HostView("o", DType.F16, 0, (rows * lanes, lanes, 1)),
+             [(x, HostView("x", F32, 0, (lanes, groups * lanes, 1)))])
+    want = np.transpose(x.reshape(rows, groups, lanes), (1, 0, 2)).astype(np.float16)
+    assert_exact(cube, want, "f32 rows to f16 atoms")
+    back = np.zeros((rows, groups * lanes), np.float32)
+    run_desc("copy", (groups, rows, lanes), back,
+             HostView("o", F32, 0, (lanes, groups * lanes, 1)),
+             [(cube, HostView("c", DType.F16, 0, (rows * lanes, lanes, 1)))])
+    assert_exact(back, np.transpose(want, (1, 0, 2)).reshape(rows, -1).astype(np.float32),
+                 "f16 atoms to f32 rows")
+
+
 def test_in_place_unary_and_converting_strided_copy():
     x = RNG.standard_normal(1000).astype(np.float32)
     want = np.tanh(x)
