@@ -1042,7 +1042,7 @@ static int is_zero(const void *p, size_t n)
     return 1;
 }
 
-static void fmt_dims(char *buf, size_t n, const int64_t *v, uint32_t rank)
+static const char *fmt_dims(char *buf, size_t n, const int64_t *v, uint32_t rank)
 {
     size_t at = 0;
     at += (size_t)snprintf(buf, n, "[");
@@ -1050,6 +1050,7 @@ static void fmt_dims(char *buf, size_t n, const int64_t *v, uint32_t rank)
         at += (size_t)snprintf(buf + at, n - at, i ? ", %lld" : "%lld", (long long)v[i]);
     if (at < n)
         snprintf(buf + at, n - at, "]");
+    return buf;
 }
 
 static const char *operand_name(uint32_t v, char *buf, size_t n)
@@ -1119,20 +1120,28 @@ static int view_injective(const rj_host_view *vw, const int64_t *shape, uint32_t
 
 #define FAIL(code, ...) rj_fail(err, code, __VA_ARGS__)
 
-static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
+/* A check runs before every host step of every run: the names and shapes its messages
+ * print are formatted inside a failing FAIL's arguments only. */
+#define NM op_name(op, nm, sizeof nm)
+#define ON(v_) operand_name((v_), on, sizeof on)
+#define DIMS fmt_dims(dims, sizeof dims, op->shape, op->rank)
+#define STS(vw_) fmt_dims(sts, sizeof sts, (vw_)->stride, op->rank)
+
+static int check_kind(const rj_host_op *op, rj_err *err)
 {
+    char nm[32];
     const rj_host_view *out = &op->view[0], *a = &op->view[1], *b = &op->view[2];
     uint32_t ki = op->kind - RJ_HOST_OPS_FIRST;
     int uses_code = op->kind == RJ_HOST_UNARY || op->kind == RJ_HOST_BINARY ||
                     op->kind == RJ_HOST_COMPARE || op->kind == RJ_HOST_REDUCE;
     if (op->ninputs < KIND_INPUTS_MIN[ki] || op->ninputs > KIND_INPUTS_MAX[ki])
-        return FAIL(RJ_EINVAL, "host op %s: has %u inputs, needs %u..%u", nm, op->ninputs,
+        return FAIL(RJ_EINVAL, "host op %s: has %u inputs, needs %u..%u", NM, op->ninputs,
                     KIND_INPUTS_MIN[ki], KIND_INPUTS_MAX[ki]);
     if (!uses_code && op->code)
-        return FAIL(RJ_EINVAL, "host op %s: code is %u, must be 0 for this kind", nm, op->code);
+        return FAIL(RJ_EINVAL, "host op %s: code is %u, must be 0 for this kind", NM, op->code);
     if (op->kind != RJ_HOST_REDUCE && op->axis_mask)
         return FAIL(RJ_EINVAL, "host op %s: axis_mask 0x%x is only meaningful for reduce; set 0",
-                    nm, op->axis_mask);
+                    NM, op->axis_mask);
     /* iparams each kind reads; the rest must be zero */
     uint32_t used = op->kind == RJ_HOST_UNARY && op->code == RJ_UN_IPOW ? 1u
                     : op->kind == RJ_HOST_SELECT || op->kind == RJ_HOST_TAKE ? 3u
@@ -1140,7 +1149,7 @@ static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
     for (int i = 0; i < 4; i++)
         if (!((used >> i) & 1u) && op->iparam[i])
             return FAIL(RJ_EINVAL, "host op %s: iparam[%d] = %lld is unused by this kind and must "
-                        "be 0", nm, i, (long long)op->iparam[i]);
+                        "be 0", NM, i, (long long)op->iparam[i]);
     int afloat = op->ninputs ? DT[a->dtype].is_float : 0;
     switch (op->kind) {
     case RJ_HOST_UNARY:
@@ -1148,13 +1157,13 @@ static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
             return FAIL(RJ_EINVAL, "host op unary: unknown code %u (RJ_UN_NEG 1 .. RJ_UN_IPOW %u)",
                         op->code, RJ_UN_COUNT - 1);
         if (a->dtype == RJ_DT_BOOL)
-            return FAIL(RJ_EINVAL, "host op %s: needs a numeric input, got bool", nm);
+            return FAIL(RJ_EINVAL, "host op %s: needs a numeric input, got bool", NM);
         if (!afloat && op->code != RJ_UN_NEG && op->code != RJ_UN_ABS && op->code != RJ_UN_IPOW)
-            return FAIL(RJ_EINVAL, "host op %s: needs a float input (f32, f16, bf16), got %s", nm,
+            return FAIL(RJ_EINVAL, "host op %s: needs a float input (f32, f16, bf16), got %s", NM,
                         DT[a->dtype].name);
         if (!afloat && op->code == RJ_UN_IPOW && op->iparam[0] < 0)
             return FAIL(RJ_EINVAL, "host op %s: negative exponent %lld needs a float input, got %s",
-                        nm, (long long)op->iparam[0], DT[a->dtype].name);
+                        NM, (long long)op->iparam[0], DT[a->dtype].name);
         break;
     case RJ_HOST_BINARY:
     case RJ_HOST_COMPARE: {
@@ -1164,12 +1173,12 @@ static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
                         rj_host_op_kind_name(op->kind), op->code, cnt - 1);
         if (a->dtype != b->dtype)
             return FAIL(RJ_EINVAL, "host op %s: inputs must share one dtype, got %s and %s "
-                        "(convert one first)", nm, DT[a->dtype].name, DT[b->dtype].name);
+                        "(convert one first)", NM, DT[a->dtype].name, DT[b->dtype].name);
         if (op->kind == RJ_HOST_BINARY && op->code == RJ_BIN_POW && !afloat)
-            return FAIL(RJ_EINVAL, "host op %s: needs float inputs, got %s", nm, DT[a->dtype].name);
+            return FAIL(RJ_EINVAL, "host op %s: needs float inputs, got %s", NM, DT[a->dtype].name);
         if (op->kind == RJ_HOST_BINARY && a->dtype == RJ_DT_BOOL && op->code != RJ_BIN_MAX &&
             op->code != RJ_BIN_MIN)
-            return FAIL(RJ_EINVAL, "host op %s: needs numeric inputs, got bool", nm);
+            return FAIL(RJ_EINVAL, "host op %s: needs numeric inputs, got bool", NM);
         break;
     }
     case RJ_HOST_REDUCE:
@@ -1177,17 +1186,17 @@ static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
             return FAIL(RJ_EINVAL, "host op reduce: unknown code %u (RJ_RED_SUM 1, RJ_RED_MAX 2)",
                         op->code);
         if (op->rank < 32 && (op->axis_mask >> op->rank))
-            return FAIL(RJ_EINVAL, "host op %s: axis_mask 0x%x names axes beyond rank %u", nm,
+            return FAIL(RJ_EINVAL, "host op %s: axis_mask 0x%x names axes beyond rank %u", NM,
                         op->axis_mask, op->rank);
         if (op->code == RJ_RED_SUM && a->dtype == RJ_DT_BOOL)
-            return FAIL(RJ_EINVAL, "host op %s: needs a numeric input, got bool", nm);
+            return FAIL(RJ_EINVAL, "host op %s: needs a numeric input, got bool", NM);
         if (afloat != (int)DT[out->dtype].is_float)
             return FAIL(RJ_EINVAL, "host op %s: input %s and output %s must both be float or both "
-                        "integer", nm, DT[a->dtype].name, DT[out->dtype].name);
+                        "integer", NM, DT[a->dtype].name, DT[out->dtype].name);
         for (uint32_t d = 0; d < op->rank; d++)
             if ((op->axis_mask >> d) & 1u && out->stride[d] != 0)
                 return FAIL(RJ_EINVAL, "host op %s: output stride on reduced axis %u is %lld, must "
-                            "be 0", nm, d, (long long)out->stride[d]);
+                            "be 0", NM, d, (long long)out->stride[d]);
         break;
     case RJ_HOST_SELECT: {
         int64_t ncases = (int64_t)op->ninputs - 1;
@@ -1241,56 +1250,52 @@ int rj_host_op_check(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbu
     if (op->kind < RJ_HOST_OPS_FIRST || op->kind >= RJ_HOST_OPS_END)
         return FAIL(RJ_EINVAL, "host op: unknown kind %u (valid %u..%u)", op->kind,
                     RJ_HOST_OPS_FIRST, RJ_HOST_OPS_END - 1);
-    op_name(op, nm, sizeof nm);
     if (op->reserved)
-        return FAIL(RJ_EINVAL, "host op %s: reserved field is %u, must be zero", nm, op->reserved);
+        return FAIL(RJ_EINVAL, "host op %s: reserved field is %u, must be zero", NM, op->reserved);
     if (op->rank > RJ_HOST_MAX_RANK)
-        return FAIL(RJ_EINVAL, "host op %s: rank %u exceeds the maximum %d", nm, op->rank,
+        return FAIL(RJ_EINVAL, "host op %s: rank %u exceeds the maximum %d", NM, op->rank,
                     RJ_HOST_MAX_RANK);
     if (op->ninputs + 1 > RJ_HOST_MAX_OPERANDS)
-        return FAIL(RJ_EINVAL, "host op %s: %u inputs exceed the maximum %d", nm, op->ninputs,
+        return FAIL(RJ_EINVAL, "host op %s: %u inputs exceed the maximum %d", NM, op->ninputs,
                     RJ_HOST_MAX_OPERANDS - 1);
     for (uint32_t d = 0; d < RJ_HOST_MAX_RANK; d++) {
         if (d < op->rank && op->shape[d] < 0)
-            return FAIL(RJ_EINVAL, "host op %s: shape[%u] = %lld is negative", nm, d,
+            return FAIL(RJ_EINVAL, "host op %s: shape[%u] = %lld is negative", NM, d,
                         (long long)op->shape[d]);
         if (d >= op->rank && op->shape[d])
-            return FAIL(RJ_EINVAL, "host op %s: shape[%u] = %lld beyond rank %u must be 0", nm, d,
+            return FAIL(RJ_EINVAL, "host op %s: shape[%u] = %lld beyond rank %u must be 0", NM, d,
                         (long long)op->shape[d], op->rank);
     }
     if (nbufs != op->ninputs + 1 || (!bufs && nbufs))
         return FAIL(RJ_EINVAL, "host op %s: got %u buffers, needs %u (the output and %u inputs)",
-                    nm, nbufs, op->ninputs + 1, op->ninputs);
+                    NM, nbufs, op->ninputs + 1, op->ninputs);
     uint32_t nv = op->ninputs + 1;
     for (uint32_t v = 0; v < RJ_HOST_MAX_OPERANDS; v++) {
         const rj_host_view *vw = &op->view[v];
-        operand_name(v, on, sizeof on);
         if (v >= nv) {
             if (!is_zero(vw, sizeof(*vw)))
                 return FAIL(RJ_EINVAL, "host op %s: view %u is unused (%u inputs) and must be all "
-                            "zero", nm, v, op->ninputs);
+                            "zero", NM, v, op->ninputs);
             continue;
         }
         if (!dt_ok(vw->dtype))
-            return FAIL(RJ_EINVAL, "host op %s: %s has unknown dtype %u", nm, on, vw->dtype);
+            return FAIL(RJ_EINVAL, "host op %s: %s has unknown dtype %u", NM, ON(v), vw->dtype);
         if (vw->reserved)
-            return FAIL(RJ_EINVAL, "host op %s: %s view reserved field is %u, must be zero", nm,
-                        on, vw->reserved);
+            return FAIL(RJ_EINVAL, "host op %s: %s view reserved field is %u, must be zero", NM,
+                        ON(v), vw->reserved);
         for (uint32_t d = op->rank; d < RJ_HOST_MAX_RANK; d++)
             if (vw->stride[d])
-                return FAIL(RJ_EINVAL, "host op %s: %s stride[%u] beyond rank %u must be 0", nm,
-                            on, d, op->rank);
+                return FAIL(RJ_EINVAL, "host op %s: %s stride[%u] beyond rank %u must be 0", NM,
+                            ON(v), d, op->rank);
     }
-    int rc = check_kind(op, nm, err);
+    int rc = check_kind(op, err);
     if (rc)
         return rc;
     /* the output names each element once (reduce: once per kept position) */
     uint32_t skip = op->kind == RJ_HOST_REDUCE ? op->axis_mask : 0;
     if (!view_injective(&op->view[0], op->shape, op->rank, skip)) {
-        fmt_dims(dims, sizeof dims, op->shape, op->rank);
-        fmt_dims(sts, sizeof sts, op->view[0].stride, op->rank);
         return FAIL(RJ_EINVAL, "host op %s: output strides %s over shape %s write some element "
-                    "more than once", nm, sts, dims);
+                    "more than once", NM, STS(&op->view[0]), DIMS);
     }
     /* bounds: every element each view can reach lies inside its buffer */
     for (uint32_t v = 0; v < nv; v++) {
@@ -1299,9 +1304,6 @@ int rj_host_op_check(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbu
         int64_t lo = 0, hi = 0, xn = take_x && op->iparam[1] ? op->iparam[1] : 1;
         int64_t xs = take_x ? op->iparam[0] : 0;
         int ovf;
-        operand_name(v, on, sizeof on);
-        fmt_dims(dims, sizeof dims, op->shape, op->rank);
-        fmt_dims(sts, sizeof sts, vw->stride, op->rank);
         /* a reduce writes its output even when a reduced axis is empty: check the output
          * over the kept axes only */
         int64_t kshape[RJ_HOST_MAX_RANK];
@@ -1312,23 +1314,28 @@ int rj_host_op_check(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbu
             continue; /* empty: reaches nothing */
         if (ovf)
             return FAIL(RJ_EINVAL, "host op %s: %s strides %s over shape %s overflow 64-bit "
-                        "offsets", nm, on, sts, dims);
+                        "offsets", NM, ON(v), STS(vw), DIMS);
         uint64_t es = DT[vw->dtype].size;
         if (lo < 0)
             return FAIL(RJ_EFAULT, "host op %s: %s (offset %lld, strides %s over shape %s) reaches "
-                        "element %lld, before the start of its buffer", nm, on,
-                        (long long)vw->offset, sts, dims, (long long)lo);
+                        "element %lld, before the start of its buffer", NM, ON(v),
+                        (long long)vw->offset, STS(vw), DIMS, (long long)lo);
         if ((uint64_t)hi >= bufs[v].size / es)
             return FAIL(RJ_EFAULT, "host op %s: %s (%s, offset %lld, strides %s over shape %s) "
                         "reaches element %lld (bytes up to %llu) but its buffer holds %llu bytes",
-                        nm, on, DT[vw->dtype].name, (long long)vw->offset, sts, dims,
+                        NM, ON(v), DT[vw->dtype].name, (long long)vw->offset, STS(vw), DIMS,
                         (long long)hi, (unsigned long long)(((uint64_t)hi + 1) * es),
                         (unsigned long long)bufs[v].size);
         if (!bufs[v].data)
-            return FAIL(RJ_EINVAL, "host op %s: %s buffer pointer is NULL", nm, on);
+            return FAIL(RJ_EINVAL, "host op %s: %s buffer pointer is NULL", NM, ON(v));
     }
     return RJ_OK;
 }
+
+#undef NM
+#undef ON
+#undef DIMS
+#undef STS
 
 /* Bytes an operand's view touches: its distinct elements (broadcast dims count once). */
 static uint64_t footprint(const rj_host_view *vw, const int64_t *shape, uint32_t rank, int all)
