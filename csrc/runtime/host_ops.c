@@ -803,9 +803,10 @@ static int take_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st
     uint32_t es = c->es[0];
     for (int64_t s = 0; s < n; s += CHUNK) {
         int64_t m = n - s < CHUNK ? n - s : CHUNK;
-        const int64_t *ix = src_i(c, 2, off[2] + s * st[2], st[2], m);
-        /* one index for the whole chunk (a row gather): check it once, move a block */
+        /* one index for the whole chunk (a row gather): load and check it once, move a
+         * block */
         int64_t count = st[2] == 0 ? 1 : m;
+        const int64_t *ix = src_i(c, 2, off[2] + s * st[2], st[2], count);
         for (int64_t i = 0; i < count; i++) {
             int64_t k = ix[i];
             if (k < -size || k >= size) {

@@ -165,6 +165,23 @@ def test_row_max_over_a_cube_view_reads_whole_atoms(heads, rows, groups, nan):
     np.testing.assert_array_equal(out, want)
 
 
+def test_row_gather_wider_than_a_chunk_loads_one_index_per_chunk():
+    """Rows of 700 (more than one 512-element chunk): each chunk's one index is loaded and
+    checked once; a bad index is still named."""
+    table = RNG.standard_normal((40, 700)).astype(np.float32)
+    idx = np.array([39, 0, -2, 7], np.int32)
+    out = np.zeros((4, 700), np.float32)
+    run_desc("take", (4, 700), out, HostView("o", F32, 0, (700, 1)),
+             [(table, HostView("t", F32, 0, (0, 1))), (idx, HostView("i", DType.I32, 0, (1, 0)))],
+             iparams=(700, 40))
+    np.testing.assert_array_equal(out, table[idx])
+    idx[2] = 40
+    with pytest.raises(ProgramError, match="index 40"):
+        run_desc("take", (4, 700), out, HostView("o", F32, 0, (700, 1)),
+                 [(table, HostView("t", F32, 0, (0, 1))),
+                  (idx, HostView("i", DType.I32, 0, (1, 0)))], iparams=(700, 40))
+
+
 def test_row_gather_fast_path_and_scalar_broadcast_fill():
     table = RNG.standard_normal((50, 64)).astype(np.float32)
     idx = np.array([[4, 49], [0, -1]], np.int32)
