@@ -10,6 +10,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "rj_half.h"
 #include "runtime/rj_host_ops.h"
@@ -617,6 +620,13 @@ static int copy_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st
         memcpy(&v, s, 4);
         for (int64_t i = 0; i < n; i++)
             memcpy(d + 4 * i, &v, 4);
+    } else if (st[1] == 0 && st[0] == 1 && es == 2) { /* f16 pad fill */
+        uint16_t v;
+        memcpy(&v, s, 2);
+        for (int64_t i = 0; i < n; i++)
+            memcpy(d + 2 * i, &v, 2);
+    } else if (st[1] == 0 && st[0] == 1 && es == 1) {
+        memset(d, *s, (size_t)n);
     } else {
         for (int64_t i = 0; i < n; i++)
             move_elem(d + i * st[0] * es, s + i * st[1] * es, es);
@@ -695,6 +705,42 @@ DEF_TRANSPOSE(transpose_es2, 2)
 DEF_TRANSPOSE(transpose_es4, 4)
 DEF_TRANSPOSE(transpose_es8, 8)
 
+#if defined(__SSE2__)
+/* 16-bit elements with unit strides along the input's lanes (y) and the output's rows (x),
+ * a cube's 8 fp16 lanes to row-major rows: 8 x 8 blocks move by an in-register transpose
+ * (8 loads, 24 unpacks, 8 stores), the edges element by element. */
+static void transpose_lanes_es2(uint8_t *D, const uint8_t *S, int64_t n1, int64_t n0, int64_t o1,
+                                int64_t i0)
+{
+    int64_t y8 = n1 & ~(int64_t)7, x8 = n0 & ~(int64_t)7;
+    for (int64_t y = 0; y < y8; y += 8)
+        for (int64_t x = 0; x < x8; x += 8) {
+            __m128i a[8], t[8], u[8];
+            for (int k = 0; k < 8; k++)
+                a[k] = _mm_loadu_si128((const __m128i *)(S + ((x + k) * i0 + y) * 2));
+            for (int k = 0; k < 4; k++) {
+                t[2 * k] = _mm_unpacklo_epi16(a[2 * k], a[2 * k + 1]);
+                t[2 * k + 1] = _mm_unpackhi_epi16(a[2 * k], a[2 * k + 1]);
+            }
+            for (int k = 0; k < 2; k++) {
+                u[4 * k] = _mm_unpacklo_epi32(t[4 * k], t[4 * k + 2]);
+                u[4 * k + 1] = _mm_unpackhi_epi32(t[4 * k], t[4 * k + 2]);
+                u[4 * k + 2] = _mm_unpacklo_epi32(t[4 * k + 1], t[4 * k + 3]);
+                u[4 * k + 3] = _mm_unpackhi_epi32(t[4 * k + 1], t[4 * k + 3]);
+            }
+            for (int k = 0; k < 4; k++) {
+                _mm_storeu_si128((__m128i *)(D + ((y + 2 * k) * o1 + x) * 2),
+                                 _mm_unpacklo_epi64(u[k], u[k + 4]));
+                _mm_storeu_si128((__m128i *)(D + ((y + 2 * k + 1) * o1 + x) * 2),
+                                 _mm_unpackhi_epi64(u[k], u[k + 4]));
+            }
+        }
+    for (int64_t y = 0; y < n1; y++)
+        for (int64_t x = y < y8 ? x8 : 0; x < n0; x++)
+            memcpy(D + (y * o1 + x) * 2, S + (x * i0 + y) * 2, 2);
+}
+#endif
+
 static void copy_transposed(run_ctx *c, const nd *it)
 {
     int r = it->rank;
@@ -705,6 +751,15 @@ static void copy_transposed(run_ctx *c, const nd *it)
     int64_t n1 = it->shape[r - 2], n0 = it->shape[r - 1];
     int64_t o1 = it->st[0][r - 2], o0 = it->st[0][r - 1], i1 = it->st[1][r - 2], i0 = it->st[1][r - 1];
     int64_t idx[RJ_HOST_MAX_RANK] = {0}, off[2] = {it->off[0], it->off[1]};
+#if defined(__SSE2__)
+    if (es == 2 && o0 == 1 && i1 == 1) {
+        do {
+            transpose_lanes_es2(AT(c->base[0], off[0], es), AT(c->base[1], off[1], es), n1, n0,
+                                o1, i0);
+        } while (nd_next(it, r - 3, 2, idx, off));
+        return;
+    }
+#endif
     do {
         walk(AT(c->base[0], off[0], es), AT(c->base[1], off[1], es), n1, n0, o1, o0, i1, i0);
     } while (nd_next(it, r - 3, 2, idx, off));

@@ -197,6 +197,14 @@ def test_row_gather_fast_path_and_scalar_broadcast_fill():
                      [(fill, HostView("v", F32, 0, (0, 0)))])
     np.testing.assert_array_equal(dst, 3.5)
     assert moved == dst.nbytes + 4  # a broadcast input counts its one element once
+    for dt, v in ((DType.F16, -0.0), (DType.U8, 200)):   # pad fills into padded rows
+        fill = np.array(v, dt.to_numpy())
+        dst = np.full((3, 8), 7, dt.to_numpy())
+        run_desc("copy", (3, 5), dst, HostView("o", dt, 0, (8, 1)),
+                 [(fill, HostView("v", dt, 0, (0, 0)))])
+        assert_exact(dst[:, :5], np.full((3, 5), v, dt.to_numpy()), f"{dt} fill")
+        assert np.array_equal(np.signbit(dst[:, :5]), np.signbit(np.full((3, 5), v)))
+        assert (dst[:, 5:] == 7).all()
 
 
 # ---------------------------------------------------------------- conversions, bit for bit
