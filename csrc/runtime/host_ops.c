@@ -1442,8 +1442,10 @@ int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs
                        (c->dt[0] == RJ_DT_F32 && c->dt[1] == RJ_DT_F16));
         nd_build(&it, (int)op->rank, op->shape, nv, st, off);
         int r = it.rank;
+        /* rows up to 256 bytes: below that a row's move costs less than the per-row
+         * callback and odometer step the block walkers save */
         int short_rows = !it.empty && r >= 2 && it.st[0][r - 1] == 1 && it.st[1][r - 1] == 1 &&
-                         it.shape[r - 1] <= 64 / c->es[0];
+                         it.shape[r - 1] <= 256 / c->es[0];
         if (short_rows && (same || f16_f32))
             nd_widest_to_block(&it);
         if (same && !it.empty && r >= 2 && it.st[0][r - 1] == 1 && it.st[1][r - 2] == 1 &&

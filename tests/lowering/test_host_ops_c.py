@@ -100,6 +100,17 @@ def test_short_rows_walk_the_widest_dim():
     np.testing.assert_array_equal(out, want)
 
 
+def test_half_row_copies_walk_blocks_of_rows():
+    """[head][row][half of 64] f32 -> [head][row][64] with the other half left as it is (a
+    rotary half-swap): 128-byte rows, moved by the block walker."""
+    x = RNG.standard_normal((3, 40, 32)).astype(np.float32)
+    out = np.full((3, 40, 64), 9.0, np.float32)
+    run_desc("copy", (3, 40, 32), out, HostView("o", F32, 32, (40 * 64, 64, 1)),
+             [(x, HostView("x", F32, 0, (40 * 32, 32, 1)))])
+    np.testing.assert_array_equal(out[:, :, 32:], x)
+    np.testing.assert_array_equal(out[:, :, :32], 9.0)
+
+
 @pytest.mark.parametrize("lanes", [8, 5, 12])
 def test_converting_short_rows_round_as_numpy(lanes):
     """f32 rows -> f16 cube atoms ([row][lane] -> [group][row][lane]) and back: bit for bit
