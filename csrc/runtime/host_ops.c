@@ -13,6 +13,9 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "rj_half.h"
 #include "runtime/rj_host_ops.h"
@@ -366,6 +369,7 @@ typedef struct run_ctx {
     int nin;
     rj_err *err;
     const nd *inner; /* REDUCE: the reduced dimensions, walked per output element */
+    int stream;      /* COPY: large enough to stream its stores (copy_bytes) */
     double dacc[CHUNK];
     float ft[RJ_HOST_MAX_OPERANDS][CHUNK];
     int64_t it[RJ_HOST_MAX_OPERANDS][CHUNK];
@@ -607,6 +611,40 @@ static inline void move_elem(uint8_t *d, const uint8_t *s, uint32_t es)
     }
 }
 
+/* A copy writing at least this many bytes streams its stores past the cache (x86 AVX2
+ * builds), row by row for rows of STREAM_MIN_ROW bytes or more: the data is bound for
+ * another context's arena, which the NPU reads, not this CPU, and skipping each line's
+ * read-for-ownership saves a third of the memory traffic of a copy far larger than the
+ * caches (cross-context copies of attention scores, 2-9 MB). */
+#define STREAM_MIN_BYTES (1u << 20)
+#define STREAM_MIN_ROW 512u
+
+static void copy_bytes(uint8_t *d, const uint8_t *s, size_t n, int stream)
+{
+#if defined(__AVX2__)
+    if (stream && n >= STREAM_MIN_ROW && (d + n <= s || s + n <= d)) {
+        size_t head = (32 - ((uintptr_t)d & 31u)) & 31u, i = 0;
+        memcpy(d, s, head);
+        d += head, s += head, n -= head;
+        for (; i + 128 <= n; i += 128) {
+            __m256i a0 = _mm256_loadu_si256((const __m256i *)(s + i));
+            __m256i a1 = _mm256_loadu_si256((const __m256i *)(s + i + 32));
+            __m256i a2 = _mm256_loadu_si256((const __m256i *)(s + i + 64));
+            __m256i a3 = _mm256_loadu_si256((const __m256i *)(s + i + 96));
+            _mm256_stream_si256((__m256i *)(d + i), a0);
+            _mm256_stream_si256((__m256i *)(d + i + 32), a1);
+            _mm256_stream_si256((__m256i *)(d + i + 64), a2);
+            _mm256_stream_si256((__m256i *)(d + i + 96), a3);
+        }
+        memcpy(d + i, s + i, n - i);
+        _mm_sfence(); /* streaming stores are weakly ordered: fence before anything reads */
+        return;
+    }
+#endif
+    (void)stream;
+    memmove(d, s, n);
+}
+
 /* Same-dtype COPY rows: raw element moves (bit-exact, NaN payloads kept). */
 static int copy_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st)
 {
@@ -614,7 +652,7 @@ static int copy_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st
     uint8_t *d = AT(c->base[0], off[0], es);
     const uint8_t *s = AT(c->base[1], off[1], es);
     if (st[0] == 1 && st[1] == 1) {
-        memmove(d, s, (size_t)n * es);
+        copy_bytes(d, s, (size_t)n * es, c->stream);
     } else if (st[1] == 0 && st[0] == 1 && es == 4) { /* broadcast fill */
         uint32_t v;
         memcpy(&v, s, 4);
@@ -1427,6 +1465,7 @@ int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs
         off[v] = op->view[v].offset;
     }
     uint64_t moved = footprint(&op->view[0], op->shape, op->rank, op->kind != RJ_HOST_REDUCE);
+    c->stream = op->kind == RJ_HOST_COPY && moved >= STREAM_MIN_BYTES;
     for (int v = 1; v < nv; v++)
         moved += footprint(&op->view[v], op->shape, op->rank,
                            op->kind == RJ_HOST_REDUCE || (op->kind == RJ_HOST_TAKE && v == 1));

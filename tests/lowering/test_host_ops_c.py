@@ -100,6 +100,21 @@ def test_short_rows_walk_the_widest_dim():
     np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("rows,row,pitch,at", [(1, (1 << 20) + 77, 0, 3), (187, 12032, 24000, 5)])
+def test_large_copies_stream_byte_exact(rows, row, pitch, at):
+    """Copies of a MiB or more (streaming stores on x86): every byte lands, from an odd
+    destination offset, with a tail shorter than a vector, and nothing around is touched."""
+    pitch = pitch or row
+    src = RNG.integers(0, 256, rows * pitch + 64, dtype=np.uint8)
+    dst = np.full(rows * pitch + 64, 0xA5, np.uint8)
+    run_desc("copy", (rows, row), dst, HostView("o", DType.U8, at, (pitch, 1)),
+             [(src, HostView("s", DType.U8, 1, (pitch, 1)))])
+    want = np.full_like(dst, 0xA5)
+    for r in range(rows):
+        want[at + r * pitch:at + r * pitch + row] = src[1 + r * pitch:1 + r * pitch + row]
+    assert np.array_equal(dst, want)
+
+
 def test_half_row_copies_walk_blocks_of_rows():
     """[head][row][half of 64] f32 -> [head][row][64] with the other half left as it is (a
     rotary half-swap): 128-byte rows, moved by the block walker."""
