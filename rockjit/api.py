@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -36,51 +35,12 @@ from .gc_pause import gc_paused
 from .ir.graph import Graph
 from .ir.types import DType, TensorType
 from .backends import BACKENDS, Runner, resolve_backend
-from .signature import (LeafSpec, Signature, arg_location, arg_name, bind_kwargs, graph_name,
-                        leaf_dtype, make_signature, resident_dtype, trace)
+from .binding import ResidentBinding
+from .signature import (LeafSpec, Signature, arg_location, arg_name, bind_kwargs, call_key,
+                        graph_name, leaf_dtype, make_signature, resident_dtype, trace)
 from .weight_timing import timed
 
 # ------------------------------------------------------------------ Lowered / Compiled
-
-def _as_param_value(leaf: Any, spec: LeafSpec) -> np.ndarray:
-    arr = np.array(leaf, dtype=spec.dtype, copy=True)
-    arr.setflags(write=False)
-    return arr
-
-
-class _ResidentBinding:
-    """The resident values a Compiled object runs with, and which user objects they came from.
-
-    A call that passes the same objects reuses the copies; other objects (of the same
-    signature) are copied again without re-tracing.  In-place writes into a numpy array that
-    was already bound are not seen: the copy was taken when it was bound."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, np.ndarray] = {}
-        self._sources: dict[str, Any] = {}
-
-    @staticmethod
-    def _ref(obj: Any) -> Callable[[], Any]:
-        try:
-            return weakref.ref(obj)
-        except TypeError:
-            return lambda: obj
-
-    def update(self, items: list[tuple[str, Any, LeafSpec]]) -> bool:
-        """Bind (name, leaf, spec) triples; True if any value changed."""
-        changed = False
-        for name, leaf, spec in items:
-            ref = self._sources.get(name)
-            if ref is not None and ref() is leaf:
-                continue
-            if isinstance(leaf, jax.ShapeDtypeStruct):
-                raise TraceError(f"resident param {name!r} ({spec}) has no value: it was lowered "
-                                 f"from a ShapeDtypeStruct; pass the array when calling")
-            self.values[name] = _as_param_value(leaf, spec)
-            self._sources[name] = self._ref(leaf)
-            changed = True
-        return changed
-
 
 class _Traced:
     """One traced signature: its IR graph, the signature and the output pytree structure."""
@@ -106,7 +66,7 @@ class Compiled(_Traced):
     """A traced, imported and simplified function, ready to run on its backend."""
 
     def __init__(self, graph: Graph, sig: Signature, out_tree: Any, backend: str,
-                 binding: _ResidentBinding) -> None:
+                 binding: ResidentBinding) -> None:
         super().__init__(graph, sig, out_tree, backend)
         self._binding = binding
         self._runner: Runner | None = None
@@ -165,27 +125,40 @@ class Compiled(_Traced):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = bind_kwargs(self.signature.fn, args, kwargs)
-        inputs: list[np.ndarray] = []
-        input_where: list[str] = []
-        resident: list[tuple[str, Any, LeafSpec]] = []
+        leaves_by_arg: list[list[Any] | None] = [None] * len(self.signature.args)
         for i, arg in self._split_args(args):
-            spec = self.signature.args[i]
-            for j, leaf in enumerate(self._check(i, arg)):
+            leaves_by_arg[i] = self._check(i, arg)
+        return self._call_leaves(leaves_by_arg)
+
+    def _call_leaves(self, leaves_by_arg: list[list[Any] | None]) -> Any:
+        """Run on each dynamic argument's leaves (None for a static one), already known to
+        match the signature (``_check``, or ``call_key`` equal to the signature's key)."""
+        sig = self.signature
+        inputs: list[np.ndarray] = []
+        input_at: list[tuple[int, int]] = []
+        resident: list[tuple[str, Any, LeafSpec]] = []
+        for i, leaves in enumerate(leaves_by_arg):
+            if leaves is None:
+                continue
+            spec = sig.args[i]
+            for j, leaf in enumerate(leaves):
                 if spec.kind == "resident":
-                    resident.append((self.signature.param_names[(i, j)], leaf, spec.leaves[j]))
-                else:
-                    if isinstance(leaf, jax.ShapeDtypeStruct):
-                        raise TraceError(f"{arg_location(self.signature.fn, i, spec.leaves[j].path)}: "
-                                         f"a ShapeDtypeStruct has no value to run on")
-                    inputs.append(np.asarray(leaf, dtype=spec.leaves[j].dtype))
-                    input_where.append(arg_location(self.signature.fn, i, spec.leaves[j].path))
+                    resident.append((sig.param_names[(i, j)], leaf, spec.leaves[j]))
+                    continue
+                if isinstance(leaf, jax.ShapeDtypeStruct):
+                    raise TraceError(f"{arg_location(sig.fn, i, spec.leaves[j].path)}: "
+                                     f"a ShapeDtypeStruct has no value to run on")
+                inputs.append(np.asarray(leaf, dtype=spec.leaves[j].dtype))
+                input_at.append((i, j))
         try:
             with self._call_lock:
                 return self._run(resident, inputs)
         except InputRangeError as e:
-            if e.index is None or not 0 <= e.index < len(input_where):
+            if e.index is None or not 0 <= e.index < len(input_at):
                 raise
-            raise InputRangeError(f"{input_where[e.index]}: {e}", e.index) from None
+            i, j = input_at[e.index]
+            raise InputRangeError(f"{arg_location(sig.fn, i, sig.args[i].leaves[j].path)}: {e}",
+                                  e.index) from None
         except WeightError as e:
             raise self._named_weight_error(e) from None
 
@@ -367,7 +340,7 @@ class Lowered(_Traced):
         """Bind the resident values and, when all of them have values, build the program now
         (inputs may be jax.ShapeDtypeStruct: the program does not depend on them); resident
         leaves given as ShapeDtypeStruct defer the build to the first call."""
-        binding = _ResidentBinding()
+        binding = ResidentBinding()
         items = []
         flat = {i: tree_flatten(self._args[i])[0] for i in self.signature.resident_argnums}
         missing = False
@@ -422,6 +395,13 @@ class CompiledFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = bind_kwargs(self.fn, args, kwargs)
+        # A warm call: the key from tree_flatten alone; the full signature (paths, names) only
+        # on a miss, which traces.
+        fast = call_key(args, self.static_argnums, self.resident_argnums)
+        if fast is not None:
+            compiled = self._cache.get(fast[0])
+            if compiled is not None:
+                return compiled._call_leaves(fast[1])
         return self._compiled_for(args)(*args)
 
     def _compiled_for(self, args: tuple) -> "Compiled":

@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import jax
 import numpy as np
-from jax.tree_util import keystr, tree_flatten_with_path, tree_unflatten
+from jax.tree_util import keystr, tree_flatten, tree_flatten_with_path, tree_unflatten
 
 from .errors import TraceError
 from .gc_pause import gc_paused
@@ -202,6 +202,76 @@ def make_signature(fn: Callable[..., Any], args: Sequence[Any], static_argnums: 
         specs.append(ArgSpec("resident" if i in resident else "input", treedef=treedef,
                              leaves=tuple(leaves)))
     return Signature(fn, tuple(specs), static, resident, param_names)
+
+
+# ------------------------------------------------------------------ the per-call key
+
+# (leaf dtype, resident?) -> the dtype the signature records, or None for one with no IR type
+_DTYPE_MEMO: dict[tuple[Any, bool], np.dtype | None] = {}
+
+
+def _fast_leaf(leaf: Any, resident: bool) -> tuple[tuple[int, ...], str] | None:
+    """(shape, dtype.str) of a leaf as ``make_signature`` records it, or None when only the
+    full path can say (an unsupported dtype or leaf type: it raises the error)."""
+    if isinstance(leaf, (bool, np.bool_)):
+        shape, dt = (), np.dtype(bool)
+    elif isinstance(leaf, int):
+        shape, dt = (), np.dtype(np.int32)
+    elif isinstance(leaf, float):
+        shape, dt = (), np.dtype(np.float32)
+    else:
+        try:
+            shape, dt = leaf.shape, leaf.dtype
+        except AttributeError:
+            return None
+        if type(shape) is not tuple:
+            shape = tuple(int(d) for d in shape)
+    memo = (dt, resident)
+    got = _DTYPE_MEMO.get(memo, False)
+    if got is False:
+        got = np.dtype(jax.dtypes.canonicalize_dtype(dt))
+        try:
+            DType.from_numpy(got)
+        except TypeError:
+            got = None
+        else:
+            got = resident_dtype(got) if resident else got
+        _DTYPE_MEMO[memo] = got
+    return None if got is None else (shape, got.str)
+
+
+def call_key(args: Sequence[Any], static_argnums: Sequence[int], resident_argnums: Sequence[int]
+             ) -> tuple[tuple, list[list[Any] | None]] | None:
+    """``make_signature(...).key()`` of a call, and each dynamic argument's leaves (None for a
+    static one), from ``tree_flatten`` alone: no pytree paths, param names or argument names,
+    which only a first call (a trace) or an error needs. None when the call needs the full
+    path (it then raises what is wrong)."""
+    n = len(args)
+    static = normalize_argnums(static_argnums, n)
+    resident = normalize_argnums(resident_argnums, n)
+    key: list[tuple] = []
+    leaves_by_arg: list[list[Any] | None] = []
+    for i, arg in enumerate(args):
+        if i in static:
+            key.append(("static", type(arg), arg))
+            leaves_by_arg.append(None)
+            continue
+        res = i in resident
+        leaves, treedef = tree_flatten(arg)
+        specs = []
+        for leaf in leaves:
+            spec = _fast_leaf(leaf, res)
+            if spec is None:
+                return None
+            specs.append(spec)
+        key.append(("resident" if res else "input", treedef, tuple(specs)))
+        leaves_by_arg.append(leaves)
+    out = tuple(key)
+    try:
+        hash(out)
+    except TypeError:       # an unhashable static argument: make_signature says so
+        return None
+    return out, leaves_by_arg
 
 
 # ------------------------------------------------------------------ tracing

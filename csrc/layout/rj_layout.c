@@ -128,15 +128,25 @@ static int cube_copy(const rj_cube_layout *l, const void *src, uint64_t src_size
     uint8_t *d = dst;
     const uint64_t e = l->esize, c2 = l->c2, C = l->channels, W = l->width;
     const uint64_t groups = ceil_div(C, c2);
-    for (uint64_t g = 0; g < groups; g++) {
-        const uint64_t c0 = g * c2;
-        const uint64_t run = (C - c0 < c2 ? C - c0 : c2) * e;   /* live bytes of this atom */
-        for (uint64_t h = 0; h < l->height; h++) {
-            const uint64_t cube_row = g * surf + h * line;
-            const uint64_t plain_row = (h * W * C + c0) * e;
-            for (uint64_t w = 0; w < W; w++) {
-                const uint64_t atom = cube_row + w * c2 * e, p = plain_row + w * C * e;
-                move(d, s, atom, p, run, pack);
+    const uint64_t last = (C - (groups - 1) * c2) * e;   /* live bytes of the last atom */
+    /* Blocks of HB lines: within a block each channel group's atoms are read as one run of
+     * whole cache lines and the block's rows (hot in L1) are written piecewise. Walking a
+     * whole group's surface per pass (or every group per position) instead thrashes one L1
+     * set when the surface stride is a multiple of 4 KiB. */
+    enum { HB = 8 };
+    for (uint64_t h0 = 0; h0 < l->height; h0 += HB) {
+        const uint64_t h1 = h0 + HB < l->height ? h0 + HB : l->height;
+        for (uint64_t g = 0; g < groups; g++) {
+            const uint64_t run = g + 1 < groups ? c2 * e : last;
+            for (uint64_t h = h0; h < h1; h++) {
+                const uint64_t atom = g * surf + h * line, p = (h * W * C + g * c2) * e;
+                if (run == 16) {   /* a constant size: the compiler moves it inline */
+                    for (uint64_t w = 0; w < W; w++)
+                        move(d, s, atom + w * 16, p + w * C * e, 16, pack);
+                } else {
+                    for (uint64_t w = 0; w < W; w++)
+                        move(d, s, atom + w * c2 * e, p + w * C * e, run, pack);
+                }
             }
         }
     }

@@ -21,7 +21,8 @@ static const rj_env_flag_info flags[RJ_ENV_COUNT] = {
                             "(csrc/rocket/fake_rocket.c) instead of the kernel; jobs run on the simulator",
                             RJ_ENV_BOOL, 0},
     [RJ_ENV_TRACE_STEPS] = {"RJ_TRACE_STEPS",
-                            "on: print one line per program step (kind, jobs, host bytes) to stderr",
+                            "on: print one line per program step (kind, jobs, host bytes, wall ns) "
+                            "to stderr",
                             RJ_ENV_BOOL, 0},
     [RJ_ENV_DUMP_REGCMD] = {"RJ_DUMP_REGCMD",
                             "DIR: after load, write each job's task words to DIR/job%04u_task%04u.regcmd "

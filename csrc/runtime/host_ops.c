@@ -10,6 +10,12 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "rj_half.h"
 #include "runtime/rj_host_ops.h"
@@ -363,6 +369,7 @@ typedef struct run_ctx {
     int nin;
     rj_err *err;
     const nd *inner; /* REDUCE: the reduced dimensions, walked per output element */
+    int stream;      /* COPY: large enough to stream its stores (copy_bytes) */
     double dacc[CHUNK];
     float ft[RJ_HOST_MAX_OPERANDS][CHUNK];
     int64_t it[RJ_HOST_MAX_OPERANDS][CHUNK];
@@ -604,6 +611,40 @@ static inline void move_elem(uint8_t *d, const uint8_t *s, uint32_t es)
     }
 }
 
+/* A copy writing at least this many bytes streams its stores past the cache (x86 AVX2
+ * builds), row by row for rows of STREAM_MIN_ROW bytes or more: the data is bound for
+ * another context's arena, which the NPU reads, not this CPU, and skipping each line's
+ * read-for-ownership saves a third of the memory traffic of a copy far larger than the
+ * caches (cross-context copies of attention scores, 2-9 MB). */
+#define STREAM_MIN_BYTES (1u << 20)
+#define STREAM_MIN_ROW 512u
+
+static void copy_bytes(uint8_t *d, const uint8_t *s, size_t n, int stream)
+{
+#if defined(__AVX2__)
+    if (stream && n >= STREAM_MIN_ROW && (d + n <= s || s + n <= d)) {
+        size_t head = (32 - ((uintptr_t)d & 31u)) & 31u, i = 0;
+        memcpy(d, s, head);
+        d += head, s += head, n -= head;
+        for (; i + 128 <= n; i += 128) {
+            __m256i a0 = _mm256_loadu_si256((const __m256i *)(s + i));
+            __m256i a1 = _mm256_loadu_si256((const __m256i *)(s + i + 32));
+            __m256i a2 = _mm256_loadu_si256((const __m256i *)(s + i + 64));
+            __m256i a3 = _mm256_loadu_si256((const __m256i *)(s + i + 96));
+            _mm256_stream_si256((__m256i *)(d + i), a0);
+            _mm256_stream_si256((__m256i *)(d + i + 32), a1);
+            _mm256_stream_si256((__m256i *)(d + i + 64), a2);
+            _mm256_stream_si256((__m256i *)(d + i + 96), a3);
+        }
+        memcpy(d + i, s + i, n - i);
+        _mm_sfence(); /* streaming stores are weakly ordered: fence before anything reads */
+        return;
+    }
+#endif
+    (void)stream;
+    memmove(d, s, n);
+}
+
 /* Same-dtype COPY rows: raw element moves (bit-exact, NaN payloads kept). */
 static int copy_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st)
 {
@@ -611,12 +652,19 @@ static int copy_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st
     uint8_t *d = AT(c->base[0], off[0], es);
     const uint8_t *s = AT(c->base[1], off[1], es);
     if (st[0] == 1 && st[1] == 1) {
-        memmove(d, s, (size_t)n * es);
+        copy_bytes(d, s, (size_t)n * es, c->stream);
     } else if (st[1] == 0 && st[0] == 1 && es == 4) { /* broadcast fill */
         uint32_t v;
         memcpy(&v, s, 4);
         for (int64_t i = 0; i < n; i++)
             memcpy(d + 4 * i, &v, 4);
+    } else if (st[1] == 0 && st[0] == 1 && es == 2) { /* f16 pad fill */
+        uint16_t v;
+        memcpy(&v, s, 2);
+        for (int64_t i = 0; i < n; i++)
+            memcpy(d + 2 * i, &v, 2);
+    } else if (st[1] == 0 && st[0] == 1 && es == 1) {
+        memset(d, *s, (size_t)n);
     } else {
         for (int64_t i = 0; i < n; i++)
             move_elem(d + i * st[0] * es, s + i * st[1] * es, es);
@@ -649,29 +697,162 @@ static void copy_short_rows(run_ctx *c, const nd *it)
     } while (nd_next(it, r - 3, 2, idx, off));
 }
 
+/* Move the widest of dims 0..rank-2 to rank-2, the dim a block walker walks itself, so the
+ * odometer steps once per widest run instead of once per narrowest (a copy's element order is
+ * free: the output aliases an input only with the identical view). */
+static void nd_widest_to_block(nd *it)
+{
+    int r = it->rank, k = r - 2;
+    for (int d = 0; d < r - 2; d++)
+        if (it->shape[d] > it->shape[k])
+            k = d;
+    if (k == r - 2)
+        return;
+    int64_t t = it->shape[k];
+    it->shape[k] = it->shape[r - 2];
+    it->shape[r - 2] = t;
+    for (int v = 0; v < it->nv; v++) {
+        t = it->st[v][k];
+        it->st[v][k] = it->st[v][r - 2];
+        it->st[v][r - 2] = t;
+    }
+}
+
 /* A same-dtype copy whose two innermost dims are swapped between input and output (a true
- * transpose): walk 32 x 32 tiles so both sides stay in cache lines. Dims 0..rank-3 are
- * walked by an odometer; the caller checked rank >= 2. */
+ * transpose, e.g. a cube's 8 lanes to a row-major row): walk tiles so both sides stay in cache
+ * lines, with one walker per element size so every move is one fixed-size load and store.
+ * Dims 0..rank-3 are walked by an odometer; the caller checked rank >= 2. */
 #define TILE 32
+#define DEF_TRANSPOSE(NAME, ES)                                                                   \
+    static void NAME(uint8_t *D, const uint8_t *S, int64_t n1, int64_t n0, int64_t o1,           \
+                     int64_t o0, int64_t i1, int64_t i0)                                          \
+    {                                                                                             \
+        for (int64_t a = 0; a < n1; a += TILE)                                                    \
+            for (int64_t b = 0; b < n0; b += TILE) {                                              \
+                int64_t ae = a + TILE < n1 ? a + TILE : n1, be = b + TILE < n0 ? b + TILE : n0;   \
+                for (int64_t y = a; y < ae; y++) {                                                \
+                    uint8_t *d = D + y * o1 * ES;                                                 \
+                    const uint8_t *s = S + y * i1 * ES;                                           \
+                    for (int64_t x = b; x < be; x++)                                              \
+                        memcpy(d + x * o0 * ES, s + x * i0 * ES, ES);                             \
+                }                                                                                 \
+            }                                                                                     \
+    }
+DEF_TRANSPOSE(transpose_es1, 1)
+DEF_TRANSPOSE(transpose_es2, 2)
+DEF_TRANSPOSE(transpose_es4, 4)
+DEF_TRANSPOSE(transpose_es8, 8)
+
+#if defined(__SSE2__)
+/* 16-bit elements with unit strides along the input's lanes (y) and the output's rows (x),
+ * a cube's 8 fp16 lanes to row-major rows: 8 x 8 blocks move by an in-register transpose
+ * (8 loads, 24 unpacks, 8 stores), the edges element by element. */
+static void transpose_lanes_es2(uint8_t *D, const uint8_t *S, int64_t n1, int64_t n0, int64_t o1,
+                                int64_t i0)
+{
+    int64_t y8 = n1 & ~(int64_t)7, x8 = n0 & ~(int64_t)7;
+    for (int64_t y = 0; y < y8; y += 8)
+        for (int64_t x = 0; x < x8; x += 8) {
+            __m128i a[8], t[8], u[8];
+            for (int k = 0; k < 8; k++)
+                a[k] = _mm_loadu_si128((const __m128i *)(S + ((x + k) * i0 + y) * 2));
+            for (int k = 0; k < 4; k++) {
+                t[2 * k] = _mm_unpacklo_epi16(a[2 * k], a[2 * k + 1]);
+                t[2 * k + 1] = _mm_unpackhi_epi16(a[2 * k], a[2 * k + 1]);
+            }
+            for (int k = 0; k < 2; k++) {
+                u[4 * k] = _mm_unpacklo_epi32(t[4 * k], t[4 * k + 2]);
+                u[4 * k + 1] = _mm_unpackhi_epi32(t[4 * k], t[4 * k + 2]);
+                u[4 * k + 2] = _mm_unpacklo_epi32(t[4 * k + 1], t[4 * k + 3]);
+                u[4 * k + 3] = _mm_unpackhi_epi32(t[4 * k + 1], t[4 * k + 3]);
+            }
+            for (int k = 0; k < 4; k++) {
+                _mm_storeu_si128((__m128i *)(D + ((y + 2 * k) * o1 + x) * 2),
+                                 _mm_unpacklo_epi64(u[k], u[k + 4]));
+                _mm_storeu_si128((__m128i *)(D + ((y + 2 * k + 1) * o1 + x) * 2),
+                                 _mm_unpackhi_epi64(u[k], u[k + 4]));
+            }
+        }
+    for (int64_t y = 0; y < n1; y++)
+        for (int64_t x = y < y8 ? x8 : 0; x < n0; x++)
+            memcpy(D + (y * o1 + x) * 2, S + (x * i0 + y) * 2, 2);
+}
+#endif
+
 static void copy_transposed(run_ctx *c, const nd *it)
 {
     int r = it->rank;
     uint32_t es = c->es[0];
+    void (*walk)(uint8_t *, const uint8_t *, int64_t, int64_t, int64_t, int64_t, int64_t,
+                 int64_t) = es == 1 ? transpose_es1 : es == 2 ? transpose_es2
+                           : es == 4 ? transpose_es4 : transpose_es8;
     int64_t n1 = it->shape[r - 2], n0 = it->shape[r - 1];
     int64_t o1 = it->st[0][r - 2], o0 = it->st[0][r - 1], i1 = it->st[1][r - 2], i0 = it->st[1][r - 1];
     int64_t idx[RJ_HOST_MAX_RANK] = {0}, off[2] = {it->off[0], it->off[1]};
-    for (;;) {
-        for (int64_t a = 0; a < n1; a += TILE)
-            for (int64_t b = 0; b < n0; b += TILE) {
-                int64_t ae = a + TILE < n1 ? a + TILE : n1, be = b + TILE < n0 ? b + TILE : n0;
-                for (int64_t y = a; y < ae; y++)
-                    for (int64_t x = b; x < be; x++)
-                        move_elem(AT(c->base[0], off[0] + y * o1 + x * o0, es),
-                                  AT(c->base[1], off[1] + y * i1 + x * i0, es), es);
-            }
-        if (!nd_next(it, r - 3, 2, idx, off))
-            return;
+#if defined(__SSE2__)
+    if (es == 2 && o0 == 1 && i1 == 1) {
+        do {
+            transpose_lanes_es2(AT(c->base[0], off[0], es), AT(c->base[1], off[1], es), n1, n0,
+                                o1, i0);
+        } while (nd_next(it, r - 3, 2, idx, off));
+        return;
     }
+#endif
+    do {
+        walk(AT(c->base[0], off[0], es), AT(c->base[1], off[1], es), n1, n0, o1, o0, i1, i0);
+    } while (nd_next(it, r - 3, 2, idx, off));
+}
+
+/* One contiguous row of n elements f32 -> f16 or f16 -> f32, rounding as store_f does
+ * (nearest even: the same F16C instruction for 8 lanes, rj_f2h for the rest). */
+static void convert_row(uint8_t *d, const uint8_t *s, int64_t n, int to_half)
+{
+    int64_t i = 0;
+    if (to_half) {
+#if defined(__F16C__)
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i *)(d + 2 * i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps((const float *)(s + 4 * i)),
+                                             _MM_FROUND_TO_NEAREST_INT));
+#endif
+        for (; i < n; i++) {
+            float f;
+            memcpy(&f, s + 4 * i, 4);
+            uint16_t h = rj_f2h(f);
+            memcpy(d + 2 * i, &h, 2);
+        }
+    } else {
+#if defined(__F16C__)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps((float *)(d + 4 * i),
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 2 * i))));
+#endif
+        for (; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2);
+            float f = rj_h2f(h);
+            memcpy(d + 4 * i, &f, 4);
+        }
+    }
+}
+
+/* An f32 <-> f16 copy whose innermost rows are short and contiguous on both sides (a cube's
+ * 8 lanes to or from float32 rows): as copy_short_rows, converting each row in place of the
+ * per-row scratch round trip. The caller checked rank >= 2 and unit inner strides. */
+static void convert_short_rows(run_ctx *c, const nd *it)
+{
+    int r = it->rank;
+    uint32_t ed = c->es[0], es = c->es[1];
+    int to_half = c->dt[0] == RJ_DT_F16;
+    int64_t n1 = it->shape[r - 2], n = it->shape[r - 1];
+    int64_t sd = it->st[0][r - 2] * ed, ss = it->st[1][r - 2] * es;
+    int64_t idx[RJ_HOST_MAX_RANK] = {0}, off[MAXV] = {it->off[0], it->off[1]};
+    do {
+        uint8_t *d = AT(c->base[0], off[0], ed);
+        const uint8_t *s = AT(c->base[1], off[1], es);
+        for (int64_t i = 0; i < n1; i++)
+            convert_row(d + i * sd, s + i * ss, n, to_half);
+    } while (nd_next(it, r - 3, 2, idx, off));
 }
 
 /* ---- SELECT --------------------------------------------------------------------------------------- */
@@ -715,9 +896,10 @@ static int take_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st
     uint32_t es = c->es[0];
     for (int64_t s = 0; s < n; s += CHUNK) {
         int64_t m = n - s < CHUNK ? n - s : CHUNK;
-        const int64_t *ix = src_i(c, 2, off[2] + s * st[2], st[2], m);
-        /* one index for the whole chunk (a row gather): check it once, move a block */
+        /* one index for the whole chunk (a row gather): load and check it once, move a
+         * block */
         int64_t count = st[2] == 0 ? 1 : m;
+        const int64_t *ix = src_i(c, 2, off[2] + s * st[2], st[2], count);
         for (int64_t i = 0; i < count; i++) {
             int64_t k = ix[i];
             if (k < -size || k >= size) {
@@ -954,7 +1136,7 @@ static int is_zero(const void *p, size_t n)
     return 1;
 }
 
-static void fmt_dims(char *buf, size_t n, const int64_t *v, uint32_t rank)
+static const char *fmt_dims(char *buf, size_t n, const int64_t *v, uint32_t rank)
 {
     size_t at = 0;
     at += (size_t)snprintf(buf, n, "[");
@@ -962,6 +1144,7 @@ static void fmt_dims(char *buf, size_t n, const int64_t *v, uint32_t rank)
         at += (size_t)snprintf(buf + at, n - at, i ? ", %lld" : "%lld", (long long)v[i]);
     if (at < n)
         snprintf(buf + at, n - at, "]");
+    return buf;
 }
 
 static const char *operand_name(uint32_t v, char *buf, size_t n)
@@ -1031,20 +1214,28 @@ static int view_injective(const rj_host_view *vw, const int64_t *shape, uint32_t
 
 #define FAIL(code, ...) rj_fail(err, code, __VA_ARGS__)
 
-static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
+/* A check runs before every host step of every run: the names and shapes its messages
+ * print are formatted inside a failing FAIL's arguments only. */
+#define NM op_name(op, nm, sizeof nm)
+#define ON(v_) operand_name((v_), on, sizeof on)
+#define DIMS fmt_dims(dims, sizeof dims, op->shape, op->rank)
+#define STS(vw_) fmt_dims(sts, sizeof sts, (vw_)->stride, op->rank)
+
+static int check_kind(const rj_host_op *op, rj_err *err)
 {
+    char nm[32];
     const rj_host_view *out = &op->view[0], *a = &op->view[1], *b = &op->view[2];
     uint32_t ki = op->kind - RJ_HOST_OPS_FIRST;
     int uses_code = op->kind == RJ_HOST_UNARY || op->kind == RJ_HOST_BINARY ||
                     op->kind == RJ_HOST_COMPARE || op->kind == RJ_HOST_REDUCE;
     if (op->ninputs < KIND_INPUTS_MIN[ki] || op->ninputs > KIND_INPUTS_MAX[ki])
-        return FAIL(RJ_EINVAL, "host op %s: has %u inputs, needs %u..%u", nm, op->ninputs,
+        return FAIL(RJ_EINVAL, "host op %s: has %u inputs, needs %u..%u", NM, op->ninputs,
                     KIND_INPUTS_MIN[ki], KIND_INPUTS_MAX[ki]);
     if (!uses_code && op->code)
-        return FAIL(RJ_EINVAL, "host op %s: code is %u, must be 0 for this kind", nm, op->code);
+        return FAIL(RJ_EINVAL, "host op %s: code is %u, must be 0 for this kind", NM, op->code);
     if (op->kind != RJ_HOST_REDUCE && op->axis_mask)
         return FAIL(RJ_EINVAL, "host op %s: axis_mask 0x%x is only meaningful for reduce; set 0",
-                    nm, op->axis_mask);
+                    NM, op->axis_mask);
     /* iparams each kind reads; the rest must be zero */
     uint32_t used = op->kind == RJ_HOST_UNARY && op->code == RJ_UN_IPOW ? 1u
                     : op->kind == RJ_HOST_SELECT || op->kind == RJ_HOST_TAKE ? 3u
@@ -1052,7 +1243,7 @@ static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
     for (int i = 0; i < 4; i++)
         if (!((used >> i) & 1u) && op->iparam[i])
             return FAIL(RJ_EINVAL, "host op %s: iparam[%d] = %lld is unused by this kind and must "
-                        "be 0", nm, i, (long long)op->iparam[i]);
+                        "be 0", NM, i, (long long)op->iparam[i]);
     int afloat = op->ninputs ? DT[a->dtype].is_float : 0;
     switch (op->kind) {
     case RJ_HOST_UNARY:
@@ -1060,13 +1251,13 @@ static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
             return FAIL(RJ_EINVAL, "host op unary: unknown code %u (RJ_UN_NEG 1 .. RJ_UN_IPOW %u)",
                         op->code, RJ_UN_COUNT - 1);
         if (a->dtype == RJ_DT_BOOL)
-            return FAIL(RJ_EINVAL, "host op %s: needs a numeric input, got bool", nm);
+            return FAIL(RJ_EINVAL, "host op %s: needs a numeric input, got bool", NM);
         if (!afloat && op->code != RJ_UN_NEG && op->code != RJ_UN_ABS && op->code != RJ_UN_IPOW)
-            return FAIL(RJ_EINVAL, "host op %s: needs a float input (f32, f16, bf16), got %s", nm,
+            return FAIL(RJ_EINVAL, "host op %s: needs a float input (f32, f16, bf16), got %s", NM,
                         DT[a->dtype].name);
         if (!afloat && op->code == RJ_UN_IPOW && op->iparam[0] < 0)
             return FAIL(RJ_EINVAL, "host op %s: negative exponent %lld needs a float input, got %s",
-                        nm, (long long)op->iparam[0], DT[a->dtype].name);
+                        NM, (long long)op->iparam[0], DT[a->dtype].name);
         break;
     case RJ_HOST_BINARY:
     case RJ_HOST_COMPARE: {
@@ -1076,12 +1267,12 @@ static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
                         rj_host_op_kind_name(op->kind), op->code, cnt - 1);
         if (a->dtype != b->dtype)
             return FAIL(RJ_EINVAL, "host op %s: inputs must share one dtype, got %s and %s "
-                        "(convert one first)", nm, DT[a->dtype].name, DT[b->dtype].name);
+                        "(convert one first)", NM, DT[a->dtype].name, DT[b->dtype].name);
         if (op->kind == RJ_HOST_BINARY && op->code == RJ_BIN_POW && !afloat)
-            return FAIL(RJ_EINVAL, "host op %s: needs float inputs, got %s", nm, DT[a->dtype].name);
+            return FAIL(RJ_EINVAL, "host op %s: needs float inputs, got %s", NM, DT[a->dtype].name);
         if (op->kind == RJ_HOST_BINARY && a->dtype == RJ_DT_BOOL && op->code != RJ_BIN_MAX &&
             op->code != RJ_BIN_MIN)
-            return FAIL(RJ_EINVAL, "host op %s: needs numeric inputs, got bool", nm);
+            return FAIL(RJ_EINVAL, "host op %s: needs numeric inputs, got bool", NM);
         break;
     }
     case RJ_HOST_REDUCE:
@@ -1089,17 +1280,17 @@ static int check_kind(const rj_host_op *op, const char *nm, rj_err *err)
             return FAIL(RJ_EINVAL, "host op reduce: unknown code %u (RJ_RED_SUM 1, RJ_RED_MAX 2)",
                         op->code);
         if (op->rank < 32 && (op->axis_mask >> op->rank))
-            return FAIL(RJ_EINVAL, "host op %s: axis_mask 0x%x names axes beyond rank %u", nm,
+            return FAIL(RJ_EINVAL, "host op %s: axis_mask 0x%x names axes beyond rank %u", NM,
                         op->axis_mask, op->rank);
         if (op->code == RJ_RED_SUM && a->dtype == RJ_DT_BOOL)
-            return FAIL(RJ_EINVAL, "host op %s: needs a numeric input, got bool", nm);
+            return FAIL(RJ_EINVAL, "host op %s: needs a numeric input, got bool", NM);
         if (afloat != (int)DT[out->dtype].is_float)
             return FAIL(RJ_EINVAL, "host op %s: input %s and output %s must both be float or both "
-                        "integer", nm, DT[a->dtype].name, DT[out->dtype].name);
+                        "integer", NM, DT[a->dtype].name, DT[out->dtype].name);
         for (uint32_t d = 0; d < op->rank; d++)
             if ((op->axis_mask >> d) & 1u && out->stride[d] != 0)
                 return FAIL(RJ_EINVAL, "host op %s: output stride on reduced axis %u is %lld, must "
-                            "be 0", nm, d, (long long)out->stride[d]);
+                            "be 0", NM, d, (long long)out->stride[d]);
         break;
     case RJ_HOST_SELECT: {
         int64_t ncases = (int64_t)op->ninputs - 1;
@@ -1153,56 +1344,52 @@ int rj_host_op_check(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbu
     if (op->kind < RJ_HOST_OPS_FIRST || op->kind >= RJ_HOST_OPS_END)
         return FAIL(RJ_EINVAL, "host op: unknown kind %u (valid %u..%u)", op->kind,
                     RJ_HOST_OPS_FIRST, RJ_HOST_OPS_END - 1);
-    op_name(op, nm, sizeof nm);
     if (op->reserved)
-        return FAIL(RJ_EINVAL, "host op %s: reserved field is %u, must be zero", nm, op->reserved);
+        return FAIL(RJ_EINVAL, "host op %s: reserved field is %u, must be zero", NM, op->reserved);
     if (op->rank > RJ_HOST_MAX_RANK)
-        return FAIL(RJ_EINVAL, "host op %s: rank %u exceeds the maximum %d", nm, op->rank,
+        return FAIL(RJ_EINVAL, "host op %s: rank %u exceeds the maximum %d", NM, op->rank,
                     RJ_HOST_MAX_RANK);
     if (op->ninputs + 1 > RJ_HOST_MAX_OPERANDS)
-        return FAIL(RJ_EINVAL, "host op %s: %u inputs exceed the maximum %d", nm, op->ninputs,
+        return FAIL(RJ_EINVAL, "host op %s: %u inputs exceed the maximum %d", NM, op->ninputs,
                     RJ_HOST_MAX_OPERANDS - 1);
     for (uint32_t d = 0; d < RJ_HOST_MAX_RANK; d++) {
         if (d < op->rank && op->shape[d] < 0)
-            return FAIL(RJ_EINVAL, "host op %s: shape[%u] = %lld is negative", nm, d,
+            return FAIL(RJ_EINVAL, "host op %s: shape[%u] = %lld is negative", NM, d,
                         (long long)op->shape[d]);
         if (d >= op->rank && op->shape[d])
-            return FAIL(RJ_EINVAL, "host op %s: shape[%u] = %lld beyond rank %u must be 0", nm, d,
+            return FAIL(RJ_EINVAL, "host op %s: shape[%u] = %lld beyond rank %u must be 0", NM, d,
                         (long long)op->shape[d], op->rank);
     }
     if (nbufs != op->ninputs + 1 || (!bufs && nbufs))
         return FAIL(RJ_EINVAL, "host op %s: got %u buffers, needs %u (the output and %u inputs)",
-                    nm, nbufs, op->ninputs + 1, op->ninputs);
+                    NM, nbufs, op->ninputs + 1, op->ninputs);
     uint32_t nv = op->ninputs + 1;
     for (uint32_t v = 0; v < RJ_HOST_MAX_OPERANDS; v++) {
         const rj_host_view *vw = &op->view[v];
-        operand_name(v, on, sizeof on);
         if (v >= nv) {
             if (!is_zero(vw, sizeof(*vw)))
                 return FAIL(RJ_EINVAL, "host op %s: view %u is unused (%u inputs) and must be all "
-                            "zero", nm, v, op->ninputs);
+                            "zero", NM, v, op->ninputs);
             continue;
         }
         if (!dt_ok(vw->dtype))
-            return FAIL(RJ_EINVAL, "host op %s: %s has unknown dtype %u", nm, on, vw->dtype);
+            return FAIL(RJ_EINVAL, "host op %s: %s has unknown dtype %u", NM, ON(v), vw->dtype);
         if (vw->reserved)
-            return FAIL(RJ_EINVAL, "host op %s: %s view reserved field is %u, must be zero", nm,
-                        on, vw->reserved);
+            return FAIL(RJ_EINVAL, "host op %s: %s view reserved field is %u, must be zero", NM,
+                        ON(v), vw->reserved);
         for (uint32_t d = op->rank; d < RJ_HOST_MAX_RANK; d++)
             if (vw->stride[d])
-                return FAIL(RJ_EINVAL, "host op %s: %s stride[%u] beyond rank %u must be 0", nm,
-                            on, d, op->rank);
+                return FAIL(RJ_EINVAL, "host op %s: %s stride[%u] beyond rank %u must be 0", NM,
+                            ON(v), d, op->rank);
     }
-    int rc = check_kind(op, nm, err);
+    int rc = check_kind(op, err);
     if (rc)
         return rc;
     /* the output names each element once (reduce: once per kept position) */
     uint32_t skip = op->kind == RJ_HOST_REDUCE ? op->axis_mask : 0;
     if (!view_injective(&op->view[0], op->shape, op->rank, skip)) {
-        fmt_dims(dims, sizeof dims, op->shape, op->rank);
-        fmt_dims(sts, sizeof sts, op->view[0].stride, op->rank);
         return FAIL(RJ_EINVAL, "host op %s: output strides %s over shape %s write some element "
-                    "more than once", nm, sts, dims);
+                    "more than once", NM, STS(&op->view[0]), DIMS);
     }
     /* bounds: every element each view can reach lies inside its buffer */
     for (uint32_t v = 0; v < nv; v++) {
@@ -1211,9 +1398,6 @@ int rj_host_op_check(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbu
         int64_t lo = 0, hi = 0, xn = take_x && op->iparam[1] ? op->iparam[1] : 1;
         int64_t xs = take_x ? op->iparam[0] : 0;
         int ovf;
-        operand_name(v, on, sizeof on);
-        fmt_dims(dims, sizeof dims, op->shape, op->rank);
-        fmt_dims(sts, sizeof sts, vw->stride, op->rank);
         /* a reduce writes its output even when a reduced axis is empty: check the output
          * over the kept axes only */
         int64_t kshape[RJ_HOST_MAX_RANK];
@@ -1224,23 +1408,28 @@ int rj_host_op_check(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbu
             continue; /* empty: reaches nothing */
         if (ovf)
             return FAIL(RJ_EINVAL, "host op %s: %s strides %s over shape %s overflow 64-bit "
-                        "offsets", nm, on, sts, dims);
+                        "offsets", NM, ON(v), STS(vw), DIMS);
         uint64_t es = DT[vw->dtype].size;
         if (lo < 0)
             return FAIL(RJ_EFAULT, "host op %s: %s (offset %lld, strides %s over shape %s) reaches "
-                        "element %lld, before the start of its buffer", nm, on,
-                        (long long)vw->offset, sts, dims, (long long)lo);
+                        "element %lld, before the start of its buffer", NM, ON(v),
+                        (long long)vw->offset, STS(vw), DIMS, (long long)lo);
         if ((uint64_t)hi >= bufs[v].size / es)
             return FAIL(RJ_EFAULT, "host op %s: %s (%s, offset %lld, strides %s over shape %s) "
                         "reaches element %lld (bytes up to %llu) but its buffer holds %llu bytes",
-                        nm, on, DT[vw->dtype].name, (long long)vw->offset, sts, dims,
+                        NM, ON(v), DT[vw->dtype].name, (long long)vw->offset, STS(vw), DIMS,
                         (long long)hi, (unsigned long long)(((uint64_t)hi + 1) * es),
                         (unsigned long long)bufs[v].size);
         if (!bufs[v].data)
-            return FAIL(RJ_EINVAL, "host op %s: %s buffer pointer is NULL", nm, on);
+            return FAIL(RJ_EINVAL, "host op %s: %s buffer pointer is NULL", NM, ON(v));
     }
     return RJ_OK;
 }
+
+#undef NM
+#undef ON
+#undef DIMS
+#undef STS
 
 /* Bytes an operand's view touches: its distinct elements (broadcast dims count once). */
 static uint64_t footprint(const rj_host_view *vw, const int64_t *shape, uint32_t rank, int all)
@@ -1276,6 +1465,7 @@ int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs
         off[v] = op->view[v].offset;
     }
     uint64_t moved = footprint(&op->view[0], op->shape, op->rank, op->kind != RJ_HOST_REDUCE);
+    c->stream = op->kind == RJ_HOST_COPY && moved >= STREAM_MIN_BYTES;
     for (int v = 1; v < nv; v++)
         moved += footprint(&op->view[v], op->shape, op->rank,
                            op->kind == RJ_HOST_REDUCE || (op->kind == RJ_HOST_TAKE && v == 1));
@@ -1286,16 +1476,26 @@ int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs
     case RJ_HOST_BINARY:
     case RJ_HOST_COMPARE: {
         int same = op->kind == RJ_HOST_COPY && c->dt[0] == c->dt[1];
+        int f16_f32 = op->kind == RJ_HOST_COPY &&
+                      ((c->dt[0] == RJ_DT_F16 && c->dt[1] == RJ_DT_F32) ||
+                       (c->dt[0] == RJ_DT_F32 && c->dt[1] == RJ_DT_F16));
         nd_build(&it, (int)op->rank, op->shape, nv, st, off);
         int r = it.rank;
+        /* rows up to 256 bytes: below that a row's move costs less than the per-row
+         * callback and odometer step the block walkers save */
+        int short_rows = !it.empty && r >= 2 && it.st[0][r - 1] == 1 && it.st[1][r - 1] == 1 &&
+                         it.shape[r - 1] <= 256 / c->es[0];
+        if (short_rows && (same || f16_f32))
+            nd_widest_to_block(&it);
         if (same && !it.empty && r >= 2 && it.st[0][r - 1] == 1 && it.st[1][r - 2] == 1 &&
-            it.st[1][r - 1] != 1 && it.shape[r - 1] >= TILE && it.shape[r - 2] >= TILE) {
+            it.st[1][r - 1] != 1 && it.shape[r - 1] >= 8 && it.shape[r - 2] >= 4) {
             copy_transposed(c, &it);
             rc = RJ_OK;
-        } else if (same && !it.empty && r >= 2 && it.st[0][r - 1] == 1 &&
-                   it.st[1][r - 1] == 1 && it.shape[r - 1] * c->es[0] <= 64 &&
-                   it.shape[r - 2] >= 4) {
+        } else if (same && short_rows && it.shape[r - 2] >= 4) {
             copy_short_rows(c, &it);
+            rc = RJ_OK;
+        } else if (f16_f32 && short_rows && it.shape[r - 2] >= 4) {
+            convert_short_rows(c, &it);
             rc = RJ_OK;
         } else {
             rc = nd_walk(c, &it, same ? copy_row : ew_row);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "runtime/device_internal.h"
+#include "runtime/rj_host_ops.h"
 
 #define DEFAULT_TIMEOUT_NS (10ll * 1000 * 1000 * 1000)
 
@@ -251,6 +252,63 @@ int rj_program_read(rj_program *p, uint32_t bo, uint64_t offset, void *data, uin
     memcpy(data, p->bos[bo].bo->host + offset, size);
     p->stats.readback_bytes += size;
     return RJ_OK;
+}
+
+/* One rank-1 host-op copy between caller memory and a BO region (to_bo: caller -> BO). */
+static int convert_io(rj_program *p, uint32_t bo, uint64_t offset, uint32_t bo_dtype, void *data,
+                      uint32_t data_dtype, uint64_t count, uint64_t bytes, int to_bo,
+                      rj_err *err)
+{
+    const char *what = to_bo ? "rj_program_write_as" : "rj_program_read_as";
+    if (!p || (!data && count))
+        return rj_fail(err, RJ_EINVAL, "%s: NULL program or data", what);
+    uint32_t bes = rj_host_dtype_size(bo_dtype), des = rj_host_dtype_size(data_dtype);
+    if (!bes || !des)
+        return rj_fail(err, RJ_EINVAL, "%s: dtype code %u is not an RJ_DT_* code", what,
+                       bes ? data_dtype : bo_dtype);
+    if (count > bytes / des)
+        return rj_fail(err, RJ_EINVAL, "%s: %llu elements of %s need %llu bytes, the buffer has "
+                       "%llu", what, (unsigned long long)count, rj_host_dtype_name(data_dtype),
+                       (unsigned long long)count * des, (unsigned long long)bytes);
+    if (count > UINT64_MAX / bes)
+        return rj_fail(err, RJ_EINVAL, "%s: %llu elements overflow a byte count", what,
+                       (unsigned long long)count);
+    int rc = check_range(p, bo, offset, count * bes, what, err);
+    if (rc)
+        return rc;
+    if (!count)
+        return RJ_OK;
+    rj_host_op op = {.magic = RJ_HOST_OP_MAGIC, .version = RJ_HOST_OP_VERSION, .kind = RJ_HOST_COPY,
+                     .rank = 1, .ninputs = 1, .shape = {(int64_t)count}};
+    rj_host_buf mem = {p->bos[bo].bo->host + offset, count * bes}, user = {data, bytes};
+    op.view[0] = (rj_host_view){.dtype = to_bo ? bo_dtype : data_dtype, .stride = {1}};
+    op.view[1] = (rj_host_view){.dtype = to_bo ? data_dtype : bo_dtype, .stride = {1}};
+    rj_host_buf bufs[2] = {to_bo ? mem : user, to_bo ? user : mem};
+    if ((rc = rj_host_op_run(&op, bufs, 2, NULL, err)))
+        return rc;
+    if (to_bo) {
+        p->bos[bo].cpu_dirty = 1;
+        if (p->bos[bo].role == RJ_BO_REGCMD)
+            p->loaded = 0;
+        p->stats.upload_bytes += count * bes;
+    } else {
+        p->stats.readback_bytes += count * bes;
+    }
+    return RJ_OK;
+}
+
+int rj_program_write_as(rj_program *p, uint32_t bo, uint64_t offset, uint32_t bo_dtype,
+                        const void *data, uint32_t data_dtype, uint64_t count, uint64_t bytes,
+                        rj_err *err)
+{
+    return convert_io(p, bo, offset, bo_dtype, (void *)data, data_dtype, count, bytes, 1, err);
+}
+
+int rj_program_read_as(rj_program *p, uint32_t bo, uint64_t offset, uint32_t bo_dtype,
+                       void *data, uint32_t data_dtype, uint64_t count, uint64_t bytes,
+                       rj_err *err)
+{
+    return convert_io(p, bo, offset, bo_dtype, data, data_dtype, count, bytes, 0, err);
 }
 
 int rj_program_add_reloc(rj_program *p, const rj_reloc *r, rj_err *err)
@@ -696,6 +754,7 @@ static void prefix_msg(rj_err *err, const char *prefix)
 static int run_npu_step(rj_program *p, uint32_t si, const prog_step *s, rj_err *err)
 {
     int rc;
+    int64_t t0 = p->trace ? rj_now_ns() : 0;
     for (uint32_t k = 0; k < s->count; k++) {
         prog_job *j = &p->jobs[p->step_jobs[s->first + k]];
         p->scratch[k] = (rj_job){.tasks = j->wire, .in_bos = j->in_bos, .out_bos = j->out_bos,
@@ -721,7 +780,8 @@ static int run_npu_step(rj_program *p, uint32_t si, const prog_step *s, rj_err *
     }
     p->stats.npu_steps++;
     if (p->trace)
-        fprintf(stderr, "rockjit: step %u: npu, %u job(s)\n", si, s->count);
+        fprintf(stderr, "rockjit: step %u: npu, %u job(s), %lld ns\n", si, s->count,
+                (long long)(rj_now_ns() - t0));
     return RJ_OK;
 fail:
     {
@@ -737,6 +797,7 @@ fail:
 static int run_host_step(rj_program *p, uint32_t si, const prog_step *s, rj_err *err)
 {
     uint64_t bytes = 0;
+    int64_t t0 = p->trace ? rj_now_ns() : 0;
     int rc = rj_host_step_run(&s->host, p->bo_ptrs, p->nbos, &bytes, err);
     if (rc) {
         char where[32];
@@ -748,8 +809,9 @@ static int run_host_step(rj_program *p, uint32_t si, const prog_step *s, rj_err 
     p->stats.host_steps++;
     p->stats.host_bytes += bytes;
     if (p->trace)
-        fprintf(stderr, "rockjit: step %u: host %s, %llu bytes\n", si,
-                rj_host_step_name(s->host.kind), (unsigned long long)bytes);
+        fprintf(stderr, "rockjit: step %u: host %s, %llu bytes, %lld ns\n", si,
+                rj_host_step_name(s->host.kind), (unsigned long long)bytes,
+                (long long)(rj_now_ns() - t0));
     return RJ_OK;
 }
 

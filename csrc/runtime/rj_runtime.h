@@ -206,6 +206,16 @@ int rj_program_write(rj_program *prog, uint32_t bo, uint64_t offset, const void 
 int rj_program_read(rj_program *prog, uint32_t bo, uint64_t offset, void *data,
                     uint64_t size, rj_err *err);
 
+/* rj_program_write / rj_program_read of `count` elements converted between the caller's dtype
+ * and the BO's (RJ_DT_* codes; the host-op library's copy: float -> f16/bf16 rounds to nearest
+ * even, as numpy's astype does), so a call's inputs and outputs cross in one pass. `bytes` is
+ * the caller's buffer size. */
+int rj_program_write_as(rj_program *prog, uint32_t bo, uint64_t offset, uint32_t bo_dtype,
+                        const void *data, uint32_t data_dtype, uint64_t count, uint64_t bytes,
+                        rj_err *err);
+int rj_program_read_as(rj_program *prog, uint32_t bo, uint64_t offset, uint32_t bo_dtype,
+                       void *data, uint32_t data_dtype, uint64_t count, uint64_t bytes,
+                       rj_err *err);
 int rj_program_add_reloc(rj_program *prog, const rj_reloc *reloc, rj_err *err);
 /* ``count`` relocations at once (each checked as by rj_program_add_reloc; the first refused one
  * fails the call, its index in the message): a whole encoder has ~10^5 of them. */

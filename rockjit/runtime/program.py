@@ -34,6 +34,18 @@ PROGRAM_STATS_FIELDS = ("runs", "steps", "npu_steps", "jobs", "tasks", "kicks", 
                         "host_bytes", "upload_bytes", "readback_bytes", "relocs_applied")
 
 
+# numpy dtype -> RJ_DT_* code, for the conversions write_as / read_as do in C
+_FLOAT_CODES = {np.dtype(np.float32): lib.RJ_DT_F32, np.dtype(np.float16): lib.RJ_DT_F16}
+
+
+def _convert_codes(data: np.dtype, stored: np.dtype) -> tuple[int, int] | None:
+    """(data code, stored code) when C converts exactly as numpy would: float <-> float."""
+    if data.name == "bfloat16" or stored.name == "bfloat16":
+        return None          # ml_dtypes' own rounding; kept on numpy's path
+    a, b = _FLOAT_CODES.get(data), _FLOAT_CODES.get(stored)
+    return None if a is None or b is None else (a, b)
+
+
 @dataclass(frozen=True)
 class PlacedTask:
     """``words`` regcmd words at byte ``offset`` of regcmd BO ``bo``."""
@@ -95,6 +107,31 @@ class _Access:
         dt = np.dtype(dtype)
         n = math.prod(int(d) for d in shape) * dt.itemsize
         return np.frombuffer(self.read(bo, n, offset), dtype=dt).reshape(shape).copy()
+
+    def write_as(self, bo: int, data: np.ndarray, storage_dtype, offset: int = 0) -> None:
+        """Write ``data`` converted to ``storage_dtype`` in one C pass (``rj_program_write_as``);
+        float -> f16/bf16 rounds to nearest even, as ``astype`` does. Other pairs than float to
+        float or same to same go through numpy's ``astype``, whose semantics they keep."""
+        src = np.ascontiguousarray(data)
+        codes = _convert_codes(src.dtype, np.dtype(storage_dtype))
+        if codes is None:
+            self.write(bo, src.astype(storage_dtype), offset)
+            return
+        call(lib.rj_program_write_as, self._h.get(), bo, offset, codes[1], ffi.from_buffer(src),
+             codes[0], src.size, src.nbytes)
+
+    def read_as(self, bo: int, storage_dtype, dtype, shape: Sequence[int],
+                offset: int = 0) -> np.ndarray:
+        """A fresh array of ``dtype`` from ``shape`` elements stored as ``storage_dtype``,
+        converted in one C pass (``rj_program_read_as``) where ``write_as`` would (f16 -> f32
+        is exact; a signalling NaN comes back quiet, its payload kept)."""
+        codes = _convert_codes(np.dtype(dtype), np.dtype(storage_dtype))
+        if codes is None:
+            return self.read_array(bo, storage_dtype, shape, offset).astype(dtype)
+        out = np.empty(tuple(int(d) for d in shape), dtype)
+        call(lib.rj_program_read_as, self._h.get(), bo, offset, codes[1], ffi.from_buffer(out),
+             codes[0], out.size, out.nbytes)
+        return out
 
     def stats(self) -> dict[str, int]:
         out = ffi.new("rj_program_stats *")
@@ -309,14 +346,13 @@ class LoadedImage:
             if x.shape != tuple(sig.shape):
                 raise ProgramError(f"input {sig.name!r}: expected shape {tuple(sig.shape)}, "
                                    f"got {x.shape}")
-        staged = [(sig, np.ascontiguousarray(np.asarray(inputs[sig.index]).astype(
-            sig.storage_dtype))) for sig in img.inputs]
         with self._run_lock:
-            for sig, arr in staged:
-                self.program.write(sig.bo, arr, sig.offset)
+            for sig in img.inputs:
+                self.program.write_as(sig.bo, np.asarray(inputs[sig.index]), sig.storage_dtype,
+                                      sig.offset)
             self.program.run()
-            return [self.program.read_array(s.bo, s.storage_dtype, s.shape, s.offset)
-                    .astype(s.dtype) for s in self._out_sig]
+            return [self.program.read_as(s.bo, s.storage_dtype, s.dtype, s.shape, s.offset)
+                    for s in self._out_sig]
 
     __call__ = run
 

@@ -73,6 +73,82 @@ def test_tiled_transpose_of_the_two_inner_dims(dtype, shape):
     np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("dtype,groups,rows,lanes", [(DType.F16, 6, 32, 8), (DType.F16, 3, 9, 5),
+                                                     (DType.U8, 4, 40, 8), (DType.F32, 2, 11, 4),
+                                                     (DType.I64, 3, 8, 6)])
+def test_cube_lanes_to_rows_transpose(dtype, groups, rows, lanes):
+    """[group][row][lane] -> [group][lane][row]: a transpose whose lane dim is narrower than
+    a tile (the cube unpack of a head), with leftover rows and lanes."""
+    x = RNG.integers(0, 100, (groups, rows, lanes)).astype(dtype.to_numpy())
+    want = np.ascontiguousarray(np.transpose(x, (0, 2, 1)))
+    out = np.zeros_like(want)
+    run_desc("copy", want.shape, out, HostView("o", dtype, 0, (lanes * rows, rows, 1)),
+             [(x, HostView("x", dtype, 0, (rows * lanes, 1, lanes)))])
+    np.testing.assert_array_equal(out, want)
+
+
+def test_short_rows_walk_the_widest_dim():
+    """A relayout of 16-byte atoms whose second-innermost dim is 2 wide (an image packed into
+    cube atoms): every atom lands where numpy's transpose puts it."""
+    x = RNG.standard_normal((14, 3, 16, 2, 8)).astype(np.float16)
+    perm = (2, 0, 1, 3, 4)
+    want = np.ascontiguousarray(np.transpose(x, perm))
+    out = np.zeros_like(want)
+    xs = [s // 2 for s in x.strides]
+    run_desc("copy", want.shape, out, HostView("o", DType.F16, 0, [s // 2 for s in want.strides]),
+             [(x, HostView("x", DType.F16, 0, [xs[p] for p in perm]))])
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("rows,row,pitch,at", [(1, (1 << 20) + 77, 0, 3), (187, 12032, 24000, 5)])
+def test_large_copies_stream_byte_exact(rows, row, pitch, at):
+    """Copies of a MiB or more (streaming stores on x86): every byte lands, from an odd
+    destination offset, with a tail shorter than a vector, and nothing around is touched."""
+    pitch = pitch or row
+    src = RNG.integers(0, 256, rows * pitch + 64, dtype=np.uint8)
+    dst = np.full(rows * pitch + 64, 0xA5, np.uint8)
+    run_desc("copy", (rows, row), dst, HostView("o", DType.U8, at, (pitch, 1)),
+             [(src, HostView("s", DType.U8, 1, (pitch, 1)))])
+    want = np.full_like(dst, 0xA5)
+    for r in range(rows):
+        want[at + r * pitch:at + r * pitch + row] = src[1 + r * pitch:1 + r * pitch + row]
+    assert np.array_equal(dst, want)
+
+
+def test_half_row_copies_walk_blocks_of_rows():
+    """[head][row][half of 64] f32 -> [head][row][64] with the other half left as it is (a
+    rotary half-swap): 128-byte rows, moved by the block walker."""
+    x = RNG.standard_normal((3, 40, 32)).astype(np.float32)
+    out = np.full((3, 40, 64), 9.0, np.float32)
+    run_desc("copy", (3, 40, 32), out, HostView("o", F32, 32, (40 * 64, 64, 1)),
+             [(x, HostView("x", F32, 0, (40 * 32, 32, 1)))])
+    np.testing.assert_array_equal(out[:, :, 32:], x)
+    np.testing.assert_array_equal(out[:, :, :32], 9.0)
+
+
+@pytest.mark.parametrize("lanes", [8, 5, 12])
+def test_converting_short_rows_round_as_numpy(lanes):
+    """f32 rows -> f16 cube atoms ([row][lane] -> [group][row][lane]) and back: bit for bit
+    numpy's astype (nearest even; ties, subnormals, overflow to inf), lane counts with and
+    without a vector tail."""
+    groups, rows = 7, 33
+    x = (RNG.standard_normal((rows, groups * lanes)) *
+         10.0 ** RNG.integers(-8, 6, (rows, groups * lanes))).astype(np.float32)
+    x[0, :4] = [1.00048828125, 65520.0, 2.98e-8, -np.inf]     # a tie, overflow, underflow
+    cube = np.zeros((groups, rows, lanes), np.float16)
+    run_desc("copy", (groups, rows, lanes), cube,
+             HostView("o", DType.F16, 0, (rows * lanes, lanes, 1)),
+             [(x, HostView("x", F32, 0, (lanes, groups * lanes, 1)))])
+    want = np.transpose(x.reshape(rows, groups, lanes), (1, 0, 2)).astype(np.float16)
+    assert_exact(cube, want, "f32 rows to f16 atoms")
+    back = np.zeros((rows, groups * lanes), np.float32)
+    run_desc("copy", (groups, rows, lanes), back,
+             HostView("o", F32, 0, (lanes, groups * lanes, 1)),
+             [(cube, HostView("c", DType.F16, 0, (rows * lanes, lanes, 1)))])
+    assert_exact(back, np.transpose(want, (1, 0, 2)).reshape(rows, -1).astype(np.float32),
+                 "f16 atoms to f32 rows")
+
+
 def test_in_place_unary_and_converting_strided_copy():
     x = RNG.standard_normal(1000).astype(np.float32)
     want = np.tanh(x)
@@ -115,6 +191,23 @@ def test_row_max_over_a_cube_view_reads_whole_atoms(heads, rows, groups, nan):
     np.testing.assert_array_equal(out, want)
 
 
+def test_row_gather_wider_than_a_chunk_loads_one_index_per_chunk():
+    """Rows of 700 (more than one 512-element chunk): each chunk's one index is loaded and
+    checked once; a bad index is still named."""
+    table = RNG.standard_normal((40, 700)).astype(np.float32)
+    idx = np.array([39, 0, -2, 7], np.int32)
+    out = np.zeros((4, 700), np.float32)
+    run_desc("take", (4, 700), out, HostView("o", F32, 0, (700, 1)),
+             [(table, HostView("t", F32, 0, (0, 1))), (idx, HostView("i", DType.I32, 0, (1, 0)))],
+             iparams=(700, 40))
+    np.testing.assert_array_equal(out, table[idx])
+    idx[2] = 40
+    with pytest.raises(ProgramError, match="index 40"):
+        run_desc("take", (4, 700), out, HostView("o", F32, 0, (700, 1)),
+                 [(table, HostView("t", F32, 0, (0, 1))),
+                  (idx, HostView("i", DType.I32, 0, (1, 0)))], iparams=(700, 40))
+
+
 def test_row_gather_fast_path_and_scalar_broadcast_fill():
     table = RNG.standard_normal((50, 64)).astype(np.float32)
     idx = np.array([[4, 49], [0, -1]], np.int32)
@@ -130,6 +223,14 @@ def test_row_gather_fast_path_and_scalar_broadcast_fill():
                      [(fill, HostView("v", F32, 0, (0, 0)))])
     np.testing.assert_array_equal(dst, 3.5)
     assert moved == dst.nbytes + 4  # a broadcast input counts its one element once
+    for dt, v in ((DType.F16, -0.0), (DType.U8, 200)):   # pad fills into padded rows
+        fill = np.array(v, dt.to_numpy())
+        dst = np.full((3, 8), 7, dt.to_numpy())
+        run_desc("copy", (3, 5), dst, HostView("o", dt, 0, (8, 1)),
+                 [(fill, HostView("v", dt, 0, (0, 0)))])
+        assert_exact(dst[:, :5], np.full((3, 5), v, dt.to_numpy()), f"{dt} fill")
+        assert np.array_equal(np.signbit(dst[:, :5]), np.signbit(np.full((3, 5), v)))
+        assert (dst[:, 5:] == 7).all()
 
 
 # ---------------------------------------------------------------- conversions, bit for bit
