@@ -56,6 +56,7 @@ from .regcmd import LoweringError
 KACC_NONE = "none"    # one K step
 KACC_DPU = "dpu"      # partials added by the DPU EW unit (fp16 path)
 KACC_HOST = "host"    # integer partials summed by a host step
+PARTIAL_ESIZE = 4     # bytes per element of a K partial: fp32 (DPU) or int32 (host)
 
 
 @lru_cache(maxsize=None)
@@ -369,6 +370,8 @@ def _cost(plan: ConvPlan, profile: ChipProfile, out_esize: int) -> float:
         feature *= len(plan.kernels)
     weights *= len(plan.rows)
     outb = s.out_h * s.out_w * s.kernels * out_esize
-    partial = 2 * outb * (nk - 1)          # DPU: read + write each intermediate; host: write + read
+    # every K step but the last writes a 32-bit partial the next one reads (fp32 on the DPU,
+    # k-accumulation.md; int32 for the host's sum), whatever the output's own element size
+    partial = 2 * s.out_h * s.out_w * s.kernels * PARTIAL_ESIZE * (nk - 1)
     tasks = len(plan.rows) * len(plan.kernels) * nk
     return tasks + (feature + weights + outb + partial) / profile.cbuf_bytes

@@ -62,6 +62,7 @@ OPS = [
     MM("just past the row limit", 1023, 64, 32),
     MM("many row tiles", 2600, 32, 16),
     MM("N past the DPU cube limit", 8, 32, 8208),
+    MM("wide N, K in one step (fp32 partials priced)", 64, 768, 2048),
     MM("fp32 out", 5, 70, 24, o=F32),
     MM("fp32 out, K split (32-bit EW partial)", 20, 300, 90, o=F32, caps=(None, 96, 32)),
     MM("fp32 out, K=16384", 4, 16384, 32, o=F32),
@@ -179,6 +180,15 @@ def test_planner_rules() -> None:
     assert all(c.size % 32 == 0 for c in plan.channels)
     plan, _ = plan_matmul(8, 32, 8208, F16, F16, P)
     assert all(k.size <= P.cube_dim_limit for k in plan.kernels)
+
+
+def test_planner_prices_k_partials_at_32_bits() -> None:
+    """Every K step but the last writes an fp32 partial the next reads back (k-accumulation.md):
+    4 bytes an element whatever the output's size. Priced at the fp16 output's 2 bytes, this
+    wide matmul was cut into 3 K steps; priced right, re-reading its 64-row feature per N tile
+    is cheaper and K stays in one step."""
+    plan, _ = plan_matmul(64, 768, 2048, F16, F16, P)
+    assert len(plan.channels) == 1 and plan.kacc == "none", plan
 
 
 def test_planner_reads_the_profile() -> None:
