@@ -62,15 +62,23 @@ def arg_location(fn: Callable[..., Any], i: int, path: str = "") -> str:
     return s + (f" at pytree path {path}" if path else "")
 
 
+def _python_scalar(leaf: Any) -> tuple[tuple[()], np.dtype] | None:
+    """((), dtype) of a Python scalar leaf as jax.jit types it (x64 disabled), else None."""
+    if isinstance(leaf, (bool, np.bool_)):
+        return (), np.dtype(bool)
+    if isinstance(leaf, int):
+        return (), np.dtype(np.int32)
+    if isinstance(leaf, float):
+        return (), np.dtype(np.float32)
+    return None
+
+
 def leaf_dtype(leaf: Any, fn: Callable[..., Any], i: int, path: str) -> tuple[tuple[int, ...],
                                                                                  np.dtype]:
     """Shape and canonical dtype of one leaf, as jax.jit would see it (x64 disabled)."""
-    if isinstance(leaf, (bool, np.bool_)):
-        shape, dt = (), np.dtype(bool)
-    elif isinstance(leaf, int):
-        shape, dt = (), np.dtype(np.int32)
-    elif isinstance(leaf, float):
-        shape, dt = (), np.dtype(np.float32)
+    scalar = _python_scalar(leaf)
+    if scalar is not None:
+        shape, dt = scalar
     elif hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
         shape = tuple(int(d) for d in leaf.shape)
         dt = np.dtype(jax.dtypes.canonicalize_dtype(leaf.dtype))
@@ -213,12 +221,9 @@ _DTYPE_MEMO: dict[tuple[Any, bool], np.dtype | None] = {}
 def _fast_leaf(leaf: Any, resident: bool) -> tuple[tuple[int, ...], str] | None:
     """(shape, dtype.str) of a leaf as ``make_signature`` records it, or None when only the
     full path can say (an unsupported dtype or leaf type: it raises the error)."""
-    if isinstance(leaf, (bool, np.bool_)):
-        shape, dt = (), np.dtype(bool)
-    elif isinstance(leaf, int):
-        shape, dt = (), np.dtype(np.int32)
-    elif isinstance(leaf, float):
-        shape, dt = (), np.dtype(np.float32)
+    scalar = _python_scalar(leaf)
+    if scalar is not None:
+        shape, dt = scalar
     else:
         try:
             shape, dt = leaf.shape, leaf.dtype
