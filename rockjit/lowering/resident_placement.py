@@ -24,7 +24,6 @@ offset): before the arena plan no two buffers share bytes, so no value dies unde
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
 from .. import cost
@@ -121,6 +120,15 @@ class ResidentPlacement:
         self.host_reads = host_reads      # buffer -> spans host steps read (unplaced space)
         self.outputs = outputs            # buffers of graph outputs
         self.c = constants or cost.calibrated()
+        # a job's modelled time on its own, by the identity of its cost jobs (the layers share
+        # them: cost_jobs_once); the tuple is kept so its id is not reused
+        self._alone: dict[int, tuple[float, tuple]] = {}
+
+    def _job_ms(self, jobs: tuple) -> float:
+        hit = self._alone.get(id(jobs))
+        if hit is None:
+            hit = self._alone[id(jobs)] = (_step_ms(jobs, (), self.c), jobs)
+        return hit[0]
 
     def _back(self, run: Run) -> int:
         """Bytes of a job's write on a core > 0 that will be copied to context 0 later."""
@@ -173,13 +181,14 @@ class ResidentPlacement:
             # a tie); coalesce runs such neighbours side by side
             assign = [self._assign(jobs, cores, [1.0], miss, back, balance=False)[0][0]]
         elif top > 1:
-            times = [_step_ms(sj.jobs, (), self.c) for sj in jobs]
+            times = [self._job_ms(sj.jobs) for sj in jobs]
             ms: dict[int, float] = {}
             nbytes: dict[int, int] = {}
             options: dict[int, list[int]] = {}
             for k in range(1, top + 1):
                 options[k], copied = self._assign(jobs, k, times, miss, back)
-                cj = [replace(j, core=c) for sj, c in zip(jobs, options[k]) for j in sj.jobs]
+                cj = [CostJob(c, j.tasks, j.kicks) for sj, c in zip(jobs, options[k])
+                      for j in sj.jobs]
                 ms[k] = _step_ms(cj, copied, self.c)
                 nbytes[k] = sum(copied)
             best = min(ms, key=lambda k: (ms[k], k))
