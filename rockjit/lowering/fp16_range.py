@@ -87,13 +87,14 @@ def saturate_consts(consts: dict[int, np.ndarray], graph: Graph) -> dict[int, np
     the value is a softmax mask term (``mask_path``; a new dict); each read-only value once
     per compile (the range plan saturates its folds up to five times)."""
     out = dict(consts)
-    users = None
+    users: dict[int, list[Node]] | None = None
+    outputs: set[int] = set()
     for k, v in consts.items():
         if not needs_saturation(v):
             continue
         if users is None:
-            users = graph.users()
-        if mask_path(users, k, v):
+            users, outputs = graph.users(), {o.id for o in graph.outputs}
+        if mask_path(users, k, v, outputs):
             out[k] = memo_of_array("saturate", v, lambda v=v: _saturated_copy_read_only(v))
     return out
 
@@ -106,7 +107,8 @@ _CARRY = {Op.BROADCAST_IN_DIM: None, Op.RESHAPE: None, Op.SLICE: None, Op.TRANSP
 _ROW_MAX = frozenset({Op.REDUCE_MAX, Op.MAX})
 
 
-def mask_path(users: dict[int, list[Node]], vid: int, value: np.ndarray) -> bool:
+def mask_path(users: dict[int, list[Node]], vid: int, value: np.ndarray,
+              outputs: set[int] | frozenset[int] = frozenset()) -> bool:
     """True when saturating ``value`` (value id ``vid``) to -2^15 keeps every result: its
     out-of-range entries are negative, and every use reaches the argument of an exp or a
     softmax only through ``_CARRY`` ops, as the subtrahend of a subtraction only once it has
@@ -123,7 +125,7 @@ def mask_path(users: dict[int, list[Node]], vid: int, value: np.ndarray) -> bool
             continue
         seen.add((v, maxed))
         nodes = users.get(v)
-        if not nodes:
+        if not nodes or v in outputs:
             return False                      # a graph output (or unused): no softmax
         for n in nodes:
             if n.op in (Op.EXP, Op.SOFTMAX):

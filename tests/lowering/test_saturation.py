@@ -63,7 +63,13 @@ def test_mask_path_accepts_a_softmax_mask_only() -> None:
         import jax
         return jax.nn.softmax((s + L.mask_bias(keep > 0)) * 0.5, axis=-1)
 
+    def scores_too(s, keep):
+        import jax
+        y = s + L.mask_bias(keep > 0)
+        return jax.nn.softmax(y, axis=-1), y
+
     sat = _saturated(masked_softmax, s, keep)
     assert sat and all(sat.values())
+    assert not any(_saturated(scores_too, s, keep).values())     # the masked scores returned
     assert not any(_saturated(positive, s, keep).values())      # +inf is no mask term
     assert not any(_saturated(mask_then_scale, s, keep).values())  # a multiply is off the path
