@@ -33,6 +33,7 @@ from ..ir.graph import Graph, Node
 from ..ir.ops import Op
 from ..weight_timing import timed
 from .compile_cache import memo_of_array
+from .const_views import distinct_view
 
 FP16_MAX = float(np.finfo(np.float16).max)     # 65504
 U16 = 2.0 ** -11                               # fp16's unit roundoff (11-bit significand)
@@ -47,11 +48,10 @@ def extremes(a: np.ndarray) -> tuple[float, float]:
 
 
 def _scan_extremes(a: np.ndarray) -> tuple[float, float]:
-    # a read of the value's bytes: weight work (weight_timing "scan"), one per array. A
-    # broadcast constant (a mask, a scale over every head) is a view whose stride-0 axes
-    # read the same bytes at every index: index 0 of each holds every value there is
-    if isinstance(a, np.ndarray) and 0 in a.strides and a.size:
-        a = a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
+    # a read of the value's bytes: weight work (weight_timing "scan"), one per array; a
+    # broadcast constant's repeats are not read again (const_views.py)
+    if a.size:
+        a = distinct_view(a)
     with timed("scan") as scanned:
         scanned[0] = a.nbytes
         return float(np.min(a)), float(np.max(a))

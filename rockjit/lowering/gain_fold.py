@@ -20,6 +20,7 @@ import numpy as np
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import Op
 from ..weight_timing import timed
+from .const_views import distinct_view
 from .fp16_range import FP16_MAX
 from .range_rewrites import GraphEditor
 
@@ -33,7 +34,7 @@ class GainFoldSite:
     loc: str
 
 
-def _feature_vector(v: Value, consts: Mapping[int, np.ndarray]) -> np.ndarray | None:
+def feature_vector(v: Value, consts: Mapping[int, np.ndarray]) -> np.ndarray | None:
     """The per-feature vector of a resident value constant along every axis but the last."""
     c = consts.get(v.id)
     if c is None or not v.type.dtype.is_float or len(v.type.shape) < 1:
@@ -42,10 +43,8 @@ def _feature_vector(v: Value, consts: Mapping[int, np.ndarray]) -> np.ndarray | 
     vec = c.reshape(-1, c.shape[-1])[0]
     if not np.isfinite(vec).all():
         return None
-    # a folded broadcast is a view: along a leading axis of stride 0 every index reads the
-    # same bytes, so comparing index 0 of it compares them all (a 12-head broadcast of a
-    # table is compared once, not twelve times)
-    seen = c[tuple(slice(0, 1) if st == 0 else slice(None) for st in c.strides[:-1])]
+    # a 12-head broadcast of a table is compared once, not twelve times (const_views.py)
+    seen = distinct_view(c, keep_last=True)
     if not np.array_equal(seen, np.broadcast_to(vec, seen.shape)):
         return None
     return vec
@@ -77,7 +76,7 @@ def fold_norm_gains(graph: Graph, consts: Mapping[int, np.ndarray]
         if n.op is not Op.MUL or n.out.id in outputs or not n.out.type.dtype.is_float:
             continue
         for x, g in (n.inputs, n.inputs[::-1]):
-            vec = _feature_vector(g, consts)
+            vec = feature_vector(g, consts)
             if vec is None or x.id in consts or x.type != n.out.type:
                 continue
             us = users.get(n.out.id, [])

@@ -27,7 +27,8 @@ import numpy as np
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import Op
 from ..ir.types import TensorType
-from .gain_fold import _feature_vector
+from .const_views import uniform_value
+from .gain_fold import feature_vector
 from .range_rewrites import GraphEditor
 
 # the ops that carry q from its projection to the score matmul without changing its values
@@ -45,17 +46,10 @@ class ScoreScaleSite:
 
 
 def _uniform_scale(v: Value, consts: Mapping[int, np.ndarray]) -> float | None:
+    """The positive finite value every element of constant ``v`` holds, or None."""
     c = consts.get(v.id)
-    if c is None or c.size == 0:
-        return None
-    a = np.asarray(c)
-    # a broadcast constant (a scalar scale over [B, H, S, S]) repeats along its 0-stride axes
-    a = a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)] if a.ndim else a
-    first = float(a.flat[0])
-    # the last element first: a table (a rotary cos/sin) differs there, without a full scan
-    if not (math.isfinite(first) and first > 0.0) or a.flat[-1] != first or np.any(a != first):
-        return None
-    return first
+    s = None if c is None else uniform_value(c)
+    return s if s is not None and math.isfinite(s) and s > 0.0 else None
 
 
 def _projection(x: Value, producers, users, consts, outputs
@@ -88,7 +82,7 @@ def _projection(x: Value, producers, users, consts, outputs
         return None
     for d, b in (top.inputs, top.inputs[::-1]):
         dot = weights_dot(d)
-        vec = _feature_vector(b, consts)
+        vec = feature_vector(b, consts)
         if dot is not None and vec is not None:
             return dot, top, vec
     return None

@@ -100,7 +100,7 @@ def test_feature_vector_of_broadcast_views() -> None:
     bytes are compared; the answer is numpy's whole-array comparison's, view or copy."""
     from rockjit.ir.graph import Value
     from rockjit.ir.types import DType, TensorType
-    from rockjit.lowering.gain_fold import _feature_vector
+    from rockjit.lowering.gain_fold import feature_vector
 
     rng = np.random.default_rng(0)
     vec = rng.standard_normal(8).astype(np.float32)
@@ -114,7 +114,7 @@ def test_feature_vector_of_broadcast_views() -> None:
              np.broadcast_to(np.float32(2.0), (4, 8))]      # a scalar
     for c in cases:
         want = np.array_equal(c, np.broadcast_to(c.reshape(-1, 8)[0], c.shape))
-        got = _feature_vector(Value(1, TensorType(DType.F32, c.shape)), {1: c})
+        got = feature_vector(Value(1, TensorType(DType.F32, c.shape)), {1: c})
         assert (got is not None) == want, c.strides
         if want:
             np.testing.assert_array_equal(got, c.reshape(-1, 8)[0])

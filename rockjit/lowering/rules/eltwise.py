@@ -24,6 +24,7 @@ from ...ir.activations import ACTIVATIONS
 from ...ir.types import DType
 from ..arith import round_up
 from ..compile_cache import memo_of_array
+from ..const_views import uniform_value
 from ..layouts import CubeLayout, feature_layout
 from ..regcmd import LoweringError
 from .base import (CubeForm, NoNpuForm, OpCall, RuleContext, RuleResult, Use,
@@ -84,16 +85,6 @@ def flat_parts(ctx: RuleContext, form: CubeForm, passes: int = 1) -> int:
     c = cost.calibrated()
     least = (c.job_us + passes * c.kick_us) * 1e-6 * c.dma_gbps * 1e9
     return max(1, min(ctx.profile.cores, int(form.layout.nbytes // least)))
-
-
-def _scalar(c: np.ndarray) -> float | None:
-    a = np.asarray(c)
-    # a broadcast constant repeats along its 0-stride axes: one copy of them is scanned
-    a = a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)] if a.ndim else a
-    flat = a.reshape(-1)
-    if flat.size and np.all(flat == flat[0]):
-        return float(flat[0])
-    return None
 
 
 def _channel_vector(c: np.ndarray) -> np.ndarray | None:
@@ -177,7 +168,7 @@ def lower_div_op(ctx: RuleContext) -> RuleResult:
     form = operand_form(ctx, x)
     try:
         if cy is not None:
-            c = _scalar(cy)
+            c = uniform_value(cy)
             if c is None or c == 0 or not np.isfinite(1.0 / c):
                 raise NoNpuForm("a division by a constant that is not a non-zero scalar")
             flat = _flat_layout(form)
@@ -270,7 +261,7 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
     form = operand_form(ctx, run)
     try:
         if const is not None:
-            s = _scalar(const)
+            s = uniform_value(const)
             if s is not None:
                 flat = _flat_layout(form)
                 if flat is None:
