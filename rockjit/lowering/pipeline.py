@@ -35,6 +35,7 @@ from .compile_cache import compile_scope
 from .concat_slots import ConcatSlots
 from .fold import fold_consts
 from .fp16_range import saturate_consts
+from .inf_guard import guard_bounds
 from .layout_conversion import LayoutConversion
 from .lowered import Boundary, Buf, ConversionError, LoweredGraph, PlacedCall
 from .partition import Decision, host_result, lower_node
@@ -62,6 +63,7 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         self.done: set[int] = set()
         self.retiles = 0
         self.group = 0
+        self.fp16_ids: set[int] = set()     # host max/min results of fp16 values (inf_guard.py)
         self._conv_cache: dict[tuple, Tensor] = {}
         self.writes: dict[int, list[tuple[int, int]]] = {}   # buf id -> emitter write spans
         self.inputs: list[Boundary] = []
@@ -130,6 +132,8 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
             p = self.producers.get(v.id)
             if p is None or not self._deferred(p, {}):
                 self.demand(v)
+        # a max/min bound beyond fp16 that would clip an fp16 overflow back into range
+        node = guard_bounds(node, self.consts, self.tensors, self.fresh_value, self.fp16_ids)
         ctx = self.ctx(node)
         res, why = lower_node(ctx)
         label = f"%{node.out.id} = {node.op.text}"

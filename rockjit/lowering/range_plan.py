@@ -66,7 +66,8 @@ Every record says what the plan decided for one value: ``fp16`` (bound within fp
 ``prescale 2^-s`` / ``row prescale`` (the rewrite above), or ``assumed`` (an NPU fp16 value
 whose worst-case bound exceeds fp16 -- a residual stream -- that relies on the input
 assumption; an overflow there shows as inf/NaN in the output, never as a plausible number,
-because the norm rewrite turns an infinite deviation into NaN instead of the bias).
+because the norm rewrite turns an infinite deviation into NaN instead of the bias, and a
+max/min bound beyond fp16 that would clip it is made infinite: inf_guard.py).
 """
 from __future__ import annotations
 
