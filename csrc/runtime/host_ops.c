@@ -1591,12 +1591,15 @@ static int walk_plan(const op_plan *p, const nd *it, rj_err *err)
 }
 
 /* Where a plan splits: the outermost dimension of its iteration with a range per thread, else
- * the innermost (a row) in whole CHUNKs when it has a CHUNK per thread, else the widest outer
- * one. Ranges of a row start at multiples of CHUNK from the row's start, so every chunk (and
- * its 8-lane conversion groups) is the one the whole row would have had: the same bits. */
+ * the innermost (a row) in whole ROW_UNITs when it has one per thread, else the widest outer
+ * one. Every element of every kind is computed on its own (a reduce's sums run over reduced
+ * positions, never along the kept row), and the 8-lane fp16 conversions are the scalar ones'
+ * instruction (rj_half.h: _cvtss_sh), so where a row's chunks start changes no bit. A row's
+ * ranges start at multiples of ROW_UNIT elements: whole cache lines of an f32 output. */
+#define ROW_UNIT 16
 typedef struct op_split {
     int dim;
-    int64_t unit;   /* elements per range unit: CHUNK on a row, 1 elsewhere */
+    int64_t unit;   /* elements per range unit: ROW_UNIT on a row, 1 elsewhere */
     uint64_t units; /* ranges available */
 } op_split;
 
@@ -1615,10 +1618,10 @@ static op_split split_of(const nd *it, uint32_t threads)
         if (best < 0 || it->shape[d] > it->shape[best])
             best = d;
     }
-    uint64_t row_units = (uint64_t)((it->shape[r - 1] + CHUNK - 1) / CHUNK);
+    uint64_t row_units = (uint64_t)((it->shape[r - 1] + ROW_UNIT - 1) / ROW_UNIT);
     if (row_units >= threads || best < 0 || (uint64_t)it->shape[best] < row_units) {
         s.dim = r - 1;
-        s.unit = CHUNK;
+        s.unit = ROW_UNIT;
         s.units = row_units;
         return s;
     }
