@@ -38,7 +38,8 @@ static const rj_env_flag_info flags[RJ_ENV_COUNT] = {
                              RJ_ENV_BOOL, 0},
     [RJ_ENV_HOST_THREADS] = {"RJ_HOST_THREADS",
                              "N: host steps of at least 256 KiB split over N threads (1..8; 1 = one "
-                             "thread; unset: 3, the board's A76 cores but one; csrc/runtime/rj_host_pool.h). "
+                             "thread; unset: 3, the board's A76 cores but one, or the host's CPUs but one if fewer; "
+                             "csrc/runtime/rj_host_pool.h). "
                              "rockjit.runtime.set_host_threads overrides it",
                              RJ_ENV_TEXT, 0},
 };

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/rj_host_pool.h"
 #include "runtime/rj_runtime.h"
@@ -53,6 +54,22 @@ int rj_host_threads_set(uint32_t n, rj_err *err)
     return RJ_OK;
 }
 
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+static uint32_t default_threads;
+
+static void probe_default(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    default_threads = n - 1 >= RJ_HOST_THREADS_DEFAULT ? RJ_HOST_THREADS_DEFAULT
+                      : n >= 2 ? (uint32_t)(n - 1) : 1;
+}
+
+uint32_t rj_host_threads_default(void)
+{
+    pthread_once(&default_once, probe_default);
+    return default_threads;
+}
+
 int rj_host_threads_get(uint32_t *out, rj_err *err)
 {
     uint32_t n = atomic_load(&threads_setting);
@@ -65,7 +82,7 @@ int rj_host_threads_get(uint32_t *out, rj_err *err)
     }
     const char *v = rj_env_get(RJ_ENV_HOST_THREADS);
     if (!v) {
-        *out = RJ_HOST_THREADS_DEFAULT;
+        *out = rj_host_threads_default();
         return RJ_OK;
     }
     char *end = NULL;

@@ -14,7 +14,10 @@
  * another caller, never a deadlock.
  *
  * Thread count: rj_host_threads_set (rockjit.runtime.set_host_threads), else the environment
- * flag RJ_HOST_THREADS, else RJ_HOST_THREADS_DEFAULT. 1 turns splitting off.
+ * flag RJ_HOST_THREADS, else rj_host_threads_default(): RJ_HOST_THREADS_DEFAULT on a host with
+ * at least one more CPU than that (the board: 8), else one thread per CPU but one (a 2-CPU
+ * build machine runs host steps on one thread: its cores are busy with the tests already).
+ * 1 turns splitting off.
  *
  * Why 3 by default: the RK3588 has 4 Cortex-A76 cores (and 4 A55s); three de-tile while the
  * fourth keeps the Python caller and the driver's interrupt work, which is how the published
@@ -37,6 +40,8 @@ enum {
 /* The process-wide thread count for host steps: n in 1..RJ_HOST_THREADS_MAX, or 0 to go back
  * to RJ_HOST_THREADS / the default. */
 int rj_host_threads_set(uint32_t n, rj_err *err);
+/* min(RJ_HOST_THREADS_DEFAULT, online CPUs - 1), at least 1: the count when nothing is set. */
+uint32_t rj_host_threads_default(void);
 /* The count in effect; an error (and *out = 1) when RJ_HOST_THREADS holds no valid count. */
 int rj_host_threads_get(uint32_t *out, rj_err *err);
 

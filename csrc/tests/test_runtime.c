@@ -3,6 +3,7 @@
 #include <stdint.h>
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include "layout/rj_layout.h"
 #include "rj_regs.h"
@@ -395,7 +396,11 @@ static void test_host_pool(void)
     /* the setting */
     uint32_t n = 0;
     unsetenv("RJ_HOST_THREADS");
-    CHECK(rj_host_threads_get(&n, &err) == RJ_OK && n == RJ_HOST_THREADS_DEFAULT, "default");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t want = cpus - 1 >= RJ_HOST_THREADS_DEFAULT ? RJ_HOST_THREADS_DEFAULT
+                    : cpus >= 2 ? (uint32_t)(cpus - 1) : 1;
+    CHECK(rj_host_threads_get(&n, &err) == RJ_OK && n == want && rj_host_threads_default() == want,
+          "default %u, want %u", n, want);
     setenv("RJ_HOST_THREADS", "2x", 1);
     CHECK_FAILS(rj_host_threads_get(&n, &err), RJ_EINVAL, err, "RJ_HOST_THREADS=2x");
     CHECK(rj_host_threads_set(4, &err) == RJ_OK && rj_host_threads_get(&n, &err) == RJ_OK && n == 4,

@@ -20,7 +20,9 @@ import numpy as np
 from ._ffi import call, ffi, lib
 from .errors import ProgramError
 
-DEFAULT_HOST_THREADS = int(lib.RJ_HOST_THREADS_DEFAULT)   # the board: 4 A76 cores, 3 de-tile
+# the board's default (4 A76 cores, 3 de-tile); a host with fewer CPUs defaults to its CPUs
+# but one (host_default()), the cost model always charges the board's
+DEFAULT_HOST_THREADS = int(lib.RJ_HOST_THREADS_DEFAULT)
 MAX_HOST_THREADS = int(lib.RJ_HOST_THREADS_MAX)
 SPLIT_MIN_BYTES = int(lib.RJ_HOST_SPLIT_MIN_BYTES)
 _DESC_BYTES = ffi.sizeof("rj_host_op")
@@ -41,6 +43,11 @@ def host_threads() -> int:
     out = ffi.new("uint32_t *")
     call(lib.rj_host_threads_get, out)
     return int(out[0])
+
+
+def host_default() -> int:
+    """The count when neither set_host_threads nor RJ_HOST_THREADS says: min(3, CPUs - 1)."""
+    return int(lib.rj_host_threads_default())
 
 
 def pool_workers() -> int:

@@ -17,8 +17,8 @@ from rockjit.lowering.host_rules import HostView, encode_descriptor
 from rockjit.runtime import NullDevice, Operand, ProgramBuilder, host_steps
 from rockjit.runtime._ffi import check, ffi, lib
 from rockjit.runtime.host_abi import BINARY, COMPARE, REDUCE, UNARY
-from rockjit.runtime.host_threads import (SPLIT_MIN_BYTES, host_threads, pool_workers,
-                                          set_host_threads, shutdown_pool)
+from rockjit.runtime.host_threads import (SPLIT_MIN_BYTES, host_default, host_threads,
+                                          pool_workers, set_host_threads, shutdown_pool)
 
 RNG = np.random.default_rng(11)
 F32, F16, I32, BOOL = DType.F32, DType.F16, DType.I32, DType.BOOL
@@ -257,7 +257,8 @@ def test_depthwise_weight_parts_cover_the_layout():
 
 def test_the_setting_and_its_environment_flag(monkeypatch):
     monkeypatch.delenv("RJ_HOST_THREADS", raising=False)
-    assert host_threads() == lib.RJ_HOST_THREADS_DEFAULT == 3
+    assert lib.RJ_HOST_THREADS_DEFAULT == 3
+    assert host_threads() == host_default() == max(1, min(3, os.cpu_count() - 1))
     monkeypatch.setenv("RJ_HOST_THREADS", "2")
     assert host_threads() == 2
     set_host_threads(1)                        # the Python setting wins over the flag
