@@ -285,7 +285,9 @@ static int convert_io(rj_program *p, uint32_t bo, uint64_t offset, uint32_t bo_d
     op.view[0] = (rj_host_view){.dtype = to_bo ? bo_dtype : data_dtype, .stride = {1}};
     op.view[1] = (rj_host_view){.dtype = to_bo ? data_dtype : bo_dtype, .stride = {1}};
     rj_host_buf bufs[2] = {to_bo ? mem : user, to_bo ? user : mem};
-    if ((rc = rj_host_op_run(&op, bufs, 2, NULL, err)))
+    uint32_t threads = 1; /* a large input or output converts on the host steps' threads */
+    if ((rc = rj_host_threads_get(&threads, err)) ||
+        (rc = rj_host_op_run_threads(&op, bufs, 2, threads, NULL, NULL, err)))
         return rc;
     if (to_bo) {
         p->bos[bo].cpu_dirty = 1;

@@ -253,6 +253,27 @@ def test_depthwise_weight_parts_cover_the_layout():
     np.testing.assert_array_equal(parts, want)
 
 
+def test_a_large_input_and_output_convert_on_threads():
+    """Program.write_as / read_as of a 1 MiB tensor: the same bits on 3 threads as numpy."""
+    x = (RNG.standard_normal(262147) * 3e4).astype(np.float32)
+    x[::5] = np.float32(1.0 + 2.0 ** -11)                     # ties round to even
+    out = {}
+    shutdown_pool()
+    for threads in (1, 3):
+        set_host_threads(threads)
+        dev = NullDevice()
+        b = ProgramBuilder(dev)
+        bo = b.add_bo(2 * x.size, "io")
+        prog = b.build()
+        with dev, prog:
+            prog.write_as(bo, x, "float16")
+            assert pool_workers() == threads - 1          # the 3-thread write did split
+            out[threads] = (prog.read(bo, 2 * x.size), prog.read_as(bo, "float16", "float32",
+                                                                    x.shape))
+    assert out[1][0] == out[3][0] == x.astype(np.float16).tobytes()
+    np.testing.assert_array_equal(out[3][1], x.astype(np.float16).astype(np.float32))
+
+
 # ---------------------------------------------------------------- the setting and the pool
 
 def test_the_setting_and_its_environment_flag(monkeypatch):
