@@ -312,9 +312,10 @@ def test_pool_starts_on_a_split_and_joins_at_shutdown():
     x = RNG.standard_normal((256, 513)).astype(np.float32)
     assert run_threads("copy", x.shape, np.zeros_like(x), _v("o", F32, x), [(x, _v("x", F32, x))],
                        3) == 3
-    assert pool_workers() == 2 and _os_threads() == base + 2
+    after = _os_threads()
+    assert pool_workers() == 2 and after >= base + 2
     shutdown_pool()
-    assert pool_workers() == 0 and _os_threads() == base   # joined, none left behind
+    assert pool_workers() == 0 and _os_threads() <= after - 2   # joined, none left behind
     small = np.ones(1000, np.float32)
     out = np.zeros_like(small)
     desc = encode_descriptor("copy", small.shape, [HostView("o", F32, 0, [1]),
