@@ -210,11 +210,11 @@ int rj_host_parallel(uint32_t nitems, uint32_t threads, rj_host_item_fn fn, void
         pthread_mutex_lock(&pool.mu);
         if (!pool.cur && !pool.stopping) {
             grow_workers(threads - 1);
-            if (pool.nworkers) {
-                j.max_helpers = threads - 1;
+            if (pool.nworkers) { /* fewer than asked when the system refused a thread */
+                j.max_helpers = pool.nworkers < threads - 1 ? pool.nworkers : threads - 1;
                 j.gen = ++pool.gen;
                 pool.cur = &j;
-                offered = threads;
+                offered = j.max_helpers + 1;
                 pthread_cond_broadcast(&pool.wake);
             }
         }
