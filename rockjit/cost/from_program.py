@@ -60,14 +60,14 @@ def describe(prog: Any, host_threads: int | None = None) -> CostProgram:
     ``RJ_HOST_THREADS_DEFAULT``), as the runtime itself decides it
     (runtime/host_threads.py: rj_host_step_plan_threads). Steps are listed in the image's order,
     the cross-context copies where the program runs them, each with its own bytes."""
-    from ..runtime.host_threads import (DEFAULT_HOST_THREADS, _Uploads, descriptor_bytes_moved,
+    from ..runtime.host_threads import (DEFAULT_HOST_THREADS, ImageUploads, descriptor_bytes_moved,
                                         image_host_threads, step_descriptor)
 
     calls = prog.lowered.calls
     ncores = max(1, prog.ncores)
     image = prog.image
     threads = image_host_threads(image, host_threads or DEFAULT_HOST_THREADS)
-    ups = _Uploads(image)
+    ups = ImageUploads(image)
     sched = iter(enumerate(prog.steps))
     steps: list = []
     for spec, thr in zip(image.steps, threads):

@@ -60,7 +60,7 @@ def shutdown_pool() -> None:
     lib.rj_host_pool_shutdown()
 
 
-class _Uploads:
+class ImageUploads:
     """An image's uploaded bytes by (BO, offset): where a host step's descriptor lives."""
 
     def __init__(self, image: Any) -> None:
@@ -84,7 +84,7 @@ class _Uploads:
         return data[lo:lo + size].tobytes()
 
 
-def step_descriptor(uploads: _Uploads, spec: Any) -> bytes | None:
+def step_descriptor(uploads: ImageUploads, spec: Any) -> bytes | None:
     """The host-op descriptor bytes an image host step (``HostStepSpec``) names, or None for a
     layout step."""
     if "desc" not in spec.operands:
@@ -117,7 +117,7 @@ def plan_threads(spec: Any, desc: bytes | None, threads: int) -> int:
 def image_host_threads(image: Any, threads: int = DEFAULT_HOST_THREADS) -> list[int | None]:
     """Per step of ``image`` (a ProgramImage): the threads the runtime gives a host step when
     ``threads`` are available, None for an NPU step."""
-    ups = _Uploads(image)
+    ups = ImageUploads(image)
     out: list[int | None] = []
     for st in image.steps:
         if st.kind != "host":
