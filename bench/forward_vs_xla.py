@@ -31,7 +31,10 @@ def main() -> int:
     fn, params, inputs = setup(enc, args.layers)
     _, exe = xla_compile_s(fn, params, inputs)
     t_xla = xla_forward_s(exe, params, inputs, max(args.reps, 5))
-    print(f"{enc.name}, {args.layers} layer(s)")
+    from rockjit.runtime import host_threads
+
+    print(f"{enc.name}, {args.layers} layer(s); host steps on up to {host_threads()} thread(s) "
+          f"(RJ_HOST_THREADS)")
     print(f"  XLA fp32 forward (CPU, jit, warm median)  {t_xla * 1e3:10.2f} ms")
     for be in args.backend:
         f = rockjit.compile(fn, resident_argnums=0, backend=be)

@@ -82,7 +82,8 @@ static int size_check(const char *what, const char *side, uint64_t have, uint64_
 
 /* What every pack/unpack checks before it touches memory: the row-major size did not overflow
  * (plain_ok), both buffers exist and hold what the copy reads and writes (plain bytes row-major,
- * cube bytes in the layout). A pack then zeroes the cube, whose padding no run writes. */
+ * cube bytes in the layout). A pack then zeroes its part of the cube (padding no run writes)
+ * just before it fills it. */
 static int check_buffers(const char *what, int plain_ok, uint64_t plain, uint64_t cube,
                          const void *src, uint64_t src_size, void *dst, uint64_t dst_size, int pack,
                          rj_err *err)
@@ -94,9 +95,18 @@ static int check_buffers(const char *what, int plain_ok, uint64_t plain, uint64_
     int rc = size_check(what, "source", src_size, pack ? plain : cube, err);
     if (!rc)
         rc = size_check(what, "destination", dst_size, pack ? cube : plain, err);
-    if (!rc && pack)
-        memset(dst, 0, cube);
     return rc;
+}
+
+/* Blocks [b0, b1) of `n` for part `part` of `nparts`: contiguous, in order, covering all. */
+static int part_range(uint64_t n, uint32_t part, uint32_t nparts, uint64_t *b0, uint64_t *b1,
+                      const char *what, rj_err *err)
+{
+    if (!nparts || part >= nparts)
+        return rj_fail(err, RJ_EINVAL, "%s: part %u of %u does not exist", what, part, nparts);
+    *b0 = n * part / nparts;
+    *b1 = n * (part + 1) / nparts;
+    return 0;
 }
 
 /* One run of n bytes between offset plain of the row-major tensor and offset cube of the
@@ -110,17 +120,19 @@ static inline void move(uint8_t *d, const uint8_t *s, uint64_t cube, uint64_t pl
         memcpy(d + plain, s + cube, n);
 }
 
-/* pack = 1: row-major -> cube; pack = 0: cube -> row-major. */
+/* pack = 1: row-major -> cube; pack = 0: cube -> row-major; lines [h0, h1) of part `part`. */
 static int cube_copy(const rj_cube_layout *l, const void *src, uint64_t src_size, void *dst,
-                     uint64_t dst_size, int pack, rj_err *err)
+                     uint64_t dst_size, int pack, uint32_t part, uint32_t nparts, rj_err *err)
 {
     const char *what = pack ? "rj_cube_pack" : "rj_cube_unpack";
-    uint64_t line = 0, surf = 0, bytes = 0, plain = 0;
+    uint64_t line = 0, surf = 0, bytes = 0, plain = 0, hs = 0, he = 0;
     int rc = cube_geometry(l, &line, &surf, &bytes, err);
     if (rc)
         return rc;
     const int plain_ok = dense_bytes(l->height, l->width, l->channels, l->esize, &plain);
     rc = check_buffers(what, plain_ok, plain, bytes, src, src_size, dst, dst_size, pack, err);
+    if (!rc)
+        rc = part_range(l->height, part, nparts, &hs, &he, what, err);
     if (rc)
         return rc;
 
@@ -129,13 +141,22 @@ static int cube_copy(const rj_cube_layout *l, const void *src, uint64_t src_size
     const uint64_t e = l->esize, c2 = l->c2, C = l->channels, W = l->width;
     const uint64_t groups = ceil_div(C, c2);
     const uint64_t last = (C - (groups - 1) * c2) * e;   /* live bytes of the last atom */
+    if (pack) {
+        /* the part's lines of every group, and (last part) the gaps between the groups'
+         * surfaces: the parts together zero the layout's whole extent */
+        for (uint64_t g = 0; g < groups; g++) {
+            memset(d + g * surf + hs * line, 0, (he - hs) * line);
+            if (he == l->height && g + 1 < groups)
+                memset(d + g * surf + l->height * line, 0, surf - l->height * line);
+        }
+    }
     /* Blocks of HB lines: within a block each channel group's atoms are read as one run of
      * whole cache lines and the block's rows (hot in L1) are written piecewise. Walking a
      * whole group's surface per pass (or every group per position) instead thrashes one L1
      * set when the surface stride is a multiple of 4 KiB. */
     enum { HB = 8 };
-    for (uint64_t h0 = 0; h0 < l->height; h0 += HB) {
-        const uint64_t h1 = h0 + HB < l->height ? h0 + HB : l->height;
+    for (uint64_t h0 = hs; h0 < he; h0 += HB) {
+        const uint64_t h1 = h0 + HB < he ? h0 + HB : he;
         for (uint64_t g = 0; g < groups; g++) {
             const uint64_t run = g + 1 < groups ? c2 * e : last;
             for (uint64_t h = h0; h < h1; h++) {
@@ -156,13 +177,13 @@ static int cube_copy(const rj_cube_layout *l, const void *src, uint64_t src_size
 int rj_cube_pack(const rj_cube_layout *l, const void *src, uint64_t src_size, void *dst,
                  uint64_t dst_size, rj_err *err)
 {
-    return cube_copy(l, src, src_size, dst, dst_size, 1, err);
+    return cube_copy(l, src, src_size, dst, dst_size, 1, 0, 1, err);
 }
 
 int rj_cube_unpack(const rj_cube_layout *l, const void *src, uint64_t src_size, void *dst,
                    uint64_t dst_size, rj_err *err)
 {
-    return cube_copy(l, src, src_size, dst, dst_size, 0, err);
+    return cube_copy(l, src, src_size, dst, dst_size, 0, 0, 1, err);
 }
 
 /* ---- direct-conv / matmul weights ------------------------------------------------------- */
@@ -197,17 +218,20 @@ int rj_weight_bytes(const rj_weight_layout *l, uint64_t *out, rj_err *err)
     return rc;
 }
 
+/* Kernel groups [b0, b1) of part `part`: each group's cube bytes are one contiguous block. */
 static int weight_copy(const rj_weight_layout *l, const void *src, uint64_t src_size, void *dst,
-                       uint64_t dst_size, int pack, rj_err *err)
+                       uint64_t dst_size, int pack, uint32_t part, uint32_t nparts, rj_err *err)
 {
     const char *what = pack ? "rj_weight_pack" : "rj_weight_unpack";
-    uint64_t np = 0, kp = 0, bytes = 0, plain = 0;
+    uint64_t np = 0, kp = 0, bytes = 0, plain = 0, b0 = 0, b1 = 0;
     int rc = weight_geometry(l, &np, &kp, &bytes, err);
     if (rc)
         return rc;
     const int plain_ok = dense_bytes(l->kernels, l->channels, (uint64_t)l->kh * l->kw, l->esize,
                                      &plain);
     rc = check_buffers(what, plain_ok, plain, bytes, src, src_size, dst, dst_size, pack, err);
+    if (!rc)
+        rc = part_range(np / l->n_group, part, nparts, &b0, &b1, what, err);
     if (rc)
         return rc;
 
@@ -215,9 +239,12 @@ static int weight_copy(const rj_weight_layout *l, const void *src, uint64_t src_
     uint8_t *d = dst;
     const uint64_t e = l->esize, N = l->kernels, K = l->channels, KH = l->kh, KW = l->kw;
     const uint64_t ng = l->n_group, kg = l->k_group, taps = KH * KW, kb = kp / kg;
+    const uint64_t block = kp * taps * ng * e, n0 = b0 * ng, n1 = b1 * ng < N ? b1 * ng : N;
+    if (pack)
+        memset(d + b0 * block, 0, (b1 - b0) * block);
     if (taps == 1) {
         /* 1x1 kernels (every matmul): a kernel's channels inside one K group are one run */
-        for (uint64_t n = 0; n < N; n++) {
+        for (uint64_t n = n0; n < n1; n++) {
             for (uint64_t k = 0; k < K; k += kg) {
                 const uint64_t run = (K - k < kg ? K - k : kg) * e;
                 const uint64_t cube = (((n / ng) * kb + k / kg) * ng * kg + (n % ng) * kg) * e;
@@ -227,7 +254,7 @@ static int weight_copy(const rj_weight_layout *l, const void *src, uint64_t src_
         }
         return 0;
     }
-    for (uint64_t n = 0; n < N; n++) {
+    for (uint64_t n = n0; n < n1; n++) {
         for (uint64_t k = 0; k < K; k++) {
             const uint64_t block0 = ((n / ng) * kb + k / kg) * taps;
             const uint64_t inner = (n % ng) * kg + k % kg;
@@ -244,13 +271,13 @@ static int weight_copy(const rj_weight_layout *l, const void *src, uint64_t src_
 int rj_weight_pack(const rj_weight_layout *l, const void *src, uint64_t src_size, void *dst,
                    uint64_t dst_size, rj_err *err)
 {
-    return weight_copy(l, src, src_size, dst, dst_size, 1, err);
+    return weight_copy(l, src, src_size, dst, dst_size, 1, 0, 1, err);
 }
 
 int rj_weight_unpack(const rj_weight_layout *l, const void *src, uint64_t src_size, void *dst,
                      uint64_t dst_size, rj_err *err)
 {
-    return weight_copy(l, src, src_size, dst, dst_size, 0, err);
+    return weight_copy(l, src, src_size, dst, dst_size, 0, 0, 1, err);
 }
 
 /* ---- depthwise weights ---------------------------------------------------------------- */
@@ -281,23 +308,29 @@ int rj_dw_weight_bytes(const rj_dw_weight_layout *l, uint64_t *out, rj_err *err)
     return rc;
 }
 
+/* Channel groups [b0, b1) of part `part`: each group's cube bytes are one contiguous block. */
 static int dw_copy(const rj_dw_weight_layout *l, const void *src, uint64_t src_size, void *dst,
-                   uint64_t dst_size, int pack, rj_err *err)
+                   uint64_t dst_size, int pack, uint32_t part, uint32_t nparts, rj_err *err)
 {
     const char *what = pack ? "rj_dw_weight_pack" : "rj_dw_weight_unpack";
-    uint64_t cp = 0, bytes = 0, plain = 0;
+    uint64_t cp = 0, bytes = 0, plain = 0, b0 = 0, b1 = 0;
     int rc = dw_geometry(l, &cp, &bytes, err);
     if (rc)
         return rc;
     const int plain_ok = dense_bytes(l->channels, l->kh, l->kw, l->esize, &plain);
     rc = check_buffers(what, plain_ok, plain, bytes, src, src_size, dst, dst_size, pack, err);
+    if (!rc)
+        rc = part_range(cp / l->group, part, nparts, &b0, &b1, what, err);
     if (rc)
         return rc;
 
     const uint8_t *s = src;
     uint8_t *d = dst;
     const uint64_t e = l->esize, G = l->group, taps = (uint64_t)l->kh * l->kw;
-    for (uint64_t c = 0; c < l->channels; c++) {
+    const uint64_t block = taps * G * e, c0 = b0 * G, c1 = b1 * G < l->channels ? b1 * G : l->channels;
+    if (pack)
+        memset(d + b0 * block, 0, (b1 - b0) * block);
+    for (uint64_t c = c0; c < c1; c++) {
         for (uint64_t t = 0; t < taps; t++) {
             const uint64_t cube = (((c / G) * taps + t) * G + c % G) * e;
             const uint64_t p = (c * taps + t) * e;
@@ -310,11 +343,44 @@ static int dw_copy(const rj_dw_weight_layout *l, const void *src, uint64_t src_s
 int rj_dw_weight_pack(const rj_dw_weight_layout *l, const void *src, uint64_t src_size, void *dst,
                       uint64_t dst_size, rj_err *err)
 {
-    return dw_copy(l, src, src_size, dst, dst_size, 1, err);
+    return dw_copy(l, src, src_size, dst, dst_size, 1, 0, 1, err);
 }
 
 int rj_dw_weight_unpack(const rj_dw_weight_layout *l, const void *src, uint64_t src_size,
                         void *dst, uint64_t dst_size, rj_err *err)
 {
-    return dw_copy(l, src, src_size, dst, dst_size, 0, err);
+    return dw_copy(l, src, src_size, dst, dst_size, 0, 0, 1, err);
+}
+
+/* ---- parts ---------------------------------------------------------------------------- */
+
+uint64_t rj_cube_blocks(const rj_cube_layout *l) { return l ? l->height : 0; }
+
+uint64_t rj_weight_blocks(const rj_weight_layout *l)
+{
+    return l && l->n_group ? ceil_div(l->kernels, l->n_group) : 0;
+}
+
+uint64_t rj_dw_weight_blocks(const rj_dw_weight_layout *l)
+{
+    return l && l->group ? ceil_div(l->channels, l->group) : 0;
+}
+
+int rj_cube_convert_part(const rj_cube_layout *l, int pack, const void *src, uint64_t src_size,
+                         void *dst, uint64_t dst_size, uint32_t part, uint32_t nparts, rj_err *err)
+{
+    return cube_copy(l, src, src_size, dst, dst_size, pack != 0, part, nparts, err);
+}
+
+int rj_weight_convert_part(const rj_weight_layout *l, int pack, const void *src, uint64_t src_size,
+                           void *dst, uint64_t dst_size, uint32_t part, uint32_t nparts, rj_err *err)
+{
+    return weight_copy(l, src, src_size, dst, dst_size, pack != 0, part, nparts, err);
+}
+
+int rj_dw_weight_convert_part(const rj_dw_weight_layout *l, int pack, const void *src,
+                              uint64_t src_size, void *dst, uint64_t dst_size, uint32_t part,
+                              uint32_t nparts, rj_err *err)
+{
+    return dw_copy(l, src, src_size, dst, dst_size, pack != 0, part, nparts, err);
 }

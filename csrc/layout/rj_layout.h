@@ -67,4 +67,20 @@ int rj_dw_weight_pack(const rj_dw_weight_layout *l, const void *src, uint64_t sr
 int rj_dw_weight_unpack(const rj_dw_weight_layout *l, const void *src, uint64_t src_size,
                         void *dst, uint64_t dst_size, rj_err *err);
 
+/* The same copies in parts, for several threads: the outer blocks (a cube's lines, a weight
+ * layout's kernel groups, a depthwise layout's channel groups; rj_*_blocks) are cut into
+ * `nparts` contiguous runs and part `part` copies one of them (pack = 1: row-major -> layout).
+ * The parts of one copy write disjoint bytes (a pack zero-fills only its own) and together
+ * exactly what the whole call writes, the same bits. Each part runs the full checks. */
+uint64_t rj_cube_blocks(const rj_cube_layout *l);
+uint64_t rj_weight_blocks(const rj_weight_layout *l);
+uint64_t rj_dw_weight_blocks(const rj_dw_weight_layout *l);
+int rj_cube_convert_part(const rj_cube_layout *l, int pack, const void *src, uint64_t src_size,
+                         void *dst, uint64_t dst_size, uint32_t part, uint32_t nparts, rj_err *err);
+int rj_weight_convert_part(const rj_weight_layout *l, int pack, const void *src, uint64_t src_size,
+                           void *dst, uint64_t dst_size, uint32_t part, uint32_t nparts, rj_err *err);
+int rj_dw_weight_convert_part(const rj_dw_weight_layout *l, int pack, const void *src,
+                              uint64_t src_size, void *dst, uint64_t dst_size, uint32_t part,
+                              uint32_t nparts, rj_err *err);
+
 #endif /* RJ_LAYOUT_H */

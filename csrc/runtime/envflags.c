@@ -36,6 +36,12 @@ static const rj_env_flag_info flags[RJ_ENV_COUNT] = {
                              "(QUIRK 2 x~0 spike, QUIRK 4 q=0 entry) instead of refusing them, for foreign "
                              "programs (csrc/sim/rj_sim.h RJ_SIM_FAITHFUL)",
                              RJ_ENV_BOOL, 0},
+    [RJ_ENV_HOST_THREADS] = {"RJ_HOST_THREADS",
+                             "N: host steps of at least 256 KiB split over N threads (1..8; 1 = one "
+                             "thread; unset: 3, the board's A76 cores but one, or the host's CPUs but one if fewer; "
+                             "csrc/runtime/rj_host_pool.h). "
+                             "rockjit.runtime.set_host_threads overrides it",
+                             RJ_ENV_TEXT, 0},
 };
 
 /* The switch words, "on" word first in each pair. */

@@ -19,6 +19,7 @@
 
 #include "rj_half.h"
 #include "runtime/rj_host_ops.h"
+#include "runtime/rj_host_pool.h"
 #include "runtime/rj_runtime.h"
 
 _Static_assert(sizeof(rj_host_view) == 80, "rj_host_view is shared with Python and bundles");
@@ -1441,85 +1442,87 @@ static uint64_t footprint(const rj_host_view *vw, const int64_t *shape, uint32_t
     return n;
 }
 
-int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs,
-                   uint64_t *bytes, rj_err *err)
+/* How one op runs, from its descriptor (and the buffers' bases, NULL when only planning):
+ * the outer iteration, the walker, the bytes it moves. Building it touches no data. */
+enum { W_ROWS, W_TRANSPOSED, W_SHORT_ROWS, W_CONVERT_SHORT_ROWS };
+
+typedef struct op_plan {
+    const rj_host_op *op;
+    uint8_t *base[MAXV];
+    uint32_t dt[MAXV], es[MAXV];
+    int nin, stream, has_inner, walk;
+    row_fn fn;
+    nd it, red; /* red: REDUCE's reduced dimensions */
+    uint64_t moved;
+} op_plan;
+
+static void op_plan_build(op_plan *p, const rj_host_op *op, const rj_host_buf *bufs)
 {
-    if (bytes)
-        *bytes = 0;
-    int rc = rj_host_op_check(op, bufs, nbufs, err);
-    if (rc)
-        return rc;
-    static _Thread_local run_ctx ctx; /* ~24 KiB of scratch: off the stack, one per thread */
-    run_ctx *c = &ctx;
-    c->op = op;
-    c->err = err;
-    c->nin = (int)op->ninputs;
-    c->inner = NULL;
+    memset(p, 0, sizeof(*p));
+    p->op = op;
+    p->nin = (int)op->ninputs;
     int nv = (int)op->ninputs + 1;
     int64_t st[MAXV][RJ_HOST_MAX_RANK], off[MAXV];
     for (int v = 0; v < nv; v++) {
-        c->base[v] = bufs[v].data;
-        c->dt[v] = op->view[v].dtype;
-        c->es[v] = DT[c->dt[v]].size;
+        p->base[v] = bufs ? bufs[v].data : NULL;
+        p->dt[v] = op->view[v].dtype;
+        p->es[v] = DT[p->dt[v]].size;
         memcpy(st[v], op->view[v].stride, sizeof(st[v]));
         off[v] = op->view[v].offset;
     }
     uint64_t moved = footprint(&op->view[0], op->shape, op->rank, op->kind != RJ_HOST_REDUCE);
-    c->stream = op->kind == RJ_HOST_COPY && moved >= STREAM_MIN_BYTES;
+    p->stream = op->kind == RJ_HOST_COPY && moved >= STREAM_MIN_BYTES;
     for (int v = 1; v < nv; v++)
         moved += footprint(&op->view[v], op->shape, op->rank,
                            op->kind == RJ_HOST_REDUCE || (op->kind == RJ_HOST_TAKE && v == 1));
-    nd it;
+    p->moved = moved;
+    p->walk = W_ROWS;
+    nd *it = &p->it;
     switch (op->kind) {
     case RJ_HOST_COPY:
     case RJ_HOST_UNARY:
     case RJ_HOST_BINARY:
     case RJ_HOST_COMPARE: {
-        int same = op->kind == RJ_HOST_COPY && c->dt[0] == c->dt[1];
+        int same = op->kind == RJ_HOST_COPY && p->dt[0] == p->dt[1];
         int f16_f32 = op->kind == RJ_HOST_COPY &&
-                      ((c->dt[0] == RJ_DT_F16 && c->dt[1] == RJ_DT_F32) ||
-                       (c->dt[0] == RJ_DT_F32 && c->dt[1] == RJ_DT_F16));
-        nd_build(&it, (int)op->rank, op->shape, nv, st, off);
-        int r = it.rank;
+                      ((p->dt[0] == RJ_DT_F16 && p->dt[1] == RJ_DT_F32) ||
+                       (p->dt[0] == RJ_DT_F32 && p->dt[1] == RJ_DT_F16));
+        nd_build(it, (int)op->rank, op->shape, nv, st, off);
+        int r = it->rank;
         /* rows up to 256 bytes: below that a row's move costs less than the per-row
          * callback and odometer step the block walkers save */
-        int short_rows = !it.empty && r >= 2 && it.st[0][r - 1] == 1 && it.st[1][r - 1] == 1 &&
-                         it.shape[r - 1] <= 256 / c->es[0];
+        int short_rows = !it->empty && r >= 2 && it->st[0][r - 1] == 1 && it->st[1][r - 1] == 1 &&
+                         it->shape[r - 1] <= 256 / p->es[0];
         if (short_rows && (same || f16_f32))
-            nd_widest_to_block(&it);
-        if (same && !it.empty && r >= 2 && it.st[0][r - 1] == 1 && it.st[1][r - 2] == 1 &&
-            it.st[1][r - 1] != 1 && it.shape[r - 1] >= 8 && it.shape[r - 2] >= 4) {
-            copy_transposed(c, &it);
-            rc = RJ_OK;
-        } else if (same && short_rows && it.shape[r - 2] >= 4) {
-            copy_short_rows(c, &it);
-            rc = RJ_OK;
-        } else if (f16_f32 && short_rows && it.shape[r - 2] >= 4) {
-            convert_short_rows(c, &it);
-            rc = RJ_OK;
-        } else {
-            rc = nd_walk(c, &it, same ? copy_row : ew_row);
-        }
+            nd_widest_to_block(it);
+        if (same && !it->empty && r >= 2 && it->st[0][r - 1] == 1 && it->st[1][r - 2] == 1 &&
+            it->st[1][r - 1] != 1 && it->shape[r - 1] >= 8 && it->shape[r - 2] >= 4)
+            p->walk = W_TRANSPOSED;
+        else if (same && short_rows && it->shape[r - 2] >= 4)
+            p->walk = W_SHORT_ROWS;
+        else if (f16_f32 && short_rows && it->shape[r - 2] >= 4)
+            p->walk = W_CONVERT_SHORT_ROWS;
+        else
+            p->fn = same ? copy_row : ew_row;
         break;
     }
     case RJ_HOST_SELECT:
-        nd_build(&it, (int)op->rank, op->shape, nv, st, off);
-        rc = nd_walk(c, &it, select_row);
+        nd_build(it, (int)op->rank, op->shape, nv, st, off);
+        p->fn = select_row;
         break;
     case RJ_HOST_TAKE:
-        nd_build(&it, (int)op->rank, op->shape, nv, st, off);
-        rc = nd_walk(c, &it, take_row);
+        nd_build(it, (int)op->rank, op->shape, nv, st, off);
+        p->fn = take_row;
         break;
-    case RJ_HOST_IOTA: {
+    case RJ_HOST_IOTA:
         /* a virtual view 1 whose offset is the coordinate along the iota dimension */
-        c->base[1] = NULL;
+        p->base[1] = NULL;
         memset(st[1], 0, sizeof(st[1]));
         st[1][op->iparam[0]] = 1;
         off[1] = 0;
-        nd_build(&it, (int)op->rank, op->shape, 2, st, off);
-        rc = nd_walk(c, &it, iota_row);
+        nd_build(it, (int)op->rank, op->shape, 2, st, off);
+        p->fn = iota_row;
         break;
-    }
     case RJ_HOST_REDUCE: {
         /* outer iteration over the kept axes (output and input), inner over the reduced
          * axes (input only) */
@@ -1536,31 +1539,172 @@ int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs
                 kst[1][nk++] = st[1][d];
             }
         }
-        nd red;
+        nd *red = &p->red;
         int64_t zero = 0;
-        nd_build(&red, nr, rs, 1, rst, &zero);
-        c->inner = &red;
-        nd_build(&it, nk, ks, 2, kst, off);
-        int64_t rin = red.st[0][red.rank - 1], kin = it.st[1][it.rank - 1];
+        nd_build(red, nr, rs, 1, rst, &zero);
+        p->has_inner = 1;
+        nd_build(it, nk, ks, 2, kst, off);
+        int64_t rin = red->st[0][red->rank - 1], kin = it->st[1][it->rank - 1];
         rin = rin < 0 ? -rin : rin;
         kin = kin < 0 ? -kin : kin;
         /* walk along whichever of the two is more contiguous in the input, or both at once
          * where a float max's kept rows are its short contiguous reduced runs apart */
-        int outer = it.shape[it.rank - 1] > 1 && kin < rin;
-        int64_t L = red.shape[red.rank - 1];
-        int interleaved = !red.empty && DT[c->dt[1]].is_float && op->code == RJ_RED_MAX &&
-                          red.st[0][red.rank - 1] == 1 && it.st[1][it.rank - 1] == L &&
-                          it.shape[it.rank - 1] > 1 && L <= 64;
-        rc = nd_walk(c, &it, interleaved ? reduce_max_interleaved
-                                         : outer ? reduce_row_outer : reduce_row_inner);
+        int outer = it->shape[it->rank - 1] > 1 && kin < rin;
+        int64_t L = red->shape[red->rank - 1];
+        int interleaved = !red->empty && DT[p->dt[1]].is_float && op->code == RJ_RED_MAX &&
+                          red->st[0][red->rank - 1] == 1 && it->st[1][it->rank - 1] == L &&
+                          it->shape[it->rank - 1] > 1 && L <= 64;
+        p->fn = interleaved ? reduce_max_interleaved : outer ? reduce_row_outer : reduce_row_inner;
         break;
     }
     default:
-        rc = FAIL(RJ_EINVAL, "host op: unknown kind %u", op->kind);
+        break;
+    }
+}
+
+/* The calling thread's context for a plan (~24 KiB of scratch: off the stack, one per
+ * thread, so split ranges on several threads never share scratch). */
+static run_ctx *ctx_for(const op_plan *p, rj_err *err)
+{
+    static _Thread_local run_ctx ctx;
+    run_ctx *c = &ctx;
+    c->op = p->op;
+    c->err = err;
+    c->nin = p->nin;
+    c->inner = p->has_inner ? &p->red : NULL;
+    c->stream = p->stream;
+    memcpy(c->base, p->base, sizeof(c->base));
+    memcpy(c->dt, p->dt, sizeof(c->dt));
+    memcpy(c->es, p->es, sizeof(c->es));
+    return c;
+}
+
+static int walk_plan(const op_plan *p, const nd *it, rj_err *err)
+{
+    run_ctx *c = ctx_for(p, err);
+    switch (p->walk) {
+    case W_TRANSPOSED: copy_transposed(c, it); return RJ_OK;
+    case W_SHORT_ROWS: copy_short_rows(c, it); return RJ_OK;
+    case W_CONVERT_SHORT_ROWS: convert_short_rows(c, it); return RJ_OK;
+    default: return nd_walk(c, it, p->fn);
+    }
+}
+
+/* Where a plan splits: the outermost dimension of its iteration with a range per thread, else
+ * the innermost (a row) in whole ROW_UNITs when it has one per thread, else the widest outer
+ * one. Every element of every kind is computed on its own (a reduce's sums run over reduced
+ * positions, never along the kept row), and the 8-lane fp16 conversions are the scalar ones'
+ * instruction (rj_half.h: _cvtss_sh), so where a row's chunks start changes no bit. A row's
+ * ranges start at multiples of ROW_UNIT elements: whole cache lines of an f32 output. */
+#define ROW_UNIT 16
+typedef struct op_split {
+    int dim;
+    int64_t unit;   /* elements per range unit: ROW_UNIT on a row, 1 elsewhere */
+    uint64_t units; /* ranges available */
+} op_split;
+
+static op_split split_of(const nd *it, uint32_t threads)
+{
+    op_split s = {0, 1, 1};
+    if (it->empty)
+        return s;
+    int r = it->rank, best = -1;
+    for (int d = 0; d < r - 1; d++) {
+        if ((uint64_t)it->shape[d] >= threads) {
+            s.dim = d;
+            s.units = (uint64_t)it->shape[d];
+            return s;
+        }
+        if (best < 0 || it->shape[d] > it->shape[best])
+            best = d;
+    }
+    uint64_t row_units = (uint64_t)((it->shape[r - 1] + ROW_UNIT - 1) / ROW_UNIT);
+    if (row_units >= threads || best < 0 || (uint64_t)it->shape[best] < row_units) {
+        s.dim = r - 1;
+        s.unit = ROW_UNIT;
+        s.units = row_units;
+        return s;
+    }
+    s.dim = best;
+    s.units = (uint64_t)it->shape[best];
+    return s;
+}
+
+static uint32_t plan_threads(const op_plan *p, uint32_t threads)
+{
+    if (p->moved < RJ_HOST_SPLIT_MIN_BYTES || threads <= 1)
+        return 1;
+    return rj_host_split_threads(p->moved, split_of(&p->it, threads).units, threads);
+}
+
+typedef struct split_job {
+    const op_plan *p;
+    op_split s;
+    uint32_t nitems;
+} split_job;
+
+static int split_item(void *ctx, uint32_t item, rj_err *err)
+{
+    const split_job *j = ctx;
+    const nd *it = &j->p->it;
+    uint64_t u0 = j->s.units * item / j->nitems, u1 = j->s.units * (item + 1) / j->nitems;
+    int64_t a = (int64_t)u0 * j->s.unit, b = (int64_t)u1 * j->s.unit;
+    if (b > it->shape[j->s.dim])
+        b = it->shape[j->s.dim];
+    if (b <= a)
+        return RJ_OK;
+    nd sub = *it;
+    sub.shape[j->s.dim] = b - a;
+    for (int v = 0; v < sub.nv; v++)
+        sub.off[v] += a * it->st[v][j->s.dim];
+    return walk_plan(j->p, &sub, err);
+}
+
+int rj_host_op_run_threads(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs,
+                           uint32_t threads, uint64_t *bytes, uint32_t *used, rj_err *err)
+{
+    if (bytes)
+        *bytes = 0;
+    if (used)
+        *used = 1;
+    int rc = rj_host_op_check(op, bufs, nbufs, err);
+    if (rc)
+        return rc;
+    op_plan p;
+    op_plan_build(&p, op, bufs);
+    uint32_t n = plan_threads(&p, threads);
+    if (n > 1) {
+        split_job j = {&p, split_of(&p.it, n), 0};
+        j.nitems = rj_host_split_items(j.s.units, n);
+        rc = rj_host_parallel(j.nitems, n, split_item, &j, used, err);
+    } else {
+        rc = walk_plan(&p, &p.it, err);
     }
     if (!rc && bytes)
-        *bytes = moved;
+        *bytes = p.moved;
     return rc;
+}
+
+int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs,
+                   uint64_t *bytes, rj_err *err)
+{
+    return rj_host_op_run_threads(op, bufs, nbufs, 1, bytes, NULL, err);
+}
+
+uint32_t rj_host_op_plan_threads(const rj_host_op *op, uint32_t threads)
+{
+    /* the full descriptor check against buffers that hold anything: a valid descriptor
+     * passes, garbage is refused before the plan reads it */
+    rj_host_buf any[RJ_HOST_MAX_OPERANDS];
+    for (int v = 0; v < RJ_HOST_MAX_OPERANDS; v++)
+        any[v] = (rj_host_buf){(void *)any, UINT64_MAX};
+    rj_err e;
+    if (!op || op->ninputs + 1 > RJ_HOST_MAX_OPERANDS ||
+        rj_host_op_check(op, any, op->ninputs + 1, &e))
+        return 0;
+    op_plan p;
+    op_plan_build(&p, op, NULL);
+    return plan_threads(&p, threads);
 }
 
 /* ---- as runtime host steps ------------------------------------------------------------------------ */
@@ -1581,11 +1725,13 @@ static int step_operand(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos,
     return RJ_OK;
 }
 
-int rj_host_op_step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, int check_only,
-                         uint64_t *bytes, rj_err *err)
+static int step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, int check_only,
+                     uint32_t threads, uint64_t *bytes, uint32_t *used, rj_err *err)
 {
     if (bytes)
         *bytes = 0;
+    if (used)
+        *used = 1;
     if (!s)
         return FAIL(RJ_EINVAL, "host step: NULL step");
     const char *kname = rj_host_op_kind_name(s->kind);
@@ -1635,5 +1781,17 @@ int rj_host_op_step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos
     }
     if (check_only)
         return rj_host_op_check(&op, bufs, nin + 1, err);
-    return rj_host_op_run(&op, bufs, nin + 1, bytes, err);
+    return rj_host_op_run_threads(&op, bufs, nin + 1, threads, bytes, used, err);
+}
+
+int rj_host_op_step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, int check_only,
+                         uint64_t *bytes, rj_err *err)
+{
+    return step_exec(s, bos, nbos, check_only, 1, bytes, NULL, err);
+}
+
+int rj_host_op_step_run_threads(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos,
+                                uint32_t threads, uint64_t *bytes, uint32_t *used, rj_err *err)
+{
+    return step_exec(s, bos, nbos, 0, threads, bytes, used, err);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/rj_host_ops.h"
+#include "runtime/rj_host_pool.h"
 #include "runtime/rj_runtime.h"
 
 #if defined(__has_include)
@@ -22,6 +23,8 @@ typedef struct step_ctx {
     rj_bo *const *bos;
     uint32_t nbos;
     int check_only; /* validate operands and params, touch no data */
+    uint32_t threads; /* available to a step large enough to split (rj_host_pool.h) */
+    uint32_t used;    /* threads it ran on */
     rj_err *err;
 } step_ctx;
 
@@ -35,7 +38,8 @@ typedef struct layout_impl {
     uint64_t (*dense_bytes)(const rj_host_step *s); /* row-major side */
     int (*bytes)(const rj_host_step *s, uint64_t *out, rj_err *err);
     int (*convert)(const rj_host_step *s, int pack, const void *src, uint64_t src_size, void *dst,
-                   uint64_t dst_size, rj_err *err);
+                   uint64_t dst_size, uint32_t part, uint32_t nparts, rj_err *err);
+    uint64_t (*blocks)(const rj_host_step *s); /* the outer blocks a split cuts */
 } layout_impl;
 
 static rj_cube_layout cube_of(const rj_host_step *s)
@@ -54,10 +58,15 @@ static int cube_bytes(const rj_host_step *s, uint64_t *out, rj_err *err)
     return rj_cube_bytes(&l, out, err);
 }
 static int cube_convert(const rj_host_step *s, int pack, const void *src, uint64_t ss, void *dst,
-                        uint64_t ds, rj_err *err)
+                        uint64_t ds, uint32_t part, uint32_t nparts, rj_err *err)
 {
     rj_cube_layout l = cube_of(s);
-    return pack ? rj_cube_pack(&l, src, ss, dst, ds, err) : rj_cube_unpack(&l, src, ss, dst, ds, err);
+    return rj_cube_convert_part(&l, pack, src, ss, dst, ds, part, nparts, err);
+}
+static uint64_t cube_blocks(const rj_host_step *s)
+{
+    rj_cube_layout l = cube_of(s);
+    return rj_cube_blocks(&l);
 }
 
 static rj_weight_layout weight_of(const rj_host_step *s)
@@ -76,10 +85,15 @@ static int weight_bytes(const rj_host_step *s, uint64_t *out, rj_err *err)
     return rj_weight_bytes(&l, out, err);
 }
 static int weight_convert(const rj_host_step *s, int pack, const void *src, uint64_t ss, void *dst,
-                          uint64_t ds, rj_err *err)
+                          uint64_t ds, uint32_t part, uint32_t nparts, rj_err *err)
 {
     rj_weight_layout l = weight_of(s);
-    return pack ? rj_weight_pack(&l, src, ss, dst, ds, err) : rj_weight_unpack(&l, src, ss, dst, ds, err);
+    return rj_weight_convert_part(&l, pack, src, ss, dst, ds, part, nparts, err);
+}
+static uint64_t weight_blocks(const rj_host_step *s)
+{
+    rj_weight_layout l = weight_of(s);
+    return rj_weight_blocks(&l);
 }
 
 static rj_dw_weight_layout dw_of(const rj_host_step *s)
@@ -97,16 +111,21 @@ static int dw_bytes(const rj_host_step *s, uint64_t *out, rj_err *err)
     return rj_dw_weight_bytes(&l, out, err);
 }
 static int dw_convert(const rj_host_step *s, int pack, const void *src, uint64_t ss, void *dst,
-                      uint64_t ds, rj_err *err)
+                      uint64_t ds, uint32_t part, uint32_t nparts, rj_err *err)
 {
     rj_dw_weight_layout l = dw_of(s);
-    return pack ? rj_dw_weight_pack(&l, src, ss, dst, ds, err) : rj_dw_weight_unpack(&l, src, ss, dst, ds, err);
+    return rj_dw_weight_convert_part(&l, pack, src, ss, dst, ds, part, nparts, err);
+}
+static uint64_t dw_blocks(const rj_host_step *s)
+{
+    rj_dw_weight_layout l = dw_of(s);
+    return rj_dw_weight_blocks(&l);
 }
 
 static const layout_impl layouts[] = {
-    [RJ_LAYOUT_CUBE] = {"cube", cube_dense, cube_bytes, cube_convert},
-    [RJ_LAYOUT_WEIGHT] = {"weight", weight_dense, weight_bytes, weight_convert},
-    [RJ_LAYOUT_DW_WEIGHT] = {"depthwise weight", dw_dense, dw_bytes, dw_convert},
+    [RJ_LAYOUT_CUBE] = {"cube", cube_dense, cube_bytes, cube_convert, cube_blocks},
+    [RJ_LAYOUT_WEIGHT] = {"weight", weight_dense, weight_bytes, weight_convert, weight_blocks},
+    [RJ_LAYOUT_DW_WEIGHT] = {"depthwise weight", dw_dense, dw_bytes, dw_convert, dw_blocks},
 };
 
 static uint8_t *byte_range(step_ctx *c, const rj_operand *op, const char *what, uint64_t size)
@@ -125,6 +144,39 @@ static uint8_t *byte_range(step_ctx *c, const rj_operand *op, const char *what, 
         return NULL;
     }
     return bo->host + op->offset;
+}
+
+/* A layout copy split into parts of its outer blocks (rj_layout.h: the same bits). */
+typedef struct layout_job {
+    const layout_impl *L;
+    const rj_host_step *s;
+    int pack;
+    const void *src;
+    uint64_t src_size;
+    void *dst;
+    uint64_t dst_size;
+    uint32_t nitems;
+} layout_job;
+
+static int layout_item(void *ctx, uint32_t item, rj_err *err)
+{
+    const layout_job *j = ctx;
+    return j->L->convert(j->s, j->pack, j->src, j->src_size, j->dst, j->dst_size, item, j->nitems,
+                         err);
+}
+
+/* The bytes a layout step moves and its outer blocks, from its params alone (0: invalid). */
+static uint32_t layout_plan(const rj_host_step *s, uint32_t threads)
+{
+    uint32_t kind = s->param[0];
+    if (kind >= sizeof(layouts) / sizeof(layouts[0]) || !layouts[kind].name)
+        return 0;
+    const layout_impl *L = &layouts[kind];
+    uint64_t cube = 0;
+    rj_err e;
+    if (L->bytes(s, &cube, &e))
+        return 0;
+    return rj_host_split_threads(L->dense_bytes(s) + cube, L->blocks(s), threads);
 }
 
 static int layout_run(step_ctx *c, uint64_t *bytes, int pack)
@@ -147,7 +199,15 @@ static int layout_run(step_ctx *c, uint64_t *bytes, int pack)
         return c->err->code;
     if (c->check_only)
         return RJ_OK;
-    if ((rc = L->convert(s, pack, src, src_size, dst, dst_size, c->err)))
+    uint64_t blocks = L->blocks(s);
+    uint32_t n = rj_host_split_threads(src_size + dst_size, blocks, c->threads);
+    if (n > 1) {
+        layout_job j = {L, s, pack, src, src_size, dst, dst_size, rj_host_split_items(blocks, n)};
+        rc = rj_host_parallel(j.nitems, n, layout_item, &j, &c->used, c->err);
+    } else {
+        rc = L->convert(s, pack, src, src_size, dst, dst_size, 0, 1, c->err);
+    }
+    if (rc)
         return rc;
     *bytes = src_size + dst_size;
     return RJ_OK;
@@ -170,7 +230,9 @@ static int layout_missing(step_ctx *c, uint64_t *bytes)
 
 static int host_op_run(step_ctx *c, uint64_t *bytes)
 {
-    return rj_host_op_step_exec(c->s, c->bos, c->nbos, c->check_only, bytes, c->err);
+    if (c->check_only)
+        return rj_host_op_step_exec(c->s, c->bos, c->nbos, 1, bytes, c->err);
+    return rj_host_op_step_run_threads(c->s, c->bos, c->nbos, c->threads, bytes, &c->used, c->err);
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */
@@ -204,8 +266,10 @@ const char *rj_host_step_name(uint32_t kind)
 }
 
 static int exec_step(const rj_host_step *step, rj_bo *const *bos, uint32_t nbos, int check_only,
-                     uint64_t *bytes, rj_err *err)
+                     uint32_t threads, uint64_t *bytes, uint32_t *used, rj_err *err)
 {
+    if (used)
+        *used = 1;
     if (!step)
         return rj_fail(err, RJ_EINVAL, "host step: NULL step");
     if (step->kind >= HOST_TABLE_SIZE || !table[step->kind].run)
@@ -216,20 +280,50 @@ static int exec_step(const rj_host_step *step, rj_bo *const *bos, uint32_t nbos,
                        table[step->kind].name, step->reserved);
     rj_err local;
     uint64_t moved = 0;
-    step_ctx c = {step, bos, nbos, check_only, err ? err : &local};
+    step_ctx c = {step, bos, nbos, check_only, threads, 1, err ? err : &local};
     int rc = table[step->kind].run(&c, &moved);
     if (bytes)
         *bytes = rc ? 0 : moved;
+    if (used)
+        *used = c.used;
     return rc;
 }
 
 int rj_host_step_check(const rj_host_step *step, rj_bo *const *bos, uint32_t nbos, rj_err *err)
 {
-    return exec_step(step, bos, nbos, 1, NULL, err);
+    return exec_step(step, bos, nbos, 1, 1, NULL, NULL, err);
 }
 
 int rj_host_step_run(const rj_host_step *step, rj_bo *const *bos, uint32_t nbos,
                      uint64_t *bytes, rj_err *err)
 {
-    return exec_step(step, bos, nbos, 0, bytes, err);
+    uint32_t threads = 1;
+    int rc = rj_host_threads_get(&threads, err);
+    if (rc)
+        return rc;
+    return exec_step(step, bos, nbos, 0, threads, bytes, NULL, err);
+}
+
+int rj_host_step_run_threads(const rj_host_step *step, rj_bo *const *bos, uint32_t nbos,
+                             uint32_t threads, uint64_t *bytes, uint32_t *used, rj_err *err)
+{
+    return exec_step(step, bos, nbos, 0, threads, bytes, used, err);
+}
+
+uint32_t rj_host_step_plan_threads(const rj_host_step *step, const rj_host_op *desc,
+                                   uint32_t threads)
+{
+    if (!step)
+        return 0;
+    if (step->kind == RJ_HOST_PACK || step->kind == RJ_HOST_UNPACK) {
+#ifdef RJ_HAVE_LAYOUT
+        return layout_plan(step, threads);
+#else
+        return 0;
+#endif
+    }
+    if (step->kind >= RJ_HOST_OPS_FIRST && step->kind < RJ_HOST_OPS_END && desc &&
+        desc->kind == step->kind)
+        return rj_host_op_plan_threads(desc, threads);
+    return 0;
 }

@@ -11,6 +11,7 @@
 
 #include "runtime/device_internal.h"
 #include "runtime/rj_host_ops.h"
+#include "runtime/rj_host_pool.h"
 
 #define DEFAULT_TIMEOUT_NS (10ll * 1000 * 1000 * 1000)
 
@@ -284,7 +285,9 @@ static int convert_io(rj_program *p, uint32_t bo, uint64_t offset, uint32_t bo_d
     op.view[0] = (rj_host_view){.dtype = to_bo ? bo_dtype : data_dtype, .stride = {1}};
     op.view[1] = (rj_host_view){.dtype = to_bo ? data_dtype : bo_dtype, .stride = {1}};
     rj_host_buf bufs[2] = {to_bo ? mem : user, to_bo ? user : mem};
-    if ((rc = rj_host_op_run(&op, bufs, 2, NULL, err)))
+    uint32_t threads = 1; /* a large input or output converts on the host steps' threads */
+    if ((rc = rj_host_threads_get(&threads, err)) ||
+        (rc = rj_host_op_run_threads(&op, bufs, 2, threads, NULL, NULL, err)))
         return rc;
     if (to_bo) {
         p->bos[bo].cpu_dirty = 1;
@@ -794,11 +797,13 @@ fail:
     return rc;
 }
 
-static int run_host_step(rj_program *p, uint32_t si, const prog_step *s, rj_err *err)
+static int run_host_step(rj_program *p, uint32_t si, const prog_step *s, uint32_t threads,
+                         rj_err *err)
 {
     uint64_t bytes = 0;
+    uint32_t used = 1;
     int64_t t0 = p->trace ? rj_now_ns() : 0;
-    int rc = rj_host_step_run(&s->host, p->bo_ptrs, p->nbos, &bytes, err);
+    int rc = rj_host_step_run_threads(&s->host, p->bo_ptrs, p->nbos, threads, &bytes, &used, err);
     if (rc) {
         char where[32];
         snprintf(where, sizeof(where), "step %u: ", si);
@@ -808,9 +813,10 @@ static int run_host_step(rj_program *p, uint32_t si, const prog_step *s, rj_err 
     p->bos[s->host.dst.bo].cpu_dirty = 1;
     p->stats.host_steps++;
     p->stats.host_bytes += bytes;
+    p->stats.host_threads += used;
     if (p->trace)
-        fprintf(stderr, "rockjit: step %u: host %s, %llu bytes, %lld ns\n", si,
-                rj_host_step_name(s->host.kind), (unsigned long long)bytes,
+        fprintf(stderr, "rockjit: step %u: host %s, %llu bytes, %u thread(s), %lld ns\n", si,
+                rj_host_step_name(s->host.kind), (unsigned long long)bytes, used,
                 (long long)(rj_now_ns() - t0));
     return RJ_OK;
 }
@@ -822,9 +828,13 @@ int rj_program_run(rj_program *p, rj_err *err)
         return rj_fail(err, RJ_EINVAL, "rj_program_run: NULL program");
     if (!p->loaded && (rc = rj_program_load(p, err)))
         return rc;
+    uint32_t threads = 1; /* read once per run: the setting may change between runs */
+    if ((rc = rj_host_threads_get(&threads, err)))
+        return rc;
     for (uint32_t si = 0; si < p->nsteps; si++) {
         const prog_step *s = &p->steps[si];
-        rc = s->kind == STEP_NPU ? run_npu_step(p, si, s, err) : run_host_step(p, si, s, err);
+        rc = s->kind == STEP_NPU ? run_npu_step(p, si, s, err)
+                                 : run_host_step(p, si, s, threads, err);
         if (rc)
             return rc;
         p->stats.steps++;

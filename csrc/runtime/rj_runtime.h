@@ -185,6 +185,7 @@ typedef struct rj_program_stats {
     uint64_t upload_bytes;   /* rj_program_write */
     uint64_t readback_bytes; /* rj_program_read */
     uint64_t relocs_applied;
+    uint64_t host_threads;   /* threads host steps ran on, summed over steps (rj_host_pool.h) */
 } rj_program_stats;
 
 int rj_program_create(rj_device *dev, rj_program **out, rj_err *err);
@@ -261,7 +262,8 @@ enum {
     RJ_ENV_DUMP_REGCMD = 2,
     RJ_ENV_POISON_BOS = 3,
     RJ_ENV_SIM_FAITHFUL = 4,
-    RJ_ENV_COUNT = 5,
+    RJ_ENV_HOST_THREADS = 5,
+    RJ_ENV_COUNT = 6,
 };
 enum {
     RJ_ENV_BOOL = 0, /* a switch: 1/0, true/false, yes/no, on/off (any case); empty = unset = off */

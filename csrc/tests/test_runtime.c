@@ -2,8 +2,12 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include "layout/rj_layout.h"
 #include "rj_regs.h"
+#include "runtime/rj_host_pool.h"
 #include "runtime/rj_runtime.h"
 #include "test_util.h"
 
@@ -318,6 +322,94 @@ static void test_env_table(void)
     unsetenv("RJ_TRACE_STEPS");
 }
 
+/* ---- the host-step pool (runtime/rj_host_pool.h) ---- */
+
+enum { POOL_N = 1 << 16, POOL_ITEMS = 12 };
+
+typedef struct pool_case {
+    uint32_t *out;
+    uint32_t salt;
+    uint32_t fail_from; /* items >= this fail (UINT32_MAX: none) */
+} pool_case;
+
+static int pool_item(void *ctx, uint32_t item, rj_err *err)
+{
+    const pool_case *c = ctx;
+    uint32_t lo = POOL_N / POOL_ITEMS * item;
+    uint32_t hi = item + 1 == POOL_ITEMS ? POOL_N : POOL_N / POOL_ITEMS * (item + 1);
+    for (uint32_t i = lo; i < hi; i++)
+        c->out[i] = i * 2654435761u + c->salt;
+    if (item >= c->fail_from)
+        return rj_fail(err, RJ_EINVAL, "item %u failed", item);
+    return RJ_OK;
+}
+
+static void *pool_caller(void *arg)
+{
+    uint32_t salt = (uint32_t)(uintptr_t)arg, *out = malloc(POOL_N * sizeof(uint32_t));
+    intptr_t bad = out == NULL;
+    for (int round = 0; round < 50 && !bad; round++) {
+        pool_case c = {out, salt + (uint32_t)round, UINT32_MAX};
+        rj_err err = {0};
+        uint32_t used = 0;
+        memset(out, 0, POOL_N * sizeof(uint32_t));
+        if (rj_host_parallel(POOL_ITEMS, 3, pool_item, &c, &used, &err) || used < 1 || used > 3)
+            bad = 1;
+        for (uint32_t i = 0; i < POOL_N && !bad; i++)
+            bad = out[i] != i * 2654435761u + c.salt;
+    }
+    free(out);
+    return (void *)bad;
+}
+
+static void test_host_pool(void)
+{
+    rj_host_pool_shutdown();
+    CHECK(rj_host_pool_workers() == 0, "no workers before a split");
+    /* four callers at once: every item of every call runs exactly once, whichever thread */
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        CHECK(pthread_create(&th[i], NULL, pool_caller, (void *)(uintptr_t)(i * 1000)) == 0,
+              "caller %d", i);
+    for (int i = 0; i < 4; i++) {
+        void *bad = NULL;
+        pthread_join(th[i], &bad);
+        CHECK(bad == NULL, "caller %d saw a wrong result", i);
+    }
+    CHECK(rj_host_pool_workers() == 2, "3 threads = the caller + 2 workers, got %u",
+          rj_host_pool_workers());
+    /* the lowest failing item's error is the one reported */
+    uint32_t *out = calloc(POOL_N, sizeof(uint32_t));
+    pool_case c = {out, 1, 5};
+    rj_err err = {0};
+    uint32_t used = 0;
+    CHECK_FAILS(rj_host_parallel(POOL_ITEMS, 3, pool_item, &c, &used, &err), RJ_EINVAL, err,
+                "item 5 failed");
+    free(out);
+    rj_host_pool_shutdown();
+    CHECK(rj_host_pool_workers() == 0, "joined");
+    /* the split rule */
+    CHECK(rj_host_split_threads(RJ_HOST_SPLIT_MIN_BYTES - 1, 100, 3) == 1, "below the threshold");
+    CHECK(rj_host_split_threads(RJ_HOST_SPLIT_MIN_BYTES, 100, 3) == 3, "at the threshold");
+    CHECK(rj_host_split_threads(1u << 30, 2, 3) == 2, "no more threads than ranges");
+    CHECK(rj_host_split_threads(1u << 30, 100, 1) == 1, "1 thread: no split");
+    /* the setting */
+    uint32_t n = 0;
+    unsetenv("RJ_HOST_THREADS");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t want = cpus - 1 >= RJ_HOST_THREADS_DEFAULT ? RJ_HOST_THREADS_DEFAULT
+                    : cpus >= 2 ? (uint32_t)(cpus - 1) : 1;
+    CHECK(rj_host_threads_get(&n, &err) == RJ_OK && n == want && rj_host_threads_default() == want,
+          "default %u, want %u", n, want);
+    setenv("RJ_HOST_THREADS", "2x", 1);
+    CHECK_FAILS(rj_host_threads_get(&n, &err), RJ_EINVAL, err, "RJ_HOST_THREADS=2x");
+    CHECK(rj_host_threads_set(4, &err) == RJ_OK && rj_host_threads_get(&n, &err) == RJ_OK && n == 4,
+          "the set count wins over the flag");
+    CHECK_FAILS(rj_host_threads_set(RJ_HOST_THREADS_MAX + 1, &err), RJ_EINVAL, err, "more than");
+    rj_host_threads_set(0, &err);
+    unsetenv("RJ_HOST_THREADS");
+}
+
 int main(void)
 {
     RUN(test_bo_iova_and_guard);
@@ -328,5 +420,6 @@ int main(void)
     RUN(test_program_pack_steps);
     RUN(test_device_outlives_its_bos);
     RUN(test_env_table);
+    RUN(test_host_pool);
     TEST_MAIN_END();
 }

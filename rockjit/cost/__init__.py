@@ -31,10 +31,12 @@ def estimate(program: CostProgram, clock_mhz: float = 600.0, constants: Constant
     return _estimate(program, clock_mhz, constants or calibrated())
 
 
-def describe(npu_program: Any) -> CostProgram:
+def describe(npu_program: Any, host_threads: int | None = None) -> CostProgram:
+    """``npu_program`` in the model's terms; host steps charged at the threads the runtime gives
+    them with ``host_threads`` available (default: the runtime's default on the board, 3)."""
     from .from_program import describe as _d
 
-    return _d(npu_program)
+    return _d(npu_program, host_threads)
 
 
 def program_of(compiled: Any) -> Any:

@@ -58,7 +58,10 @@ class CostHostStep:
     kind: str
     nbytes: int
     label: str = ""
-    threads: int = 1        # CPU cores sharing the step (rockjit's host steps run on one)
+    # CPU threads sharing the step: rockjit's runtime splits a step of >= 256 KiB over its
+    # host threads (3 on the board by default; csrc/runtime/rj_host_pool.h), from_program.py
+    # sets what the runtime decides; the published multicore figures use 3 (published.py)
+    threads: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in HOST_KINDS:

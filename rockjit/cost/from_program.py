@@ -12,7 +12,9 @@ shared evenly over the kick's tasks; a call's MACs (everything the MAC array run
 ``device_macs``) are shared evenly over the call's tasks; precision int8 for integer jobs, fp16
 otherwise. Host steps carry the bytes the program's stats count for them (layout packs and
 unpacks and host ops: "gather"); the cross-context copies the program inserts between steps
-are added as "copy" steps of the program's average copy size.
+are "copy" steps of their own bytes, where the program runs them. Every host step carries the
+threads the runtime runs it on (csrc/runtime/rj_host_pool.h: steps of at least 256 KiB split
+over the runtime's threads, 3 on the board by default).
 """
 from __future__ import annotations
 
@@ -51,18 +53,38 @@ def cost_jobs_once(cache: dict, job: Any, per_task_macs: float) -> tuple[CostJob
     return cache[key][0]
 
 
-def describe(prog: Any) -> CostProgram:
+def describe(prog: Any, host_threads: int | None = None) -> CostProgram:
     """``prog``: a built ``rockjit.lowering.loaded_graph.LoadedGraph`` (its ImageBuilder's schedule
-    and the image's static counts)."""
+    and the image's static counts). Each host step is charged at the threads the runtime runs it
+    on when ``host_threads`` are available (default: the runtime's default on the board,
+    ``RJ_HOST_THREADS_DEFAULT``), as the runtime itself decides it
+    (runtime/host_threads.py: rj_host_step_plan_threads). Steps are listed in the image's order,
+    the cross-context copies where the program runs them, each with its own bytes."""
+    from ..runtime.host_threads import (DEFAULT_HOST_THREADS, ImageUploads, descriptor_bytes_moved,
+                                        image_host_threads, step_descriptor)
 
     calls = prog.lowered.calls
     ncores = max(1, prog.ncores)
+    image = prog.image
+    threads = image_host_threads(image, host_threads or DEFAULT_HOST_THREADS)
+    ups = ImageUploads(image)
+    sched = iter(enumerate(prog.steps))
     steps: list = []
-    for si, st in enumerate(prog.steps):
+    for spec, thr in zip(image.steps, threads):
+        if spec.kind == "host" and spec.source == -1:
+            # a copy between contexts the image builder inserted (context_copies.py)
+            nbytes = descriptor_bytes_moved(step_descriptor(ups, spec.host))
+            steps.append(CostHostStep("copy", nbytes, "cross-context copy", thr))
+            continue
+        si, st = next(sched)
+        if (st.kind == "host") != (spec.kind == "host"):
+            raise ValueError(f"rockjit.cost.describe: schedule step {si} ({st.kind}) does not "
+                             f"match the image's step ({spec.kind}); the image and the "
+                             f"schedule disagree")
         if st.kind == "host":
             ci, hs = st.host
             steps.append(CostHostStep("gather", int(hs.moved_bytes),
-                                  f"{calls[ci].node}: {hs.kind}"))
+                                      f"{calls[ci].node}: {hs.kind}", thr))
             continue
         jobs: list[CostJob] = []
         nodes = []
@@ -72,9 +94,4 @@ def describe(prog: Any) -> CostProgram:
             jobs.extend(cost_jobs(jr.job, jr.core % ncores, pc.call.lowering.macs_per_task))
         label = ", ".join(dict.fromkeys(nodes))
         steps.append(CostNpuStep(jobs, label=f"step {si}: {label}"))
-    s = prog.image.stats
-    if s["host_copy_steps"]:
-        per = s["host_bytes_copied"] // s["host_copy_steps"]
-        steps.extend(CostHostStep("copy", per, "cross-context copy")
-                     for _ in range(s["host_copy_steps"]))
     return CostProgram(steps, name=prog.lowered.graph.name)

@@ -14,6 +14,7 @@ from .device import Bo, BufferInfo, Device, NullDevice, RocketDevice, SimDevice
 from .errors import (AddressError, DeviceError, DeviceMemoryError, DeviceTimeoutError, HazardError,
                      ProgramError, RuntimeCError, SimUnsupportedError)
 from .host_steps import HOST_STEPS, Operand
+from .host_threads import host_threads, set_host_threads
 from .program import Program, ProgramBuilder, PlacedTask
 from ._ffi import ffi as ffi, lib as lib  # the cffi module, for tests and tools
 
@@ -28,4 +29,5 @@ def env_flags() -> dict[str, str]:
 __all__ = ["Bo", "BufferInfo", "Device", "SimDevice", "RocketDevice", "NullDevice", "Program",
            "ProgramBuilder", "PlacedTask", "Operand", "HOST_STEPS", "host_steps", "env_flags",
            "RuntimeCError", "ProgramError", "DeviceMemoryError", "AddressError", "HazardError",
-           "SimUnsupportedError", "DeviceError", "DeviceTimeoutError"]
+           "SimUnsupportedError", "DeviceError", "DeviceTimeoutError", "host_threads",
+           "set_host_threads"]

@@ -31,7 +31,8 @@ RELOC_DTYPE = np.dtype({"names": ["regcmd_bo", "target_bo", "word_offset", "targ
                         "itemsize": ffi.sizeof("rj_reloc")})
 
 PROGRAM_STATS_FIELDS = ("runs", "steps", "npu_steps", "jobs", "tasks", "kicks", "host_steps",
-                        "host_bytes", "upload_bytes", "readback_bytes", "relocs_applied")
+                        "host_bytes", "upload_bytes", "readback_bytes", "relocs_applied",
+                        "host_threads")
 
 
 # numpy dtype -> RJ_DT_* code, for the conversions write_as / read_as do in C

@@ -71,3 +71,42 @@ def test_report_refuses_a_backend_without_program():
     f(np.ones(4, np.float32))
     with pytest.raises(ValueError, match="compile with an NPU backend"):
         cost.report(f.compiled(np.ones(4, np.float32)))
+
+
+def test_host_steps_charged_at_the_threads_the_runtime_runs_them_on():
+    """A column sum of 4096 x 64 floats runs on the host (the NPU reduces only the last axis):
+    large enough to split. The description charges it at the runtime's default 3 threads on
+    the board and at 1 with host_threads=1; the runtime, run with the same count, reports the
+    same thread total as the description (rt_host_threads counts what it did)."""
+    from rockjit.runtime import set_host_threads
+    from rockjit.runtime.host_threads import DEFAULT_HOST_THREADS, SPLIT_MIN_BYTES
+
+    f = rockjit.compile(lambda x: np.float32(0.5) * x.sum(axis=0), backend="null")
+    x = np.ones((4096, 64), np.float32)
+    f(x)
+    prog = cost.program_of(f.compiled(x))
+    d3, d1 = cost.describe(prog), cost.describe(prog, host_threads=1)
+    host3 = [s for s in d3.steps if isinstance(s, cost.CostHostStep)]
+    host1 = [s for s in d1.steps if isinstance(s, cost.CostHostStep)]
+    assert DEFAULT_HOST_THREADS == 3 and [s.nbytes for s in host3] == [s.nbytes for s in host1]
+    split = [s for s in host3 if s.threads > 1]
+    assert split and all(s.threads == 3 and s.nbytes >= SPLIT_MIN_BYTES // 2 for s in split)
+    assert all(s.threads == 1 for s in host1)
+    c = cost.calibrated()
+    e3, e1 = cost.estimate(d3), cost.estimate(d1)
+    for s3, st3, st1 in zip(d3.steps, e3.steps, e1.steps):
+        if isinstance(s3, cost.CostHostStep):
+            bw = c.host_gather_gbps if s3.kind == "gather" else c.host_copy_gbps
+            assert st3.ms == pytest.approx(s3.nbytes / (bw * 1e9 * s3.threads) * 1e3)
+            assert st1.ms == pytest.approx(st3.ms * s3.threads)
+    for threads, d in ((3, d3), (1, d1)):
+        set_host_threads(threads)
+        try:
+            before = prog.stats()
+            f(x)
+            after = prog.stats()
+        finally:
+            set_host_threads(None)
+        assert after["rt_host_steps"] - before["rt_host_steps"] == len(host3)
+        assert after["rt_host_threads"] - before["rt_host_threads"] == \
+            sum(s.threads for s in d.steps if isinstance(s, cost.CostHostStep))
