@@ -5,7 +5,8 @@ concat([-q2, q1])`` over the head dim. Where q is a projection with resident wei
 (``x @ W (+ b)``) carried to the rotation by slices, reshapes and transposes only (ModernBERT's
 fused Wqkv: a slice of one wide matmul, split into heads), every element of ``rotate_half(q)``
 is plus or minus one element of the projection's output, at the same row: a fixed signed
-permutation P of W's output features. So
+permutation P of W's output features (any row-preserving signed selection of its columns folds
+the same way). So
 
     rotate_half(q) = carry(x @ (W P) + b P)
 
