@@ -83,6 +83,15 @@ def test_rope_attention_on_the_npu_matches_jax(batch, seq, heads, head_dim, bias
     host = [dc for dc in decisions if dc.where == "host" and dc.loc in lines]
     assert not host, [(dc.node, dc.why) for dc in host]
     assert [dc for dc in decisions if dc.loc in lines and dc.where == "npu"]
+    # the score scale went into the cos/sin tables (score_scales.py): a power of two (head_dim
+    # 64) leaves no pass of its own, the rest of 24^-0.5 one
+    att = L.dot_product_attention.__code__
+    att_lines = {f"{L.__file__}:{att.co_firstlineno + i}" for i in range(
+        len(inspect.getsource(L.dot_product_attention).splitlines()))}
+    scale_muls = [dc for dc in decisions if dc.loc in att_lines and dc.node.endswith("= mul")
+                  and dc.where == "npu"]
+    assert len(scale_muls) == (0 if head_dim == 64 else 1), scale_muls
+    assert f.compiled(p, x).stats()["range_score_scale_rewrites"] == 1
 
 
 def _graph(fn, p, x):
