@@ -253,13 +253,13 @@ def fold_rotations(graph: Graph, consts: Mapping[int, np.ndarray]
 
 
 def _drop_dead(graph: Graph) -> Graph:
-    """Without the movement ops and negations nothing reads any more (the old rotation)."""
-    outputs = {v.id for v in graph.outputs}
-    nodes = list(graph.nodes)
-    while True:
-        users = Graph(graph.name, graph.inputs, nodes, graph.outputs).users()
-        keep = [n for n in nodes if n.op not in _SIGNED or n.out.id in outputs
-                or users.get(n.out.id)]
-        if len(keep) == len(nodes):
-            return Graph(graph.name, graph.inputs, nodes, graph.outputs)
-        nodes = keep
+    """Without what nothing reads any more: the old rotation, and the original projection
+    where the rotation was its only reader (a plain permutation of its columns). Params stay:
+    the program's resident arguments do not change."""
+    live = {v.id for v in graph.outputs}
+    kept: list[Node] = []
+    for n in reversed(graph.nodes):
+        if n.op is Op.PARAM or any(v.id in live for v in n.outputs):
+            kept.append(n)
+            live.update(v.id for v in n.inputs)
+    return Graph(graph.name, graph.inputs, kept[::-1], graph.outputs)

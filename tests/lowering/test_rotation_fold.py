@@ -123,6 +123,16 @@ def test_fold_is_exact_and_only_for_a_signed_column_selection_of_a_projection() 
     assert len(sites) == 2
     assert _rel(run(g2, [x], params)[0], run(g, [x], params)[0]) < 1e-6
 
+    # a plain swap of a projection's halves: its weights swapped, the original matmul gone
+    def swap(p, x):
+        h = x @ p["wo"]
+        return jnp.concatenate([h[..., d // 2:], h[..., :d // 2]], axis=-1) * 2.0
+    g, params = _graph(swap, p, x)
+    g2, sites = fold_rotations(g, fold_consts(g, params))
+    assert len(sites) == 1 and sum(n.op is Op.DOT_GENERAL for n in g2.nodes) == 1
+    assert not [n for n in g2.nodes if n.op in (Op.SLICE, Op.CONCATENATE)]
+    assert _rel(run(g2, [x], params)[0], run(g, [x], params)[0]) < 1e-6
+
     # a roll over the positions mixes rows: no column selection, nothing to fold
     def roll(x, cos, sin):
         return x * cos + jnp.concatenate([-x[:, :, 2:], x[:, :, :2]], axis=2) * sin
