@@ -41,8 +41,8 @@ from .range_rewrites import GraphEditor
 _CARRY = (Op.SLICE, Op.RESHAPE, Op.TRANSPOSE)
 # and those a rotation adds: a sign and a reassembly
 _SIGNED = (*_CARRY, Op.NEG, Op.CONCATENATE)
-# an index array is exact in int64; its size is the projection output's, evaluated once per site
-_MAX_ELEMENTS = 1 << 26
+# a projection output's signed element indices fit int32; its size is what one map costs
+_MAX_ELEMENTS = 1 << 25
 
 
 @dataclass
@@ -123,6 +123,57 @@ def _signed_sources(r: Value, producers, leaf: Value, index: np.ndarray,
     return memo[r.id]
 
 
+def _frozen(a):
+    if isinstance(a, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in a.items()))
+    if isinstance(a, (list, tuple)):
+        return tuple(_frozen(v) for v in a)
+    return a
+
+
+def _structure(r: Value, q: Value, producers) -> tuple | None:
+    """The movement ops from ``q`` to ``r`` as a hashable tree (q a leaf), None past them."""
+    if r.id == q.id:
+        return ("q",)
+    n = producers.get(r.id)
+    if n is None or n.op not in _SIGNED:
+        return None
+    return (n.op, _frozen(n.attrs), r.type.shape, tuple(_structure(v, q, producers)
+                                                          for v in n.inputs))
+
+
+def _column_map(d: Value, chain: list[Node], rot: Value, q: Value, producers
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(source column, sign) of each column of ``d`` that ``q = chain(d)`` reads, such that
+    ``rot`` is ``chain`` applied to the signed selected columns; None where ``rot`` is no
+    row-preserving signed column selection of ``q`` or no reassembly (a plain carry or a
+    negation is cheaper as it is)."""
+    cols = d.type.shape[-1]
+    # signed 1-based element indices of d through the carry and the rotation; int32 suffices
+    # (_MAX_ELEMENTS) and halves the bytes moved
+    t = np.arange(1, d.type.size + 1, dtype=np.int32).reshape(d.type.shape)
+    for c in chain:
+        t = _move(c.op, [t], c.attrs, c.out.type.shape)
+    memo: dict[int, np.ndarray] = {}
+    r = _signed_sources(rot, producers, q, t, memo)
+    if r is None or r.shape != t.shape or not any(
+            producers[i].op is Op.CONCATENATE for i in memo):
+        return None
+    t_row, t_col = np.divmod(t - 1, cols)
+    r_row, r_col = np.divmod(np.abs(r) - 1, cols)
+    if not np.array_equal(t_row, r_row):
+        return None
+    # each column q reads must become one signed column of the projection
+    src = np.full(cols, -1, np.int64)
+    sign = np.zeros(cols, np.int64)
+    r_sign = np.sign(r)
+    src[t_col.ravel()] = r_col.ravel()
+    sign[t_col.ravel()] = r_sign.ravel()
+    if not (np.array_equal(src[t_col], r_col) and np.array_equal(sign[t_col], r_sign)):
+        return None
+    return src, sign
+
+
 def _find(graph: Graph, consts) -> list[tuple[Value, Value, list[Node], np.ndarray, np.ndarray]]:
     """(rotated value, projection output, carry chain, source column and sign of each column
     the chain reads) for every rotation of a carried projection."""
@@ -130,6 +181,7 @@ def _find(graph: Graph, consts) -> list[tuple[Value, Value, list[Node], np.ndarr
     users = graph.users()
     outputs = {v.id for v in graph.outputs}
     found = []
+    maps: dict[tuple, tuple[np.ndarray, np.ndarray] | None] = {}
     for n in graph.nodes:
         # the rotation's last op, read by something other than more movement
         if n.op not in _SIGNED or not n.out.type.dtype.is_float:
@@ -147,28 +199,14 @@ def _find(graph: Graph, consts) -> list[tuple[Value, Value, list[Node], np.ndarr
         proj = _projection(d, producers, consts)
         if proj is None or d.type.size >= _MAX_ELEMENTS:
             continue
-        cols = d.type.shape[-1]
-        index = np.arange(1, d.type.size + 1, dtype=np.int64).reshape(d.type.shape)
-        t = index
-        for c in chain:
-            t = _move(c.op, [t], c.attrs, c.out.type.shape)
-        memo: dict[int, np.ndarray] = {}
-        r = _signed_sources(n.out, producers, q, t, memo)
-        # a rotation reassembles q (a plain carry or a negation is cheaper as it is)
-        if r is None or r.shape != t.shape or not any(
-                producers[i].op is Op.CONCATENATE for i in memo):
+        # the layers repeat one structure: its column map is worked out once
+        key = (tuple(d.type.shape), tuple((c.op, _frozen(c.attrs), c.out.type.shape)
+                                          for c in chain), _structure(n.out, q, producers))
+        if key not in maps:
+            maps[key] = _column_map(d, chain, n.out, q, producers)
+        if maps[key] is None:
             continue
-        t_row, t_col = np.divmod(t - 1, cols)
-        r_row, r_col = np.divmod(np.abs(r) - 1, cols)
-        if not np.array_equal(t_row, r_row):
-            continue
-        # each column q reads must become one signed column of the projection
-        src = np.full(cols, -1, np.int64)
-        sign = np.zeros(cols, np.int64)
-        src[t_col.ravel()] = r_col.ravel()
-        sign[t_col.ravel()] = np.sign(r).ravel()
-        if not (np.array_equal(src[t_col], r_col) and np.array_equal(sign[t_col], np.sign(r))):
-            continue
+        src, sign = maps[key]
         found.append((n.out, d, chain, src, sign))
     return found
 
