@@ -15,6 +15,7 @@ import rockjit
 from models import layers as L
 from rockjit.ir.interpreter import run
 from rockjit.ir.ops import Op
+from rockjit.ir.verifier import verify
 from rockjit.lowering.fold import fold_consts
 from rockjit.lowering.rotation_fold import fold_rotations
 
@@ -106,6 +107,7 @@ def test_fold_is_exact_and_only_for_a_signed_column_selection_of_a_projection() 
     x = rng.standard_normal((2, 6, d)).astype(np.float32)
     g, params = _graph(lambda p, x: _block(p, x, heads=heads), p, x)
     g2, sites = fold_rotations(g, fold_consts(g, params))
+    verify(g2)
     assert len(sites) == 2                                     # q's and k's
     assert not [n for n in g2.nodes if n.op in (Op.NEG, Op.CONCATENATE)]
     assert sum(n.op is Op.DOT_GENERAL for n in g2.nodes) == \
@@ -129,6 +131,7 @@ def test_fold_is_exact_and_only_for_a_signed_column_selection_of_a_projection() 
         return jnp.concatenate([h[..., d // 2:], h[..., :d // 2]], axis=-1) * 2.0
     g, params = _graph(swap, p, x)
     g2, sites = fold_rotations(g, fold_consts(g, params))
+    verify(g2)
     assert len(sites) == 1 and sum(n.op is Op.DOT_GENERAL for n in g2.nodes) == 1
     assert not [n for n in g2.nodes if n.op in (Op.SLICE, Op.CONCATENATE)]
     assert _rel(run(g2, [x], params)[0], run(g, [x], params)[0]) < 1e-6
