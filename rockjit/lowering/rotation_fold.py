@@ -18,6 +18,11 @@ becomes an ordinary element-wise product of a cube and a constant cube.
 Exact: a column permutation and a negation change no rounding (fp16 and fp32 round
 symmetrically), so ``x @ (W P)`` is bit for bit the permuted and negated ``x @ W``.
 
+Cost: ``W P`` is resident beside W (ModernBERT-base: q's and k's columns, 2.4 MB fp16 per
+layer), and a second matmul reads x again. The ``* cos`` / ``* sin`` products reach the NPU
+only where q's cubes form one dense run (eltwise rules: the constant cube); a batch of several
+sequences splits each head's rows, and those products stay on the host.
+
 The rotation is recognised by its effect, not by its op sequence: the movement ops (slice,
 reshape, transpose, concatenate, neg) between the projection and the rotated value are run on
 an array of signed element indices of the projection's output, and the fold is made only when
