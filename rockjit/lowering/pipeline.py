@@ -242,7 +242,8 @@ def _lower_graph(graph: Graph, params: Mapping[str, np.ndarray],
     graph = expand(defer_softmax_division(fuse(graph)))
     # RoPE's rotate_half of a projection: a second projection with rotated weights
     # (rotation_fold.py), before the range plan so that its bounds see the graph that runs
-    graph, _ = fold_rotations(graph, fold_consts(graph, params))
+    if any(n.op is Op.CONCATENATE for n in graph.nodes):   # a rotation reassembles q
+        graph, _ = fold_rotations(graph, fold_consts(graph, params))
     # bounds, and the norm-statistics rewrite where a square could overflow fp16; the rest of
     # the lowering sees the rewritten graph (equal to the original in exact arithmetic)
     graph, plan = plan_ranges(graph, params)
