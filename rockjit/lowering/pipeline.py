@@ -232,6 +232,7 @@ def _lower_graph(graph: Graph, params: Mapping[str, np.ndarray],
     from ..ir.passes.fuse import fuse
     from ..ir.passes.softmax_dot import defer_softmax_division
     from .range_plan import finish_plan, plan_ranges
+    from .rotation_fold import fold_rotations
     from .rules.contract import epilogue_accepts
     from .value_checks import check_weights
 
@@ -243,6 +244,10 @@ def _lower_graph(graph: Graph, params: Mapping[str, np.ndarray],
     # without an emitter of their own (softmax) expanded back into primitive ops; a softmax
     # feeding a value product divides that product instead (ir/passes/softmax_dot.py)
     graph = expand(defer_softmax_division(fuse(graph)))
+    # RoPE's rotate_half of a projection: a second projection with rotated weights
+    # (rotation_fold.py), before the range plan so that its bounds see the graph that runs
+    if any(n.op is Op.CONCATENATE for n in graph.nodes):   # a rotation reassembles q
+        graph, _ = fold_rotations(graph, fold_consts(graph, params))
     # bounds, and the norm-statistics rewrite where a square could overflow fp16; the rest of
     # the lowering sees the rewritten graph (equal to the original in exact arithmetic)
     graph, plan = plan_ranges(graph, params)

@@ -10,7 +10,9 @@ stays after the matmul (none at all for head_dim 64). Two reasons:
 * work: the scores are [heads, q, keys], q is [heads, q, head_dim], so the scale costs a pass
   over the smaller of the two -- and nothing at all where q is a projection with resident
   weights reached through reshapes and transposes only: 2^k then goes into its weights and
-  bias (``W 2^k``, ``b 2^k``).
+  bias (``W 2^k``, ``b 2^k``); nor where q is a product of constants (RoPE's ``q cos +
+  rotate_half(q) sin``, rotation_fold.py): 2^k goes into the constants (``cos 2^k``,
+  ``sin 2^k``), which the element-wise products read anyway.
 
 Exact: a power of two scales an fp16 value without rounding; a weight or value below 2^-14
 after the scale loses low bits as a subnormal, an absolute error under 2^-25 of the unit it
@@ -27,7 +29,7 @@ import numpy as np
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import Op
 from ..ir.types import TensorType
-from .const_views import uniform_value
+from .const_views import distinct_view, uniform_value
 from .gain_fold import feature_vector
 from .range_rewrites import GraphEditor
 
@@ -42,7 +44,8 @@ class ScoreScaleSite:
     scaled_operand: Value   # a * 2^k
     shift: int              # -k: the power of two moved onto the operand is 2^-shift
     loc: str
-    into_weights: bool = False   # 2^k went into the projection's weights and bias
+    into_weights: bool = False   # 2^k went into the projection's weights and bias, or into
+    #                              the constants q is a product of (RoPE's cos/sin tables)
 
 
 def _uniform_scale(v: Value, consts: Mapping[int, np.ndarray]) -> float | None:
@@ -88,6 +91,46 @@ def _projection(x: Value, producers, users, consts, outputs
     return None
 
 
+def _table_products(x: Value, producers, users, consts, outputs
+                    ) -> list[tuple[Node, int]] | None:
+    """(mul, index of its constant operand) of each term when ``x`` is ``a * C`` or
+    ``a * C1 + b * C2`` with C, C1, C2 constants (RoPE's ``q cos + rotate_half(q) sin``),
+    ``x`` and each term read once: 2^k goes into the constants."""
+    if x.id in outputs or len(users.get(x.id, [])) != 1:
+        return None
+    n = producers.get(x.id)
+    if n is None:
+        return None
+    if n.op is Op.ADD:
+        if n.inputs[0].id == n.inputs[1].id or any(
+                v.id in outputs or len(users.get(v.id, [])) != 1 for v in n.inputs):
+            return None
+        terms = [producers.get(v.id) for v in n.inputs]
+    else:
+        terms = [n]
+    out = []
+    for t in terms:
+        if t is None or t.op is not Op.MUL:
+            return None
+        ci = [i for i, v in enumerate(t.inputs) if v.id in consts]
+        if len(ci) != 1 or not t.inputs[ci[0]].type.dtype.is_float:
+            return None
+        out.append((t, ci[0]))
+    return out
+
+
+def _scaled_const(ed: GraphEditor, out_nodes: list[Node], c: np.ndarray, k: int, t: TensorType,
+                  loc) -> Value:
+    """``c 2^k`` as a constant of its distinct values broadcast to ``t`` (a table over 12
+    heads is stored once)."""
+    d = distinct_view(c)
+    ds = np.ascontiguousarray(d * np.asarray(2.0 ** k, d.dtype))
+    ds.setflags(write=False)
+    v = ed.node(out_nodes, Op.CONSTANT, (), {"value": ds}, TensorType(t.dtype, ds.shape), loc)
+    return ed.node(out_nodes, Op.BROADCAST_IN_DIM, (v,),
+                   {"broadcast_dimensions": tuple(range(len(t.shape)))}, t, loc)
+
+
 def rewrite_score_scales(graph: Graph, consts: Mapping[int, np.ndarray]
                          ) -> tuple[Graph, list[ScoreScaleSite]]:
     """Every ``(a @ b) * c`` of two activations with a uniform constant c < 1, the product
@@ -115,7 +158,9 @@ def rewrite_score_scales(graph: Graph, consts: Mapping[int, np.ndarray]
                 continue
             x = dot.inputs[0]
             proj = _projection(x, producers, users, consts, outputs)
-            plans[id(dot)] = (k, scale * 2.0 ** -k, d, c, n, proj)
+            tables = None if proj is not None else \
+                _table_products(x, producers, users, consts, outputs)
+            plans[id(dot)] = (k, scale * 2.0 ** -k, d, c, n, proj, tables)
             break
     if not plans:
         return graph, []
@@ -124,6 +169,7 @@ def rewrite_score_scales(graph: Graph, consts: Mapping[int, np.ndarray]
     weights = {id(p[5][0]): p[0] for p in plans.values() if p[5] is not None}
     biases = {id(p[5][1]): (p[0], p[5][2]) for p in plans.values()
               if p[5] is not None and p[5][1] is not None}
+    tables = {id(m): (p[0], i) for p in plans.values() if p[6] for m, i in p[6]}
     sites: list[ScoreScaleSite] = []
     out_nodes: list[Node] = []
     for n in graph.nodes:
@@ -146,11 +192,19 @@ def rewrite_score_scales(graph: Graph, consts: Mapping[int, np.ndarray]
             dot_in = next(v for v in n.inputs if v.id not in consts)
             ed.node(out_nodes, Op.ADD, (dot_in, cb), {}, loc=n.loc, result=n.out)
             continue
+        if id(n) in tables:
+            k, i = tables[id(n)]
+            ins = list(n.inputs)
+            ins[i] = _scaled_const(ed, out_nodes, consts[ins[i].id], k, ins[i].type, n.loc)
+            ed.node(out_nodes, n.op, tuple(ins), dict(n.attrs), loc=n.loc, result=n.out)
+            continue
         if id(n) in plans:
-            k, rest, d, c, mul, proj = plans[id(n)]
+            k, rest, d, c, mul, proj, tab = plans[id(n)]
             i = next(j for j, x in enumerate(n.inputs) if x.id not in consts)
             x = n.inputs[i]
-            if proj is None:
+            if tab:         # the constants' products now hold q 2^k
+                xs, ins = x, list(n.inputs)
+            elif proj is None:
                 two_k = ed.const(out_nodes, 2.0 ** k, x.type, n.loc)
                 xs = ed.node(out_nodes, Op.MUL, (x, two_k), loc=n.loc)
                 ins = list(n.inputs)
@@ -159,10 +213,11 @@ def rewrite_score_scales(graph: Graph, consts: Mapping[int, np.ndarray]
                 xs, ins = (proj[1] or proj[0]).out, list(n.inputs)
             ed.node(out_nodes, n.op, tuple(ins), dict(n.attrs), loc=n.loc,
                     result=mul.out if rest == 1.0 else d)
-            sites.append(ScoreScaleSite(xs, -k, str(n.loc) if n.loc else "", proj is not None))
+            sites.append(ScoreScaleSite(xs, -k, str(n.loc) if n.loc else "",
+                                        proj is not None or bool(tab)))
             continue
         if id(n) in muls:
-            k, rest, d, c, mul, _ = muls[id(n)]
+            k, rest, d, c, mul = muls[id(n)][:5]
             if rest != 1.0:
                 r = ed.const(out_nodes, rest, d.type, n.loc)
                 ed.node(out_nodes, Op.MUL, (d, r), loc=n.loc, result=n.out)
