@@ -150,6 +150,9 @@ class StridedConversion:
             return None
         pieces = [SR.CopyPiece(p.shape, p.src_offset + base // es_in, p.src_strides,
                                p.dst_offset, p.dst_strides) for p in pieces]
+        ones = self._ones_pieces(want, dst_all)
+        if ones is None:
+            return None
         out = self.new_buf(want.nbytes, name=f"%{v.id}:weights")
         n, k = wshape[-2:]
         # the copy writes real elements only; the padding kernels/channels the matmul reads
@@ -172,9 +175,6 @@ class StridedConversion:
             if zp is None:
                 return None
             zero += zp
-        ones = self._ones_pieces(want, dst_all)
-        if ones is None:
-            return None
         self._strided_copy_call(v, f"pack_weight %{v.id}", pieces, cube.form.dtype,
                                 DType.from_numpy(lay.dtype), (cube.buf, cube.offset),
                                 cube.form.nbytes, out, want.nbytes, "packed_bytes", zero, ones)

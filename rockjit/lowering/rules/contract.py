@@ -26,13 +26,19 @@ def lower_dot_general(ctx: RuleContext) -> RuleResult:
     lhs, rhs = ctx.node.inputs
     out = ctx.node.out
     s = ctx.row_sums.get(out.id)
+    why = ""
     if s is not None and out.id in ctx.fp32_values and \
             not (ctx.sliced is not None and ctx.sliced(out)):
         also: list = []
-        call = _matmul_call(ctx, lhs, rhs, out, ctx.node.attrs, row_sum=(s, also))
-        return RuleResult([call], also=tuple(also),
-                          note=f"the row sums %{s.id} from a ones kernel (rules/row_sum.py)")
-    return RuleResult([_matmul_call(ctx, lhs, rhs, out, ctx.node.attrs)])
+        try:
+            call = _matmul_call(ctx, lhs, rhs, out, ctx.node.attrs, row_sum=(s, also))
+            return RuleResult([call], also=tuple(also),
+                              note=f"the row sums %{s.id} from a ones kernel (rules/row_sum.py)")
+        except NoNpuForm as e:
+            # the widened product has no form (e.g. its tiles no longer fit): the plain
+            # product, and the row sums by their own pass
+            why = f"no ones kernel for the row sums %{s.id}: {e}"
+    return RuleResult([_matmul_call(ctx, lhs, rhs, out, ctx.node.attrs)], note=why)
 
 
 def lower_matmul_epilogue(ctx: RuleContext) -> RuleResult:

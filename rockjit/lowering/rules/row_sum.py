@@ -23,7 +23,7 @@ row sums are read by that division's broadcast only, and are not a graph output.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -95,13 +95,7 @@ class RowSumColumn:
 
 
 def row_sum_column(n: int, align: int) -> RowSumColumn:
+    """The ones kernel after ``n`` kernels padded to ``align`` (the unfused product's output
+    channels), so the product's own layout is unchanged."""
     return RowSumColumn(round_up(n, align))
 
-
-def sum_tensor_form(form: CubeForm, shape: Sequence[int]) -> CubeForm | None:
-    """The column cube seen with the row-sum value's own shape."""
-    return F.reshape(form, tuple(shape))
-
-
-__all__ = ["RowSumColumn", "row_sum_column", "row_sum_columns", "sum_tensor_form",
-           "Mapping"]
