@@ -16,6 +16,7 @@ from .op_lowering import BufferSpec, HostStep, OpLowering, Slice
 from .rules import forms as F
 from .rules.base import CubeForm, Form, OpCall, RowForm, Tensor, Use, WeightForm
 from .strided_conversion import StridedConversion
+from .strided_relayout import weight_axis_maps
 
 
 def cube_steps(kind: str, layout: CubeLayout, hwc: tuple[int, int, int], cube_offsets: list[int],
@@ -344,6 +345,15 @@ class LayoutConversion(StridedConversion):
                       "host", "pipeline re-tile")
         self.calls.append(PlacedCall(call, {"src": (rows.buf, rows.offset + off),
                                             "dst": (out.id, 0)}, self.group, call.label))
+        if want.ones is not None:
+            # the row-sum kernel (rules/row_sum.py) over the packed bytes, every run
+            ones = self._ones_pieces(want, weight_axis_maps(lay, want.shape[:-2], want.stride))
+            if ones is None:
+                raise ConversionError(f"%{v.id}: no strided form of its ones kernel")
+            dt = DType.from_numpy(lay.dtype)
+            self._strided_copy_call(v, f"pack_weight %{v.id} ones", [], dt, dt,
+                                    (out.id, 0), want.nbytes, out, want.nbytes,
+                                    "packed_bytes", (), ones)
         t = Tensor(v.id, want, out.id, 0, want.nbytes)
         self._conv_cache[key] = t
         return t

@@ -42,7 +42,9 @@ from .partition import Decision, host_result, lower_node
 from ..ir.passes.softmax_dot import is_deferred_product
 from .profile import ChipProfile, get_profile
 from .residency import Residency
+from .rules import forms as F
 from .rules.base import CubeForm, RowForm, RuleContext, RuleResult, Tensor
+from .rules.row_sum import row_sum_columns
 
 __all__ = ["Buf", "Boundary", "LoweredGraph", "Lowerer", "PlacedCall", "fold_consts", "lower_graph"]
 
@@ -76,12 +78,16 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         users = graph.users()
         self.fp32_values = frozenset(n.out.id for n in graph.nodes
                                      if is_deferred_product(n, self.producers, users))
+        # a deferred softmax's row sums taken from its product's ones column: the product
+        # is lowered first, whichever comes first in the graph (rules/row_sum.py)
+        self.row_sums = row_sum_columns(graph)
+        self.row_sum_dots = {s.id: self.producers[d] for d, s in self.row_sums.items()}
 
     def ctx(self, node: Node) -> RuleContext:
         return RuleContext(self.profile, node, self.producers, self.consts, self.forms,
                            fresh=self.fresh_value, graph_inputs=self.graph.inputs,
                            sliced=lambda v: v.id in self.slots and self._slot_open(v),
-                           fp32_values=self.fp32_values)
+                           fp32_values=self.fp32_values, row_sums=self.row_sums)
 
     def fresh_value(self, t) -> Value:
         """A value id no graph node uses, for a rule's private intermediate."""
@@ -128,6 +134,14 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
 
     def _lower(self, node: Node) -> None:
         self.done.add(node.out.id)
+        dot = self.row_sum_dots.get(node.out.id)
+        if dot is not None:
+            self.lower(dot)
+            if node.out.id in self.tensors:     # the product's rule took the ones column
+                self.decisions.append(Decision(
+                    f"%{node.out.id} = {node.op.text}", str(node.loc), "npu",
+                    f"ones column of %{dot.out.id}'s value product (rules/row_sum.py)"))
+                return
         for v in node.inputs:
             p = self.producers.get(v.id)
             if p is None or not self._deferred(p, {}):
@@ -184,6 +198,13 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
             if i == 0 or not res.parallel:
                 self.group += 1
             self._place_call(call, self.group, f"%{node.out.id} = {node.op.text}", out_tensors)
+        for v, holder, form, off in res.also:
+            t = self.tensors[holder.id][-1]
+            full = F.reshape(form, v.type.shape)
+            if full is None:
+                raise ConversionError(f"%{v.id} cannot be seen in {form}")
+            self.tensors.setdefault(v.id, []).append(
+                Tensor(v.id, full, t.buf, t.offset + off, full.nbytes))
 
     def finish(self) -> list[Boundary]:
         outs = []

@@ -15,7 +15,7 @@ from ..ir.graph import Value
 from ..ir.ops import Op
 from ..ir.types import DType
 from ..runtime.host_abi import DESC_DTYPE, DTYPES as DTYPE_CODES_BY_VALUE
-from .lowered import PlacedCall
+from .lowered import ConversionError, PlacedCall
 from .op_lowering import BufferSpec, HostStep, OpLowering
 from .rules import forms as F
 from .rules.base import CubeForm, OpCall, RowForm, Tensor, Use, WeightForm
@@ -36,28 +36,34 @@ class StridedConversion:
 
     def _strided_copy_call(self, v: Value, label: str, pieces: list, src_dt: DType,
                            dst_dt: DType, src_loc: tuple[int, int], src_nbytes: int, out,
-                           out_nbytes: int, moved: str, zero_pieces: list = ()) -> None:
-        """One host call of strided copies ``pieces`` (src -> dst) and ``zero_pieces``
+                           out_nbytes: int, moved: str, zero_pieces: list = (),
+                           one_pieces: list = ()) -> None:
+        """One host call of strided copies ``pieces`` (src -> dst), ``zero_pieces``
         (a broadcast zero -> the padding of dst the reader takes, rewritten every run so the
-        buffer needs no load-time zeroing and may share arena space)."""
+        buffer needs no load-time zeroing and may share arena space) and ``one_pieces`` (a
+        broadcast 1.0 after them: a row-sum kernel, rules/row_sum.py)."""
         from .host_rules import HostView, host_op_step
 
         specs = [BufferSpec("src", "input", src_nbytes), BufferSpec("dst", "output", out_nbytes)]
         binding = {"src": src_loc, "dst": (out.id, 0)}
-        if zero_pieces:
-            zb = self.new_buf(64, "weights", f"{label}:zero", np.zeros(64, np.uint8))
-            specs.append(BufferSpec("zero", "const", 64))
-            binding["zero"] = (zb.id, 0)
+        for name, pcs, fill in (("zero", zero_pieces, 0.0), ("one", one_pieces, 1.0)):
+            if pcs:
+                data = np.full(64 // dst_dt.to_numpy().itemsize, fill, dst_dt.to_numpy())
+                b = self.new_buf(64, "weights", f"{label}:{name}", data.view(np.uint8))
+                specs.append(BufferSpec(name, "const", 64))
+                binding[name] = (b.id, 0)
         steps = []
         es = dst_dt.to_numpy().itemsize
         for j, (p, srcname) in enumerate([(p, "src") for p in pieces] +
-                                         [(p, "zero") for p in zero_pieces]):
+                                         [(p, "zero") for p in zero_pieces] +
+                                         [(p, "one") for p in one_pieces]):
             dname = f"desc{j}"
             st, desc = host_op_step("copy", p.shape,
                                     HostView("dst", dst_dt, p.dst_offset, p.dst_strides),
                                     [HostView(srcname, src_dt if srcname == "src" else dst_dt,
                                               p.src_offset, p.src_strides)],
-                                    {"src": src_nbytes, "dst": out_nbytes, "zero": 64, dname: 0},
+                                    {"src": src_nbytes, "dst": out_nbytes, "zero": 64,
+                                     "one": 64, dname: 0},
                                     dname, what=label)
             nb = int(np.prod(p.shape, dtype=np.int64)) * es
             steps.append(HostStep(st.kind, st.operands, {moved: nb, "bytes": nb}))
@@ -144,6 +150,9 @@ class StridedConversion:
             return None
         pieces = [SR.CopyPiece(p.shape, p.src_offset + base // es_in, p.src_strides,
                                p.dst_offset, p.dst_strides) for p in pieces]
+        ones = self._ones_pieces(want, dst_all)
+        if ones is None:
+            return None
         out = self.new_buf(want.nbytes, name=f"%{v.id}:weights")
         n, k = wshape[-2:]
         # the copy writes real elements only; the padding kernels/channels the matmul reads
@@ -153,9 +162,14 @@ class StridedConversion:
         npad, kpad = lay.padded_kernels, lay.padded_channels
         zmaps = [SR.AxisMap(0)] * len(wshape)
         zero = []
+        if want.ones is not None:
+            # a row-sum kernel pads the kernels past the n_group (64 -> 80 for a 64-wide
+            # head): zeroing 15 kernels every run would cost a quarter of the pack; the
+            # buffer is zeroed once instead and never shared (its padding stays zero)
+            out.pinned = out.zero = True
         for box, first in (((*bshape, npad - n, kpad), (*[0] * len(bshape), n, 0)),
                            ((*bshape, n, kpad - k), (*[0] * len(bshape), 0, k))):
-            if min(box) <= 0:
+            if min(box) <= 0 or out.zero:
                 continue
             zp = SR.relayout_pieces(box, zmaps, dst_all, es_out, es_out, MAX_RANK, first)
             if zp is None:
@@ -163,8 +177,24 @@ class StridedConversion:
             zero += zp
         self._strided_copy_call(v, f"pack_weight %{v.id}", pieces, cube.form.dtype,
                                 DType.from_numpy(lay.dtype), (cube.buf, cube.offset),
-                                cube.form.nbytes, out, want.nbytes, "packed_bytes", zero)
+                                cube.form.nbytes, out, want.nbytes, "packed_bytes", zero, ones)
         return Tensor(v.id, want, out.id, 0, want.nbytes)
+
+    @staticmethod
+    def _ones_pieces(want: WeightForm, dst_all: list) -> list | None:
+        """The broadcast-1.0 copies of ``want``'s ones kernel over its real channels for
+        every batch item ([] without one; None where no strided cut fits)."""
+        from .host_rules import MAX_RANK
+
+        if want.ones is None:
+            return []
+        bshape, k = list(want.shape[:-2]), want.shape[-1]
+        if not want.shape[-2] <= want.ones < want.layout.kernels:
+            raise ConversionError(f"ones kernel {want.ones} is not a padding kernel of "
+                                  f"{want.layout}")
+        es = want.layout.dtype.itemsize
+        return SR.relayout_pieces((*bshape, 1, k), [SR.AxisMap(0)] * len(want.shape), dst_all,
+                                  es, es, MAX_RANK, (*[0] * len(bshape), want.ones, 0))
 
     def _strided_pack(self, use: Use, want: CubeForm) -> Tensor | None:
         """Rows -> cube for the whole value at once: one item per index of the use's leading

@@ -11,7 +11,9 @@ in fp32 (``is_deferred_product``: pipeline.py's ``fp32_values``, rules/contract.
 it by the split reciprocal of s in one NPU pass per head (rules/eltwise_vectors.py,
 ``deferred_division_calls``), or divides on the host in f32 where that pass does not fit: no
 value of the rewritten graph is narrower than in the original, and the quotient is rounded to
-fp16 once, where the original rounded the probabilities and then the product.
+fp16 once, where the original rounded the probabilities and then the product. Where ``s`` has
+no other reader, the lowering takes it from a ones kernel of the product itself (``e @ [v |
+1]``, lowering/rules/row_sum.py) instead of a separate pass over ``e``.
 
 Matched: a ``softmax`` over the last axis whose only user is a ``dot_general`` taking it as the
 lhs and contracting that axis. The division keeps the dot's result value, so nothing

@@ -66,6 +66,9 @@ class WeightForm:
     layout: Any                       # layouts.WeightLayout
     shape: tuple[int, ...]            # (N, K) or (batch, N, K)
     stride: int = 0                   # bytes between batch elements
+    # a padding kernel whose K real channels hold 1.0 (its output column is the row sum of
+    # the feature operand: rules/row_sum.py); None: every padding kernel is zero
+    ones: int | None = None
 
     @property
     def nbytes(self) -> int:
@@ -195,6 +198,10 @@ class RuleResult:
     parallel: bool = False         # the calls are independent: merge their NPU steps
     view: ViewResult | None = None
     note: str = ""
+    # other values the calls' outputs hold: (value, holder value, holder-relative form,
+    # byte offset in the holder's tensor); the pipeline registers them, no call of their own
+    # (a deferred softmax's row sums in its product's ones column: rules/row_sum.py)
+    also: tuple[tuple[Value, Value, "Form", int], ...] = ()
 
 
 @dataclass
@@ -217,6 +224,8 @@ class RuleContext:
     # values the range plan has the NPU write in fp32 (a deferred softmax's e @ v, whose fp16
     # form could overflow where its quotient does not: ir/passes/softmax_dot.py)
     fp32_values: frozenset[int] = frozenset()
+    # product value id -> the row-sum value its ones column provides (rules/row_sum.py)
+    row_sums: Mapping[int, Value] = field(default_factory=dict)
 
     def const(self, v: Value) -> np.ndarray | None:
         return self.consts.get(v.id)

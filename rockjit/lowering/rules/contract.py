@@ -18,12 +18,27 @@ from ...ir.ops import Op
 from ...ir.types import DType
 from ...weight_timing import timed
 from ..regcmd import LoweringError
-from .base import NoNpuForm, OpCall, RuleContext, RuleResult, Use, npu_dtype_of
+from .base import NoNpuForm, OpCall, RuleContext, RuleResult, Use, WeightForm, npu_dtype_of
+from .row_sum import row_sum_column
 
 
 def lower_dot_general(ctx: RuleContext) -> RuleResult:
     lhs, rhs = ctx.node.inputs
-    return RuleResult([_matmul_call(ctx, lhs, rhs, ctx.node.out, ctx.node.attrs)])
+    out = ctx.node.out
+    s = ctx.row_sums.get(out.id)
+    why = ""
+    if s is not None and out.id in ctx.fp32_values and \
+            not (ctx.sliced is not None and ctx.sliced(out)):
+        also: list = []
+        try:
+            call = _matmul_call(ctx, lhs, rhs, out, ctx.node.attrs, row_sum=(s, also))
+            return RuleResult([call], also=tuple(also),
+                              note=f"the row sums %{s.id} from a ones kernel (rules/row_sum.py)")
+        except NoNpuForm as e:
+            # the widened product has no form (e.g. its tiles no longer fit): the plain
+            # product, and the row sums by their own pass
+            why = f"no ones kernel for the row sums %{s.id}: {e}"
+    return RuleResult([_matmul_call(ctx, lhs, rhs, out, ctx.node.attrs)], note=why)
 
 
 def lower_matmul_epilogue(ctx: RuleContext) -> RuleResult:
@@ -76,8 +91,10 @@ def epilogue_accepts(dot, bias) -> bool:
             and tuple(a["lhs_batch"]) == tuple(range(nb)) == tuple(a["rhs_batch"]))
 
 
-def _matmul_call(ctx: RuleContext, lhs, rhs, out, attrs, bias: np.ndarray | None = None
-                 ) -> OpCall:
+def _matmul_call(ctx: RuleContext, lhs, rhs, out, attrs, bias: np.ndarray | None = None,
+                 row_sum: tuple | None = None) -> OpCall:
+    """``row_sum`` = (the row-sum value, a list the call appends its ``also`` entry to):
+    the rhs widened by a ones kernel whose output column is that value (rules/row_sum.py)."""
     from ..emitters import matmul as mm
 
     for v in (lhs, rhs):
@@ -126,8 +143,18 @@ def _matmul_call(ctx: RuleContext, lhs, rhs, out, attrs, bias: np.ndarray | None
             ctx.profile.input(DType.F16).k_align
         ep = None if bias is None else mm.MatmulEpilogue(bias=bias.astype(np.float16))
         out_dt = DType.F32 if out.id in ctx.fp32_values and bias is None else DType.F16
-        prog = mm.build_matmul(m, k, n, DType.F16, out_dt, ctx.profile, batch=batch, b=w,
-                               out_channel_align=align, name=f"mm{out.id}", epilogue=ep)
+        col = None if row_sum is None or bias is not None or out_dt is not DType.F32 else \
+            row_sum_column(n, align or 1)
+        if col is not None:
+            # the ones kernel right after the product's own padded kernels; no further
+            # output padding: the column is read by the host tail only
+            if w is not None:
+                w = col.weights(w, n)
+            prog = mm.build_matmul(m, k, col.kernels, DType.F16, out_dt, ctx.profile,
+                                   batch=batch, b=w, name=f"mm{out.id}")
+        else:
+            prog = mm.build_matmul(m, k, n, DType.F16, out_dt, ctx.profile, batch=batch, b=w,
+                                   out_channel_align=align, name=f"mm{out.id}", epilogue=ep)
         emitter = "matmul.lower_matmul"
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None
@@ -135,8 +162,22 @@ def _matmul_call(ctx: RuleContext, lhs, rhs, out, attrs, bias: np.ndarray | None
     if w is None:
         ops.append(Use(rhs, (), b_perm, bshape + (n, k)))
     plus = "" if bias is None else " + bias"
-    return OpCall(prog, tuple(ops), (Use(out, (), None, bshape + (m, n)),),
-                  label=f"matmul {batch}x{m}x{k}x{n}{plus}", emitter=emitter)
+    res = Use(out, (), None, bshape + (m, n))
+    if col is None:
+        return OpCall(prog, tuple(ops), (res,), label=f"matmul {batch}x{m}x{k}x{n}{plus}",
+                      emitter=emitter)
+    c = prog.buffer("c")
+    item = c.nbytes // batch
+    forms_in = None
+    if w is None:
+        b = prog.buffer("b")
+        forms_in = (None, WeightForm(b.layout, bshape + (n, k), b.nbytes // batch
+                                     if batch > 1 else 0, ones=col.n_pad))
+    s_form, s_off = col.sum_form(c.layout, m, batch, item)
+    row_sum[1].append((row_sum[0], out, s_form, s_off))
+    return OpCall(prog, tuple(ops), (res,), label=f"matmul {batch}x{m}x{k}x{n} + row sum",
+                  emitter=emitter + " + ones kernel (row sum)", forms_in=forms_in,
+                  forms_out=(col.product_form(c.layout, bshape + (m, n), batch, item),))
 
 
 RULES = {Op.DOT_GENERAL: lower_dot_general, Op.MATMUL_EPILOGUE: lower_matmul_epilogue}
