@@ -45,7 +45,8 @@ def host_runs(b: "ImageBuilder", ci: int, hs: HostStep) -> list[tuple[str, Run]]
         sl = hs.operands[opname]
         bo, base = names[sl.buffer]
         if bo == b.arena_c[0] and sl.nbytes > 0:
-            out.append((opname, (base + sl.offset, 1, sl.nbytes, sl.nbytes)))
+            off, pieces, pitch, chunk = hs.footprint(opname)
+            out.append((opname, (base + off, pieces, pitch, chunk)))
     return out
 
 

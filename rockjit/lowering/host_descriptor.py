@@ -95,3 +95,23 @@ def view_span(shape: Sequence[int], offset: int, strides: Sequence[int]) -> tupl
         span = (int(n) - 1) * int(s)
         lo, hi = (lo + span, hi) if span < 0 else (lo, hi + span)
     return lo, hi
+
+
+def view_run(shape: Sequence[int], offset: int, strides: Sequence[int],
+             esize: int) -> tuple[int, int, int, int] | None:
+    """The bytes a view reads or writes as one strided run (byte offset, pieces, pitch, chunk):
+    its widest-strided axis as the pieces, everything inside one piece as the chunk (the span
+    of the other axes). None where that would not cover the view exactly enough to be worth it
+    (a negative stride, or pieces that overlap) or the shape is empty."""
+    dims = [(int(s), int(n)) for n, s in zip(shape, strides) if int(n) > 1 and int(s) != 0]
+    if any(int(n) == 0 for n in shape) or any(s < 0 for s, _ in dims):
+        return None
+    if not dims:
+        return int(offset) * esize, 1, esize, esize
+    dims.sort(reverse=True)
+    (pitch, pieces), inner = dims[0], dims[1:]
+    chunk = (sum((n - 1) * s for s, n in inner) + 1) * esize
+    if chunk >= pitch * esize:
+        span = (sum((n - 1) * s for s, n in dims) + 1) * esize
+        return int(offset) * esize, 1, span, span
+    return int(offset) * esize, pieces, pitch * esize, chunk

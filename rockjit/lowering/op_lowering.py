@@ -98,6 +98,16 @@ class HostStep:
             return int(p["kernels"] * p["channels"] * p["kh"] * p["kw"] * p["esize"])
         return sum(s.nbytes for s in self.operands.values())
 
+    def footprint(self, opname: str) -> tuple[int, int, int, int]:
+        """The bytes of operand ``opname``'s buffer the step touches, as a strided run (byte
+        offset in the buffer, pieces, pitch, chunk): what a strided step declares (``runs``,
+        by buffer name), else the operand's whole slice."""
+        sl = self.operands[opname]
+        run = self.params.get("runs", {}).get(sl.buffer)
+        if run is not None:
+            return run
+        return sl.offset, 1, sl.nbytes, sl.nbytes
+
 
 Step = Union[NpuStep, HostStep]
 

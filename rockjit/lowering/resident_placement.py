@@ -256,8 +256,9 @@ def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], Job
             sl = hs.operands[opname]
             bound = b.calls[ci].binding.get(sl.buffer)
             if bound is not None and bound[0] in arena and sl.nbytes > 0:
-                lo = ((bound[0] + 1) << _SHIFT) + bound[1] + sl.offset
-                out.append((opname, (lo, 1, sl.nbytes, sl.nbytes)))
+                off, pieces, pitch, chunk = hs.footprint(opname)
+                lo = ((bound[0] + 1) << _SHIFT) + bound[1] + off
+                out.append((opname, (lo, pieces, pitch, chunk)))
         return out
 
     desc: list = []
