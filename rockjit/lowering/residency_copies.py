@@ -79,6 +79,12 @@ class ContextResidency:
         """A write by context ``ctx``: only it holds the new value."""
         self._view(run)[...] = np.uint8(1 << ctx)
 
+    def mark(self, run: Run, ctx: int) -> None:
+        """``bring``'s effect on the state without the copies: every byte of the run current
+        in ``ctx`` too (placement only counts bytes; the walk plans the copies)."""
+        v = self._view(run)
+        np.bitwise_or(v, np.uint8(1 << ctx), out=v)
+
     # ----------------------------------------------------------------- queries
     def holder(self, run: Run, prefer: int = 0) -> int | None:
         """A context holding every byte of the run (``prefer`` first), or None."""

@@ -82,7 +82,7 @@ class BufferResidency:
             if whole:
                 self.uniform[bid] = u | 1 << ctx
                 return
-        self._res(bid).bring(r, ctx)
+        self._res(bid).mark(r, ctx)
 
     def write(self, run: Run, ctx: int) -> None:
         bid, r, whole = self._split(run)
