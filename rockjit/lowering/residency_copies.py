@@ -38,6 +38,7 @@ class ContextResidency:
         self.all = np.uint8(sum(1 << c for c in self.contexts))
         self.mask = np.full(-(-int(nbytes) // self.grain), self.all, np.uint8)
         self._views: dict[Run, np.ndarray] = {}
+        self._planned: dict[tuple, list[tuple[int, int, int, int, int]]] = {}
 
     # ----------------------------------------------------------------- views
     def _cells(self, run: Run) -> Run:
@@ -119,15 +120,29 @@ class ContextResidency:
         common = int(np.bitwise_and.reduce(v, axis=None))
         if common & bit:     # the usual case, in one pass without a temporary
             return []
-        g = self.grain
         lo, pieces, pitch, chunk = self._cells(run)
+        # the copies depend only on the run's shape and its cells' bits, which repeat layer
+        # after layer at other offsets: planned once per pattern, relative to the run's start
+        key = (pieces, pitch, chunk, ctx, v.tobytes())
+        rel = self._planned.get(key)
+        if rel is None:
+            rel = self._planned[key] = self._plan(v, ctx, common, pieces, pitch, run)
+        np.bitwise_or(v, bit, out=v)    # every byte is now current in ctx (all were needed
+        g, base = self.grain, lo * self.grain   # or held)
+        return [(src, (base + a * g, n, p * g, c * g)) for src, a, n, p, c in rel]
+
+    def _plan(self, v: np.ndarray, ctx: int, common: int, pieces: int, pitch: int, run: Run
+              ) -> list[tuple[int, int, int, int, int]]:
+        """``bring``'s copies of a run whose cells are ``v`` (not modified), as (source,
+        first cell relative to the run's, pieces, pitch, chunk) in cells."""
+        bit = np.uint8(1 << ctx)
+        chunk = v.shape[1]
         need = (v & bit) == 0
         if need.all():
             src = next((c for c in self.contexts if common & (1 << c)), None)
             if src is not None:     # one context holds it all: the run itself
-                v |= bit
-                return [(src, (lo * g, pieces, pitch * g, chunk * g))]
-        copies: list[tuple[int, Run]] = []
+                return [(src, 0, pieces, pitch, chunk)]
+        copies: list[tuple[int, int, int, int, int]] = []
         # a source holding all the needed bytes first (one source: fewer, longer runs)
         held = {c: (v & np.uint8(1 << c)) != 0 for c in self.contexts if c != ctx}
         order = sorted(held, key=lambda c: (not bool((need <= held[c]).all()), c))
@@ -138,16 +153,15 @@ class ContextResidency:
             take = need & has
             if not take.any():
                 continue
-            runs = _runs_of(take, lo, pitch)
+            runs = _runs_of(take, 0, pitch)
             if len(runs) > 1:
                 # pieces the source holds whole may move whole (their other bytes are current
                 # in both, so equal) when that takes fewer copy steps
                 moved = take.copy()
                 moved[take.any(axis=1) & has.all(axis=1)] = True
-                wide = _runs_of(moved, lo, pitch)
+                wide = _runs_of(moved, 0, pitch)
                 runs = wide if len(wide) < len(runs) else runs
-            copies.extend((src, (a * g, n, p * g, c * g)) for a, n, p, c in runs)
-            np.bitwise_or(v, bit, out=v, where=take)
+            copies.extend((src, a, n, p, c) for a, n, p, c in runs)
             need &= ~take
         if need.any():  # every byte is current somewhere: a write sets one bit, reset all
             raise AssertionError(f"run {run}: bytes current in no context")
