@@ -123,6 +123,8 @@ class ResidentPlacement:
         # a job's modelled time on its own, by the identity of its cost jobs (the layers share
         # them: cost_jobs_once); the tuple is kept so its id is not reused
         self._alone: dict[int, tuple[float, tuple]] = {}
+        # ids are of cost job tuples held by ``_alone``
+        self._option: dict[tuple, float] = {}
 
     def _job_ms(self, jobs: tuple) -> float:
         hit = self._alone.get(id(jobs))
@@ -173,8 +175,9 @@ class ResidentPlacement:
         choice = None
         assign = [0] * len(jobs)
         ctxs = range(cores)
-        miss = {r: self.res.missing(r, ctxs) for sj in jobs for r in sj.reads} \
-            if cores > 1 else {}
+        # the jobs of a step often read the same runs (a head's jobs, one input)
+        miss = {r: self.res.missing(r, ctxs)
+                for r in dict.fromkeys(r for sj in jobs for r in sj.reads)} if cores > 1 else {}
         back = [sum(self._back(w) for w in sj.writes) for sj in jobs] if cores > 1 else []
         if len(jobs) == 1 and cores > 1:
             # one job costs the same on any core: it goes where its data is (context 0 on
@@ -182,26 +185,39 @@ class ResidentPlacement:
             assign = [self._assign(jobs, cores, [1.0], miss, back, balance=False)[0][0]]
         elif top > 1:
             times = [self._job_ms(sj.jobs) for sj in jobs]
+            ids = tuple(id(sj.jobs) for sj in jobs)
             ms: dict[int, float] = {}
             nbytes: dict[int, int] = {}
             options: dict[int, list[int]] = {}
             for k in range(1, top + 1):
                 options[k], copied = self._assign(jobs, k, times, miss, back)
-                cj = [CostJob(c, j.tasks, j.kicks) for sj, c in zip(jobs, options[k])
-                      for j in sj.jobs]
-                ms[k] = _step_ms(cj, copied, self.c)
+                ms[k] = self._option_ms(jobs, ids, options[k], copied)
                 nbytes[k] = sum(copied)
             best = min(ms, key=lambda k: (ms[k], k))
             assign = options[best]
             choice = CoreChoice(step, label, len(jobs), best, top, ms, nbytes, tuple(assign))
+        brought: set[tuple[Run, int]] = set()
         for sj, c in zip(jobs, assign):
-            for r in dict.fromkeys(sj.reads):
-                if r not in miss or miss[r][c]:     # a run found current stays current
+            for r in sj.reads:
+                # a run found current stays current; one brought stays brought
+                if (r not in miss or miss[r][c]) and (r, c) not in brought:
+                    brought.add((r, c))
                     self.res.bring(r, c)
         for sj, c in zip(jobs, assign):
             for w in sj.writes:
                 self.res.write(w, c)
         return assign, choice
+
+    def _option_ms(self, jobs: Sequence[StepJob], ids: tuple[int, ...], assign: list[int],
+                   copied: list[int]) -> float:
+        """The modelled ms of the step's jobs on ``assign``'s cores with ``copied`` bytes
+        copied first, once per (jobs, assignment, copies): the layers repeat their steps."""
+        key = (ids, tuple(assign), tuple(copied))
+        hit = self._option.get(key)
+        if hit is None:
+            cj = [CostJob(c, j.tasks, j.kicks) for sj, c in zip(jobs, assign) for j in sj.jobs]
+            hit = self._option[key] = _step_ms(cj, copied, self.c)
+        return hit
 
     def host_step(self, runs: Sequence[tuple[str, Run]]) -> None:
         """A host step's operands (its output "dst" last), as context_copies reads them."""
