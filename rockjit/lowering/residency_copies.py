@@ -39,6 +39,7 @@ class ContextResidency:
         self.mask = np.full(-(-int(nbytes) // self.grain), self.all, np.uint8)
         self._views: dict[Run, np.ndarray] = {}
         self._planned: dict[tuple, list[tuple[int, int, int, int, int]]] = {}
+        self._missing: dict[tuple, list[int]] = {}
 
     # ----------------------------------------------------------------- views
     def _cells(self, run: Run) -> Run:
@@ -99,17 +100,22 @@ class ContextResidency:
         """Per context, the bytes of the run whose current value it does not hold (what
         ``bring`` would copy), without recording anything."""
         v = self._view(run)
-        common = int(np.bitwise_and.reduce(v, axis=None))
-        some = int(np.bitwise_or.reduce(v, axis=None))
-        out = []
-        for c in contexts:
-            if common & (1 << c):
-                out.append(0)
-            elif not some & (1 << c):
-                out.append(v.size * self.grain)
-            else:
-                out.append(int(np.count_nonzero((v & np.uint8(1 << c)) == 0)) * self.grain)
-        return out
+        # a function of the cells' bits, which repeat layer after layer at other offsets
+        key = (v.shape, v.tobytes(), tuple(contexts))
+        hit = self._missing.get(key)
+        if hit is None:
+            common = int(np.bitwise_and.reduce(v, axis=None))
+            some = int(np.bitwise_or.reduce(v, axis=None))
+            hit = []
+            for c in contexts:
+                if common & (1 << c):
+                    hit.append(0)
+                elif not some & (1 << c):
+                    hit.append(v.size * self.grain)
+                else:
+                    hit.append(int(np.count_nonzero((v & np.uint8(1 << c)) == 0)) * self.grain)
+            self._missing[key] = hit
+        return list(hit)
 
     def bring(self, run: Run, ctx: int) -> list[tuple[int, Run]]:
         """The copies (source context, run) that make every byte of ``run`` current in

@@ -142,28 +142,27 @@ class ResidentPlacement:
             return run[1] * run[3]
         return 0
 
-    def _assign(self, jobs: Sequence[StepJob], k: int, times: list[float],
-                miss: dict[Run, list[int]], back: list[int], balance: bool = True
-                ) -> tuple[list[int], list[int]]:
-        """(core per job, copied bytes per core) for ``k`` cores; ``miss``: per read run, the
-        bytes each core lacks (the state does not change while a step is decided); ``back``:
-        per job, the bytes its writes on a core > 0 will cost later (``_back``)."""
-        n = len(jobs)
+    def _assign(self, lacking: list[list[tuple[Run, list[int]]]], k: int, times: list[float],
+                back: list[int], balance: bool = True) -> tuple[list[int], list[int]]:
+        """(core per job, copied bytes per core) for ``k`` cores; ``lacking``: per job, its
+        distinct read runs some core lacks bytes of, with the bytes each core lacks (the state
+        does not change while a step is decided; a run no core lacks never adds a byte);
+        ``back``: per job, the bytes its writes on a core > 0 will cost later (``_back``)."""
+        n = len(lacking)
         cap = sum(times) / k + max(times) / 2 if balance else float("inf")
         load = [0.0] * k
         brought: list[set[Run]] = [set() for _ in range(k)]
         copied = [0] * k
         cores: list[int] = []
-        for i, sj in enumerate(jobs):
+        for i, reads in enumerate(lacking):
             block = i * k // n if balance else 0
-            reads = [(r, miss[r]) for r in dict.fromkeys(sj.reads)]
             need = [sum(m[c] for r, m in reads if r not in brought[c]) + (back[i] if c else 0)
-                    for c in range(k)]
+                    for c in range(k)] if reads else [back[i] if c else 0 for c in range(k)]
             fits = [c for c in range(k) if load[c] + times[i] <= cap] or list(range(k))
             best = min(fits, key=lambda c: (need[c], c != block, load[c], c))
             cores.append(best)
             load[best] += times[i]
-            brought[best].update(sj.reads)
+            brought[best].update(r for r, _ in reads)
             copied[best] += need[best]
         return cores, copied
 
@@ -179,10 +178,12 @@ class ResidentPlacement:
         miss = {r: self.res.missing(r, ctxs)
                 for r in dict.fromkeys(r for sj in jobs for r in sj.reads)} if cores > 1 else {}
         back = [sum(self._back(w) for w in sj.writes) for sj in jobs] if cores > 1 else []
+        lacking = [[(r, m) for r in dict.fromkeys(sj.reads) if any(m := miss[r])]
+                   for sj in jobs] if cores > 1 else []
         if len(jobs) == 1 and cores > 1:
             # one job costs the same on any core: it goes where its data is (context 0 on
             # a tie); coalesce runs such neighbours side by side
-            assign = [self._assign(jobs, cores, [1.0], miss, back, balance=False)[0][0]]
+            assign = [self._assign(lacking, cores, [1.0], back, balance=False)[0][0]]
         elif top > 1:
             times = [self._job_ms(sj.jobs) for sj in jobs]
             ids = tuple(id(sj.jobs) for sj in jobs)
@@ -190,7 +191,7 @@ class ResidentPlacement:
             nbytes: dict[int, int] = {}
             options: dict[int, list[int]] = {}
             for k in range(1, top + 1):
-                options[k], copied = self._assign(jobs, k, times, miss, back)
+                options[k], copied = self._assign(lacking, k, times, back)
                 ms[k] = self._option_ms(jobs, ids, options[k], copied)
                 nbytes[k] = sum(copied)
             best = min(ms, key=lambda k: (ms[k], k))
@@ -233,10 +234,20 @@ class ResidentPlacement:
 def _step_jobs(b: "ImageBuilder", st: ScheduledStep, costed: dict) -> list[StepJob]:
     """The step's jobs as placement sees them (a lone job's cost is never asked; the layers'
     calls share their jobs, each costed once: ``costed``)."""
-    return [StepJob(cost_jobs_once(costed, jr.job, b.calls[jr.call].call.lowering.macs_per_task)
+    return [StepJob(_cost_jobs(costed, jr.job, b.calls[jr.call].call.lowering)
                     if len(st.jobs) > 1 else (),
                     tuple(b._ranges(jr, "r", placed=False)),
                     tuple(b._ranges(jr, "w", placed=False))) for jr in st.jobs]
+
+
+def _cost_jobs(costed: dict, job, lowering) -> tuple:
+    """cost_jobs_once with the op's MACs per task, both remembered by identity (the per-task
+    MACs sum every task of the op: once per op lowering, which the layers share)."""
+    key = ("op", id(job), id(lowering))   # apart from cost_jobs_once's (id, macs) keys
+    hit = costed.get(key)
+    if hit is None:
+        hit = costed[key] = (cost_jobs_once(costed, job, lowering.macs_per_task), job, lowering)
+    return hit[0]
 
 
 def _place_eager(b: "ImageBuilder") -> list[CoreChoice]:
