@@ -58,6 +58,7 @@ from .arith import round_up
 from .memory import ArenaPlan, BufReq, check_plan, plan_arena
 from .op_lowering import HostStep
 from .placement import CoreChoice
+from .regcmd_image import words_and_relocations
 from .resident_placement import place
 from .schedule import JobRef, ScheduledStep, call_spans, schedule
 
@@ -268,38 +269,14 @@ class ImageBuilder:
         return names
 
     def _words_and_relocations(self) -> None:
-        """One word array per regcmd BO (unwritten gaps are zero) + the relocations."""
-        words_of = {c: np.zeros(self.bos[self.regcmd_c[c]].size // 8, dtype="<u8")
-                    for c in self.used}
-        relocs: list[tuple[int, int, int, int, int]] = []
-        written: set[tuple[int, int, int]] = set()
-        # a kick reused by several calls (compile_cache.py: the layers share programs) is
-        # converted to words once
-        as_words: dict[int, tuple[object, np.ndarray, list]] = {}
-        for st in self.steps:
-            for jr in st.jobs:
-                names = self._names_for(jr.call, jr.core)
-                for kick in jr.job.kicks:
-                    key = (jr.core, jr.call, kick.base_offset)
-                    if key in written:
-                        continue
-                    written.add(key)
-                    bo, base = names[kick.regcmd_buffer]
-                    start = base + kick.base_offset
-                    assert start % 8 == 0 and bo == self.regcmd_c[jr.core]
-                    hit = as_words.get(id(kick))
-                    if hit is None:
-                        hit = as_words[id(kick)] = (kick, np.asarray(kick.words, dtype="<u8"), [
-                            (wi, rel.buffer, rel.offset) for wi, rel in kick.relocs.items()])
-                    w, s8 = hit[1], start // 8
-                    words_of[jr.core][s8:s8 + w.size] = w
-                    relocs += [(bo, s8 + wi, names[b][0], names[b][1] + off, 0)
-                               for wi, b, off in hit[2]]
+        """One word array per regcmd BO (unwritten gaps are zero) + the relocations
+        (regcmd_image.py)."""
+        words_of, relocs = words_and_relocations(self)
         self.words: list[Words] = []
         for c in self.used:
             self.arrays[f"regcmd{c}"] = words_of[c]
             self.words.append(Words(self.regcmd_c[c], 0, f"regcmd{c}"))
-        self.arrays["relocs"] = np.asarray(relocs, dtype=np.uint64).reshape(-1, 5)
+        self.arrays["relocs"] = relocs
 
     def _sources(self) -> None:
         """The user's file:line of each call's op (from the placement decisions), keyed on the
