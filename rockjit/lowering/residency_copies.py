@@ -180,6 +180,16 @@ def grain_of(values: Iterable[int]) -> int:
     return max(int(np.gcd.reduce(a)) if a.size else 0, 1)
 
 
+def grain_of_runs(runs: Sequence[Run], extra: Iterable[int] = (), low_bits: int = 0) -> int:
+    """``grain_of`` every run's start, chunk and (when it has several pieces) pitch, and of
+    ``extra``; ``low_bits``: only the start's low bits count (an unplaced start's high bits
+    name its buffer, resident_placement.py)."""
+    a = np.array(runs, np.int64).reshape(-1, 4)
+    lo = a[:, 0] & ((1 << low_bits) - 1) if low_bits else a[:, 0]
+    return grain_of(np.concatenate((lo, a[:, 3], np.where(a[:, 1] > 1, a[:, 2], 0),
+                                    np.fromiter(extra, np.int64))))
+
+
 def _runs_of(take: np.ndarray, lo: int, pitch: int) -> list[Run]:
     """The true bytes of a (pieces, chunk) mask as few strided runs: consecutive whole pieces
     as one run; in the other pieces, equal intervals of consecutive pieces merged into one

@@ -30,7 +30,7 @@ from .. import cost
 from ..cost import Constants, CostHostStep, CostJob, CostNpuStep, CostProgram
 from ..cost.from_program import cost_jobs_once
 from .placement import CoreChoice, StepJob, choose
-from .residency_copies import ContextResidency, Run, grain_of
+from .residency_copies import ContextResidency, Run, grain_of_runs
 from .schedule import ScheduledStep
 
 if TYPE_CHECKING:
@@ -301,8 +301,7 @@ def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], Job
         desc.append(_step_jobs(b, st, costed))
     allruns = [r for d in desc for x in d for r in
                ((x[1],) if isinstance(x, tuple) else (*x.reads, *x.writes))]
-    grain = grain_of([v for lo, pieces, pitch, chunk in allruns
-                      for v in (lo & ((1 << _SHIFT) - 1), chunk, pitch if pieces > 1 else 0)])
+    grain = grain_of_runs(allruns, low_bits=_SHIFT)
     res = BufferResidency(arena, list(range(b.ncores)), grain)
     outputs = {bd.tensor.buf for bd in b.lowered.outputs}
     for bd in b.lowered.inputs:
