@@ -27,9 +27,12 @@ Run = tuple[int, int, int, int]   # (start, pieces, pitch, chunk): bytes of the 
 class ContextResidency:
     """Per arena cell, the set of contexts (bits) holding its current value."""
 
-    def __init__(self, nbytes: int, contexts: Sequence[int], grain: int = 1) -> None:
+    def __init__(self, nbytes: int, contexts: Sequence[int], grain: int = 1,
+                 memo: dict | None = None) -> None:
         """``grain``: bytes per mask cell, a divisor of every run's start, pitch and chunk
-        (``grain_of``); the arena's runs are mostly 16-byte atoms, so cells save work."""
+        (``grain_of``); the arena's runs are mostly 16-byte atoms, so cells save work.
+        ``memo``: shared by residencies whose runs repeat (one per buffer of a model's
+        layers, resident_placement.py): what depends only on a run's shape and bits."""
         if max(contexts) >= 8:
             raise ValueError(f"contexts {list(contexts)}: the residency mask holds 8 contexts "
                              f"per byte (RK3588 has 3 NPU cores)")
@@ -38,11 +41,21 @@ class ContextResidency:
         self.all = np.uint8(sum(1 << c for c in self.contexts))
         self.mask = np.full(-(-int(nbytes) // self.grain), self.all, np.uint8)
         self._views: dict[Run, np.ndarray] = {}
-        self._planned: dict[tuple, list[tuple[int, int, int, int, int]]] = {}
-        self._missing: dict[tuple, list[int]] = {}
+        shared = (memo if memo is not None else {}).setdefault(
+            (self.grain, tuple(self.contexts)), ({}, {}, {}))
+        self._planned: dict[tuple, list[tuple[int, int, int, int, int]]] = shared[0]
+        self._missing: dict[tuple, list[int]] = shared[1]
+        self._cells_of: dict[tuple[Run, int], Run] = shared[2]
 
     # ----------------------------------------------------------------- views
     def _cells(self, run: Run) -> Run:
+        key = (run, self.mask.size)
+        hit = self._cells_of.get(key)
+        if hit is None:
+            hit = self._cells_of[key] = self._to_cells(run)
+        return hit
+
+    def _to_cells(self, run: Run) -> Run:
         lo, pieces, pitch, chunk = map(int, run)
         if pieces <= 1:
             pitch = chunk

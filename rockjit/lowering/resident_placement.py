@@ -50,6 +50,7 @@ class BufferResidency:
         self.all = sum(1 << c for c in self.contexts)
         self.uniform: dict[int, int] = {}
         self.per: dict[int, ContextResidency] = {}
+        self.memo: dict = {}    # shared by the buffers' residencies (their runs repeat)
 
     def _split(self, run: Run) -> tuple[int, Run, bool]:
         """(buffer, the run inside it, whether it covers the whole buffer)."""
@@ -62,7 +63,7 @@ class BufferResidency:
         res = self.per.get(bid)
         if res is None:
             res = self.per[bid] = ContextResidency(self.sizes[bid] + _SLACK, self.contexts,
-                                                   self.grain)
+                                                   self.grain, self.memo)
             res.mask[:] = self.uniform.pop(bid, self.all)
         return res
 
