@@ -23,7 +23,7 @@ from .host_rules import HostView, host_op_step
 from .lowered import Boundary
 from .op_lowering import HostStep
 from .regcmd import LoweringError
-from .residency_copies import ContextResidency, Run, grain_of
+from .residency_copies import ContextResidency, Run, grain_of_runs
 from .schedule import ScheduledStep
 
 if TYPE_CHECKING:
@@ -78,11 +78,14 @@ class ResidencyWalk:
         self.ranges = {id(jr): (placed(unplaced[id(jr)][0]), placed(unplaced[id(jr)][1]))
                        if id(jr) in unplaced else (b._ranges(jr, "r"), b._ranges(jr, "w"))
                        for st in b.steps for jr in st.jobs}
+        # each host step's operands, asked of the builder once (by call: the layers' calls
+        # share their host steps)
+        self.host = {(st.host[0], id(st.host[1])): host_runs(b, *st.host)
+                     for st in b.steps if st.kind != "npu"}
         runs = [r for rw in self.ranges.values() for rs in rw for r in rs]
-        runs += [r for st in b.steps if st.kind != "npu" for _, r in host_runs(b, *st.host)]
-        grain = grain_of([v for lo, pieces, pitch, chunk in runs + boundary
-                          for v in (lo, chunk, pitch if pieces > 1 else 0)]
-                         + [v for bs in self.births.values() for lohi in bs for v in lohi])
+        runs += [r for hr in self.host.values() for _, r in hr]
+        grain = grain_of_runs(runs + boundary,
+                              [v for bs in self.births.values() for lohi in bs for v in lohi])
         self.res = ContextResidency(b.arena_bytes, b.used, grain)
         for bd in b.lowered.inputs:
             if (run := boundary_run(b, bd)) is not None:
@@ -161,7 +164,7 @@ class ResidencyWalk:
             self._born(li)
         ci, hs = st.host
         where: dict[str, int] = {}
-        for opname, run in host_runs(self.b, ci, hs):
+        for opname, run in self.host[(ci, id(hs))]:
             ctx = self.res.holder(run)
             if ctx is None:
                 self.bring(run, 0)

@@ -50,6 +50,7 @@ from .bounds import check_bo
 from .coalesce import coalesce
 from .context_copies import ResidencyWalk, cross_context_copy, eager_copies
 from .image_stats import program_stats
+from .job_shapes import job_shape
 from .host_rules import DESC_BYTES
 from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
@@ -57,8 +58,9 @@ from .arith import round_up
 from .memory import ArenaPlan, BufReq, check_plan, plan_arena
 from .op_lowering import HostStep
 from .placement import CoreChoice
+from .regcmd_image import words_and_relocations
 from .resident_placement import place
-from .schedule import JobRef, ScheduledStep, call_spans, runtime_jobs, schedule
+from .schedule import JobRef, ScheduledStep, call_spans, schedule
 
 _ARENA_SLACK = 4096  # emitters may read a padded span past the last tensor
 
@@ -83,6 +85,7 @@ class ImageBuilder:
         self._check_sizes()
         self._make_bos()
         self._uploads()
+        self._names_of: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
         # host steps resolve names in context 0
         self._names = [self._names_for(ci, 0) for ci in range(len(self.calls))]
         self._words_and_relocations()
@@ -146,6 +149,8 @@ class ImageBuilder:
         self.ncores = max(1, min(self.cores, contexts if contexts is not None else self.cores))
         self._host_scratch: set[tuple[int, str]] = set()
         self._private_of: dict[tuple[int, str], bool] = {}
+        self._slot_of: dict[tuple[int, str], tuple[int, int] | None] = {}
+        self._shapes: dict = {}     # job_shapes.py
         for st in self.steps:
             if st.kind == "host":
                 ci, hs = st.host
@@ -249,8 +254,12 @@ class ImageBuilder:
                                                     bf.size))
 
     def _names_for(self, ci: int, core: int) -> dict[str, tuple[int, int]]:
-        """A call's buffer names -> (BO, byte offset) in a context."""
-        names = {}
+        """A call's buffer names -> (BO, byte offset) in a context (once per call and
+        context: the BOs and offsets are final when it is first asked; not to be changed)."""
+        names = self._names_of.get((ci, core))
+        if names is not None:
+            return names
+        names = self._names_of[(ci, core)] = {}
         for name, (bid, off) in self.calls[ci].binding.items():
             bo, base = self._where(bid, core)
             names[name] = (bo, base + off)
@@ -260,38 +269,14 @@ class ImageBuilder:
         return names
 
     def _words_and_relocations(self) -> None:
-        """One word array per regcmd BO (unwritten gaps are zero) + the relocations."""
-        words_of = {c: np.zeros(self.bos[self.regcmd_c[c]].size // 8, dtype="<u8")
-                    for c in self.used}
-        relocs: list[tuple[int, int, int, int, int]] = []
-        written: set[tuple[int, int, int]] = set()
-        # a kick reused by several calls (compile_cache.py: the layers share programs) is
-        # converted to words once
-        as_words: dict[int, tuple[object, np.ndarray, list]] = {}
-        for st in self.steps:
-            for jr in st.jobs:
-                names = self._names_for(jr.call, jr.core)
-                for kick in jr.job.kicks:
-                    key = (jr.core, jr.call, kick.base_offset)
-                    if key in written:
-                        continue
-                    written.add(key)
-                    bo, base = names[kick.regcmd_buffer]
-                    start = base + kick.base_offset
-                    assert start % 8 == 0 and bo == self.regcmd_c[jr.core]
-                    hit = as_words.get(id(kick))
-                    if hit is None:
-                        hit = as_words[id(kick)] = (kick, np.asarray(kick.words, dtype="<u8"), [
-                            (wi, rel.buffer, rel.offset) for wi, rel in kick.relocs.items()])
-                    w, s8 = hit[1], start // 8
-                    words_of[jr.core][s8:s8 + w.size] = w
-                    relocs += [(bo, s8 + wi, names[b][0], names[b][1] + off, 0)
-                               for wi, b, off in hit[2]]
+        """One word array per regcmd BO (unwritten gaps are zero) + the relocations
+        (regcmd_image.py)."""
+        words_of, relocs = words_and_relocations(self)
         self.words: list[Words] = []
         for c in self.used:
             self.arrays[f"regcmd{c}"] = words_of[c]
             self.words.append(Words(self.regcmd_c[c], 0, f"regcmd{c}"))
-        self.arrays["relocs"] = np.asarray(relocs, dtype=np.uint64).reshape(-1, 5)
+        self.arrays["relocs"] = relocs
 
     def _sources(self) -> None:
         """The user's file:line of each call's op (from the placement decisions), keyed on the
@@ -329,17 +314,26 @@ class ImageBuilder:
         of all contexts mirror each other, so the runs do not depend on the job's core.
         ``placed=False`` (before the arena plan): ``start`` only identifies the run (buffer
         and offset), for counting bytes."""
+        shape = job_shape(self._shapes, jr.job)
         out = []
-        for kick in jr.job.kicks:
-            for a in (kick.reads if which == "r" else kick.writes):
-                if self._private(jr.call, a.buffer):
-                    continue
-                bid = self.calls[jr.call].binding.get(a.buffer)
-                if bid is None or self.bufs[bid[0]].kind != "arena":
-                    continue
-                base = self.plan.offsets[bid[0]] if placed else (bid[0] + 1) << 40
-                out.append((base + bid[1] + a.offset, a.pieces, a.pitch, a.chunk))
+        for name, off, pieces, pitch, chunk in shape.reads if which == "r" else shape.writes:
+            key = (jr.call, name)
+            slot = self._slot_of.get(key, 0)
+            if slot == 0:
+                slot = self._slot_of[key] = self._arena_slot(jr.call, name)
+            if slot is None:
+                continue
+            base = self.plan.offsets[slot[0]] if placed else (slot[0] + 1) << 40
+            out.append((base + slot[1] + off, pieces, pitch, chunk))
         return out
+
+    def _arena_slot(self, ci: int, name: str) -> tuple[int, int] | None:
+        """(buffer id, offset) of a call's name when it is arena bytes that move between
+        contexts (not private to the job, ``_private``), else None."""
+        if self._private(ci, name):
+            return None
+        bid = self.calls[ci].binding.get(name)
+        return None if bid is None or self.bufs[bid[0]].kind != "arena" else bid
 
     def _cross_context_copy(self, src_core: int, dst_core: int,
                             run: tuple[int, int, int, int]) -> None:
@@ -390,23 +384,23 @@ class ImageBuilder:
         call); counts its tasks, kicks and declared DMA bytes."""
         n = self._count
         names = self._names_for(jr.call, jr.core)
-        rd = {names[nm][0] for nm in jr.job.reads if nm in names}
-        wr = {names[nm][0] for nm in jr.job.writes if nm in names}
-        for kick in jr.job.kicks:
-            for rel in kick.relocs.values():
-                tbo = names[rel.buffer][0]
-                if tbo not in wr and tbo != self.regcmd_c[jr.core]:
-                    rd.add(tbo)
-            n["dev_read"] += sum(a.nbytes for a in kick.reads)
-            n["dev_written"] += sum(a.nbytes for a in kick.writes)
+        shape = job_shape(self._shapes, jr.job)
+        rd = {names[nm][0] for nm in shape.named_reads if nm in names}
+        wr = {names[nm][0] for nm in shape.named_writes if nm in names}
+        for nm in shape.reloc_names:
+            tbo = names[nm][0]
+            if tbo not in wr and tbo != self.regcmd_c[jr.core]:
+                rd.add(tbo)
+        n["dev_read"] += shape.dev_read
+        n["dev_written"] += shape.dev_written
         out = []
-        for rks, chained in runtime_jobs(jr.job):
+        srd, swr = sorted(rd), sorted(wr)
+        for chained, tasks in shape.runtime:
             tlist = []
-            for kick in rks:
-                bo, base = names[kick.regcmd_buffer]
-                for toff, cnt in zip(kick.task_offsets, kick.task_counts):
-                    tlist.append((bo, base + kick.base_offset + 8 * toff, cnt))
-            out.append((tlist, sorted(rd), sorted(wr), jr.core, chained, jr.call))
+            for rb, off, cnt in tasks:
+                bo, base = names[rb]
+                tlist.append((bo, base + off, cnt))
+            out.append((tlist, srd, swr, jr.core, chained, jr.call))
             self.job_cores.append(jr.core)
             n["jobs"] += 1
             n["tasks"] += len(tlist)

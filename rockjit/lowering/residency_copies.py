@@ -27,9 +27,12 @@ Run = tuple[int, int, int, int]   # (start, pieces, pitch, chunk): bytes of the 
 class ContextResidency:
     """Per arena cell, the set of contexts (bits) holding its current value."""
 
-    def __init__(self, nbytes: int, contexts: Sequence[int], grain: int = 1) -> None:
+    def __init__(self, nbytes: int, contexts: Sequence[int], grain: int = 1,
+                 memo: dict | None = None) -> None:
         """``grain``: bytes per mask cell, a divisor of every run's start, pitch and chunk
-        (``grain_of``); the arena's runs are mostly 16-byte atoms, so cells save work."""
+        (``grain_of``); the arena's runs are mostly 16-byte atoms, so cells save work.
+        ``memo``: shared by residencies whose runs repeat (one per buffer of a model's
+        layers, resident_placement.py): what depends only on a run's shape and bits."""
         if max(contexts) >= 8:
             raise ValueError(f"contexts {list(contexts)}: the residency mask holds 8 contexts "
                              f"per byte (RK3588 has 3 NPU cores)")
@@ -38,9 +41,21 @@ class ContextResidency:
         self.all = np.uint8(sum(1 << c for c in self.contexts))
         self.mask = np.full(-(-int(nbytes) // self.grain), self.all, np.uint8)
         self._views: dict[Run, np.ndarray] = {}
+        shared = (memo if memo is not None else {}).setdefault(
+            (self.grain, tuple(self.contexts)), ({}, {}, {}))
+        self._planned: dict[tuple, list[tuple[int, int, int, int, int]]] = shared[0]
+        self._missing: dict[tuple, list[int]] = shared[1]
+        self._cells_of: dict[tuple[Run, int], Run] = shared[2]
 
     # ----------------------------------------------------------------- views
     def _cells(self, run: Run) -> Run:
+        key = (run, self.mask.size)
+        hit = self._cells_of.get(key)
+        if hit is None:
+            hit = self._cells_of[key] = self._to_cells(run)
+        return hit
+
+    def _to_cells(self, run: Run) -> Run:
         lo, pieces, pitch, chunk = map(int, run)
         if pieces <= 1:
             pitch = chunk
@@ -79,6 +94,12 @@ class ContextResidency:
         """A write by context ``ctx``: only it holds the new value."""
         self._view(run)[...] = np.uint8(1 << ctx)
 
+    def mark(self, run: Run, ctx: int) -> None:
+        """``bring``'s effect on the state without the copies: every byte of the run current
+        in ``ctx`` too (placement only counts bytes; the walk plans the copies)."""
+        v = self._view(run)
+        np.bitwise_or(v, np.uint8(1 << ctx), out=v)
+
     # ----------------------------------------------------------------- queries
     def holder(self, run: Run, prefer: int = 0) -> int | None:
         """A context holding every byte of the run (``prefer`` first), or None."""
@@ -92,17 +113,22 @@ class ContextResidency:
         """Per context, the bytes of the run whose current value it does not hold (what
         ``bring`` would copy), without recording anything."""
         v = self._view(run)
-        common = int(np.bitwise_and.reduce(v, axis=None))
-        some = int(np.bitwise_or.reduce(v, axis=None))
-        out = []
-        for c in contexts:
-            if common & (1 << c):
-                out.append(0)
-            elif not some & (1 << c):
-                out.append(v.size * self.grain)
-            else:
-                out.append(int(np.count_nonzero((v & np.uint8(1 << c)) == 0)) * self.grain)
-        return out
+        # a function of the cells' bits, which repeat layer after layer at other offsets
+        key = (v.shape, v.tobytes(), tuple(contexts))
+        hit = self._missing.get(key)
+        if hit is None:
+            common = int(np.bitwise_and.reduce(v, axis=None))
+            some = int(np.bitwise_or.reduce(v, axis=None))
+            hit = []
+            for c in contexts:
+                if common & (1 << c):
+                    hit.append(0)
+                elif not some & (1 << c):
+                    hit.append(v.size * self.grain)
+                else:
+                    hit.append(int(np.count_nonzero((v & np.uint8(1 << c)) == 0)) * self.grain)
+            self._missing[key] = hit
+        return list(hit)
 
     def bring(self, run: Run, ctx: int) -> list[tuple[int, Run]]:
         """The copies (source context, run) that make every byte of ``run`` current in
@@ -113,15 +139,29 @@ class ContextResidency:
         common = int(np.bitwise_and.reduce(v, axis=None))
         if common & bit:     # the usual case, in one pass without a temporary
             return []
-        g = self.grain
         lo, pieces, pitch, chunk = self._cells(run)
+        # the copies depend only on the run's shape and its cells' bits, which repeat layer
+        # after layer at other offsets: planned once per pattern, relative to the run's start
+        key = (pieces, pitch, chunk, ctx, v.tobytes())
+        rel = self._planned.get(key)
+        if rel is None:
+            rel = self._planned[key] = self._plan(v, ctx, common, pieces, pitch, run)
+        np.bitwise_or(v, bit, out=v)    # every byte is now current in ctx (all were needed
+        g, base = self.grain, lo * self.grain   # or held)
+        return [(src, (base + a * g, n, p * g, c * g)) for src, a, n, p, c in rel]
+
+    def _plan(self, v: np.ndarray, ctx: int, common: int, pieces: int, pitch: int, run: Run
+              ) -> list[tuple[int, int, int, int, int]]:
+        """``bring``'s copies of a run whose cells are ``v`` (not modified), as (source,
+        first cell relative to the run's, pieces, pitch, chunk) in cells."""
+        bit = np.uint8(1 << ctx)
+        chunk = v.shape[1]
         need = (v & bit) == 0
         if need.all():
             src = next((c for c in self.contexts if common & (1 << c)), None)
             if src is not None:     # one context holds it all: the run itself
-                v |= bit
-                return [(src, (lo * g, pieces, pitch * g, chunk * g))]
-        copies: list[tuple[int, Run]] = []
+                return [(src, 0, pieces, pitch, chunk)]
+        copies: list[tuple[int, int, int, int, int]] = []
         # a source holding all the needed bytes first (one source: fewer, longer runs)
         held = {c: (v & np.uint8(1 << c)) != 0 for c in self.contexts if c != ctx}
         order = sorted(held, key=lambda c: (not bool((need <= held[c]).all()), c))
@@ -132,16 +172,15 @@ class ContextResidency:
             take = need & has
             if not take.any():
                 continue
-            runs = _runs_of(take, lo, pitch)
+            runs = _runs_of(take, 0, pitch)
             if len(runs) > 1:
                 # pieces the source holds whole may move whole (their other bytes are current
                 # in both, so equal) when that takes fewer copy steps
                 moved = take.copy()
                 moved[take.any(axis=1) & has.all(axis=1)] = True
-                wide = _runs_of(moved, lo, pitch)
+                wide = _runs_of(moved, 0, pitch)
                 runs = wide if len(wide) < len(runs) else runs
-            copies.extend((src, (a * g, n, p * g, c * g)) for a, n, p, c in runs)
-            np.bitwise_or(v, bit, out=v, where=take)
+            copies.extend((src, a, n, p, c) for a, n, p, c in runs)
             need &= ~take
         if need.any():  # every byte is current somewhere: a write sets one bit, reset all
             raise AssertionError(f"run {run}: bytes current in no context")
@@ -152,6 +191,16 @@ def grain_of(values: Iterable[int]) -> int:
     """The largest cell size dividing every value (run starts, pitches, chunks, bounds)."""
     a = np.fromiter(values, np.int64)
     return max(int(np.gcd.reduce(a)) if a.size else 0, 1)
+
+
+def grain_of_runs(runs: Sequence[Run], extra: Iterable[int] = (), low_bits: int = 0) -> int:
+    """``grain_of`` every run's start, chunk and (when it has several pieces) pitch, and of
+    ``extra``; ``low_bits``: only the start's low bits count (an unplaced start's high bits
+    name its buffer, resident_placement.py)."""
+    a = np.array(runs, np.int64).reshape(-1, 4)
+    lo = a[:, 0] & ((1 << low_bits) - 1) if low_bits else a[:, 0]
+    return grain_of(np.concatenate((lo, a[:, 3], np.where(a[:, 1] > 1, a[:, 2], 0),
+                                    np.fromiter(extra, np.int64))))
 
 
 def _runs_of(take: np.ndarray, lo: int, pitch: int) -> list[Run]:

@@ -30,7 +30,7 @@ from .. import cost
 from ..cost import Constants, CostHostStep, CostJob, CostNpuStep, CostProgram
 from ..cost.from_program import cost_jobs_once
 from .placement import CoreChoice, StepJob, choose
-from .residency_copies import ContextResidency, Run, grain_of
+from .residency_copies import ContextResidency, Run, grain_of_runs
 from .schedule import ScheduledStep
 
 if TYPE_CHECKING:
@@ -50,6 +50,7 @@ class BufferResidency:
         self.all = sum(1 << c for c in self.contexts)
         self.uniform: dict[int, int] = {}
         self.per: dict[int, ContextResidency] = {}
+        self.memo: dict = {}    # shared by the buffers' residencies (their runs repeat)
 
     def _split(self, run: Run) -> tuple[int, Run, bool]:
         """(buffer, the run inside it, whether it covers the whole buffer)."""
@@ -62,7 +63,7 @@ class BufferResidency:
         res = self.per.get(bid)
         if res is None:
             res = self.per[bid] = ContextResidency(self.sizes[bid] + _SLACK, self.contexts,
-                                                   self.grain)
+                                                   self.grain, self.memo)
             res.mask[:] = self.uniform.pop(bid, self.all)
         return res
 
@@ -82,7 +83,7 @@ class BufferResidency:
             if whole:
                 self.uniform[bid] = u | 1 << ctx
                 return
-        self._res(bid).bring(r, ctx)
+        self._res(bid).mark(r, ctx)
 
     def write(self, run: Run, ctx: int) -> None:
         bid, r, whole = self._split(run)
@@ -123,6 +124,8 @@ class ResidentPlacement:
         # a job's modelled time on its own, by the identity of its cost jobs (the layers share
         # them: cost_jobs_once); the tuple is kept so its id is not reused
         self._alone: dict[int, tuple[float, tuple]] = {}
+        # ids are of cost job tuples held by ``_alone``
+        self._option: dict[tuple, float] = {}
 
     def _job_ms(self, jobs: tuple) -> float:
         hit = self._alone.get(id(jobs))
@@ -140,28 +143,27 @@ class ResidentPlacement:
             return run[1] * run[3]
         return 0
 
-    def _assign(self, jobs: Sequence[StepJob], k: int, times: list[float],
-                miss: dict[Run, list[int]], back: list[int], balance: bool = True
-                ) -> tuple[list[int], list[int]]:
-        """(core per job, copied bytes per core) for ``k`` cores; ``miss``: per read run, the
-        bytes each core lacks (the state does not change while a step is decided); ``back``:
-        per job, the bytes its writes on a core > 0 will cost later (``_back``)."""
-        n = len(jobs)
+    def _assign(self, lacking: list[list[tuple[Run, list[int]]]], k: int, times: list[float],
+                back: list[int], balance: bool = True) -> tuple[list[int], list[int]]:
+        """(core per job, copied bytes per core) for ``k`` cores; ``lacking``: per job, its
+        distinct read runs some core lacks bytes of, with the bytes each core lacks (the state
+        does not change while a step is decided; a run no core lacks never adds a byte);
+        ``back``: per job, the bytes its writes on a core > 0 will cost later (``_back``)."""
+        n = len(lacking)
         cap = sum(times) / k + max(times) / 2 if balance else float("inf")
         load = [0.0] * k
         brought: list[set[Run]] = [set() for _ in range(k)]
         copied = [0] * k
         cores: list[int] = []
-        for i, sj in enumerate(jobs):
+        for i, reads in enumerate(lacking):
             block = i * k // n if balance else 0
-            reads = [(r, miss[r]) for r in dict.fromkeys(sj.reads)]
             need = [sum(m[c] for r, m in reads if r not in brought[c]) + (back[i] if c else 0)
-                    for c in range(k)]
+                    for c in range(k)] if reads else [back[i] if c else 0 for c in range(k)]
             fits = [c for c in range(k) if load[c] + times[i] <= cap] or list(range(k))
             best = min(fits, key=lambda c: (need[c], c != block, load[c], c))
             cores.append(best)
             load[best] += times[i]
-            brought[best].update(sj.reads)
+            brought[best].update(r for r, _ in reads)
             copied[best] += need[best]
         return cores, copied
 
@@ -173,35 +175,51 @@ class ResidentPlacement:
         choice = None
         assign = [0] * len(jobs)
         ctxs = range(cores)
-        miss = {r: self.res.missing(r, ctxs) for sj in jobs for r in sj.reads} \
-            if cores > 1 else {}
+        # the jobs of a step often read the same runs (a head's jobs, one input)
+        miss = {r: self.res.missing(r, ctxs)
+                for r in dict.fromkeys(r for sj in jobs for r in sj.reads)} if cores > 1 else {}
         back = [sum(self._back(w) for w in sj.writes) for sj in jobs] if cores > 1 else []
+        lacking = [[(r, m) for r in dict.fromkeys(sj.reads) if any(m := miss[r])]
+                   for sj in jobs] if cores > 1 else []
         if len(jobs) == 1 and cores > 1:
             # one job costs the same on any core: it goes where its data is (context 0 on
             # a tie); coalesce runs such neighbours side by side
-            assign = [self._assign(jobs, cores, [1.0], miss, back, balance=False)[0][0]]
+            assign = [self._assign(lacking, cores, [1.0], back, balance=False)[0][0]]
         elif top > 1:
             times = [self._job_ms(sj.jobs) for sj in jobs]
+            ids = tuple(id(sj.jobs) for sj in jobs)
             ms: dict[int, float] = {}
             nbytes: dict[int, int] = {}
             options: dict[int, list[int]] = {}
             for k in range(1, top + 1):
-                options[k], copied = self._assign(jobs, k, times, miss, back)
-                cj = [CostJob(c, j.tasks, j.kicks) for sj, c in zip(jobs, options[k])
-                      for j in sj.jobs]
-                ms[k] = _step_ms(cj, copied, self.c)
+                options[k], copied = self._assign(lacking, k, times, back)
+                ms[k] = self._option_ms(jobs, ids, options[k], copied)
                 nbytes[k] = sum(copied)
             best = min(ms, key=lambda k: (ms[k], k))
             assign = options[best]
             choice = CoreChoice(step, label, len(jobs), best, top, ms, nbytes, tuple(assign))
+        brought: set[tuple[Run, int]] = set()
         for sj, c in zip(jobs, assign):
-            for r in dict.fromkeys(sj.reads):
-                if r not in miss or miss[r][c]:     # a run found current stays current
+            for r in sj.reads:
+                # a run found current stays current; one brought stays brought
+                if (r not in miss or miss[r][c]) and (r, c) not in brought:
+                    brought.add((r, c))
                     self.res.bring(r, c)
         for sj, c in zip(jobs, assign):
             for w in sj.writes:
                 self.res.write(w, c)
         return assign, choice
+
+    def _option_ms(self, jobs: Sequence[StepJob], ids: tuple[int, ...], assign: list[int],
+                   copied: list[int]) -> float:
+        """The modelled ms of the step's jobs on ``assign``'s cores with ``copied`` bytes
+        copied first, once per (jobs, assignment, copies): the layers repeat their steps."""
+        key = (ids, tuple(assign), tuple(copied))
+        hit = self._option.get(key)
+        if hit is None:
+            cj = [CostJob(c, j.tasks, j.kicks) for sj, c in zip(jobs, assign) for j in sj.jobs]
+            hit = self._option[key] = _step_ms(cj, copied, self.c)
+        return hit
 
     def host_step(self, runs: Sequence[tuple[str, Run]]) -> None:
         """A host step's operands (its output "dst" last), as context_copies reads them."""
@@ -217,10 +235,20 @@ class ResidentPlacement:
 def _step_jobs(b: "ImageBuilder", st: ScheduledStep, costed: dict) -> list[StepJob]:
     """The step's jobs as placement sees them (a lone job's cost is never asked; the layers'
     calls share their jobs, each costed once: ``costed``)."""
-    return [StepJob(cost_jobs_once(costed, jr.job, b.calls[jr.call].call.lowering.macs_per_task)
+    return [StepJob(_cost_jobs(costed, jr.job, b.calls[jr.call].call.lowering)
                     if len(st.jobs) > 1 else (),
                     tuple(b._ranges(jr, "r", placed=False)),
                     tuple(b._ranges(jr, "w", placed=False))) for jr in st.jobs]
+
+
+def _cost_jobs(costed: dict, job, lowering) -> tuple:
+    """cost_jobs_once with the op's MACs per task, both remembered by identity (the per-task
+    MACs sum every task of the op: once per op lowering, which the layers share)."""
+    key = ("op", id(job), id(lowering))   # apart from cost_jobs_once's (id, macs) keys
+    hit = costed.get(key)
+    if hit is None:
+        hit = costed[key] = (cost_jobs_once(costed, job, lowering.macs_per_task), job, lowering)
+    return hit[0]
 
 
 def _place_eager(b: "ImageBuilder") -> list[CoreChoice]:
@@ -275,8 +303,7 @@ def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], Job
         desc.append(_step_jobs(b, st, costed))
     allruns = [r for d in desc for x in d for r in
                ((x[1],) if isinstance(x, tuple) else (*x.reads, *x.writes))]
-    grain = grain_of([v for lo, pieces, pitch, chunk in allruns
-                      for v in (lo & ((1 << _SHIFT) - 1), chunk, pitch if pieces > 1 else 0)])
+    grain = grain_of_runs(allruns, low_bits=_SHIFT)
     res = BufferResidency(arena, list(range(b.ncores)), grain)
     outputs = {bd.tensor.buf for bd in b.lowered.outputs}
     for bd in b.lowered.inputs:

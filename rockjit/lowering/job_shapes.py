@@ -1,0 +1,61 @@
+"""What the image builder reads off a scheduled job, once per distinct job.
+
+An image's layers share their jobs (compile_cache.py: the calls of every layer hold the same
+NpuJob objects, only their bindings differ), so the parts of a job that do not depend on the
+call -- its DMA streams as plain tuples, its runtime jobs' task lists relative to the kick's
+regcmd buffer, its declared byte counts -- are taken apart once per job (``JobShape``), and the
+builder only resolves buffer names per call and context. The caches are keyed by ``id`` of the
+job and hold the job, so an id is never reused while its entry lives.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .op_lowering import NpuJob
+from .schedule import runtime_jobs
+
+# (buffer name, offset, pieces, pitch, chunk): one DMA stream of a task (regcmd.Access)
+Stream = tuple[str, int, int, int, int]
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """A job apart from its call: ``reads``/``writes``: every task's DMA streams in kick order
+    (repeats kept: callers that count bytes per stream see each one); ``named_reads`` /
+    ``named_writes``: the names the job declares it reads and writes; ``reloc_names``: the
+    names its address words point into; ``runtime``: per runtime job (schedule.runtime_jobs),
+    whether it is chained and its tasks as (regcmd buffer name, byte offset in that buffer,
+    register count); ``dev_read``/``dev_written``: the declared DMA bytes of all its tasks."""
+
+    job: NpuJob
+    reads: tuple[Stream, ...]
+    writes: tuple[Stream, ...]
+    named_reads: tuple[str, ...]
+    named_writes: tuple[str, ...]
+    reloc_names: tuple[str, ...]
+    runtime: tuple[tuple[bool, tuple[tuple[str, int, int], ...]], ...]
+    dev_read: int
+    dev_written: int
+
+
+def _streams(accesses) -> tuple[Stream, ...]:
+    return tuple((a.buffer, a.offset, a.pieces, a.pitch, a.chunk) for a in accesses)
+
+
+def job_shape(cache: dict[int, JobShape], job: NpuJob) -> JobShape:
+    """``job``'s shape, from ``cache`` when it was taken apart before."""
+    hit = cache.get(id(job))
+    if hit is not None:
+        return hit
+    kicks = job.kicks
+    runtime = tuple((bool(chained), tuple(
+        (k.regcmd_buffer, k.base_offset + 8 * toff, cnt)
+        for k in rks for toff, cnt in zip(k.task_offsets, k.task_counts)))
+        for rks, chained in runtime_jobs(job))
+    hit = cache[id(job)] = JobShape(
+        job, tuple(s for k in kicks for s in _streams(k.reads)),
+        tuple(s for k in kicks for s in _streams(k.writes)), tuple(job.reads), tuple(job.writes),
+        tuple(dict.fromkeys(rel.buffer for k in kicks for rel in k.relocs.values())), runtime,
+        sum(a.nbytes for k in kicks for a in k.reads),
+        sum(a.nbytes for k in kicks for a in k.writes))
+    return hit

@@ -1,0 +1,87 @@
+"""The regcmd BOs' words and the relocation table of a program image (ImageBuilder).
+
+Every kick of every placed call is written once per context at the call's regcmd region; its
+address words become relocations (regcmd BO, word index, target BO, target byte offset, 0) that
+the runtime patches at load. The layers share their kicks (compile_cache.py), so a kick's words
+and relocations are taken apart once (``_KickParts``) and each placed copy only adds its
+region's word index and its call's buffer addresses, as numpy columns over all of them.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .image_builder import ImageBuilder
+
+
+class _KickParts:
+    """A kick's words as u64 and its relocations as columns: word index, index into the
+    distinct target names, offset in the target."""
+
+    def __init__(self, kick) -> None:
+        self.kick = kick                  # held: the cache is keyed by its id
+        self.words = np.asarray(kick.words, dtype="<u8")
+        self.names = list(dict.fromkeys(rel.buffer for rel in kick.relocs.values()))
+        at = {n: i for i, n in enumerate(self.names)}
+        rel = list(kick.relocs.items())
+        self.wi = np.array([wi for wi, _ in rel], np.int64)
+        self.name_ix = np.array([at[r.buffer] for _, r in rel], np.int64)
+        self.off = np.array([r.offset for _, r in rel], np.int64)
+
+
+def words_and_relocations(b: "ImageBuilder") -> tuple[dict[int, np.ndarray], np.ndarray]:
+    """(per used context, its regcmd BO's words (unwritten gaps are zero); the (n, 5) u64
+    relocation table, in step, job, kick and word order)."""
+    words_of = {c: np.zeros(b.bos[b.regcmd_c[c]].size // 8, dtype="<u8") for c in b.used}
+    written: set[tuple[int, int, int]] = set()
+    parts: dict[int, _KickParts] = {}
+    placed: list[_KickParts] = []
+    s8s: list[int] = []
+    bos: list[int] = []
+    targets: list[tuple[int, int]] = []     # per placed kick, per distinct name: (BO, offset)
+    first: list[int] = []                   # per placed kick, its first row in ``targets``
+    for st in b.steps:
+        for jr in st.jobs:
+            names = b._names_for(jr.call, jr.core)
+            for kick in jr.job.kicks:
+                key = (jr.core, jr.call, kick.base_offset)
+                if key in written:
+                    continue
+                written.add(key)
+                bo, base = names[kick.regcmd_buffer]
+                start = base + kick.base_offset
+                assert start % 8 == 0 and bo == b.regcmd_c[jr.core]
+                kp = parts.get(id(kick))
+                if kp is None:
+                    kp = parts[id(kick)] = _KickParts(kick)
+                s8 = start // 8
+                words_of[jr.core][s8:s8 + kp.words.size] = kp.words
+                placed.append(kp)
+                s8s.append(s8)
+                bos.append(bo)
+                first.append(len(targets))
+                targets += [names[n] for n in kp.names]
+    return words_of, _relocations(placed, s8s, bos, first, targets)
+
+
+def _relocations(placed: list[_KickParts], s8s: list[int], bos: list[int], first: list[int],
+                 targets: list[tuple[int, int]]) -> np.ndarray:
+    if not placed:
+        return np.zeros((0, 5), np.uint64)
+    counts = np.array([kp.wi.size for kp in placed], np.int64)
+    tgt = np.array(targets, np.int64).reshape(-1, 2)
+    row = np.concatenate([kp.name_ix for kp in placed]) + np.repeat(np.array(first, np.int64),
+                                                                    counts)
+    out = np.zeros((int(counts.sum()), 5), np.int64)
+    out[:, 0] = np.repeat(np.array(bos, np.int64), counts)
+    out[:, 1] = np.repeat(np.array(s8s, np.int64), counts) + np.concatenate(
+        [kp.wi for kp in placed])
+    out[:, 2] = tgt[row, 0]
+    out[:, 3] = tgt[row, 1] + np.concatenate([kp.off for kp in placed])
+    if (out < 0).any():
+        i = int(np.argmax((out < 0).any(axis=1)))
+        raise ValueError(f"relocation {i} {out[i].tolist()}: a negative word index or address "
+                         f"(a kick's relocation offset reaches before its target buffer)")
+    return out.astype(np.uint64)
