@@ -66,8 +66,8 @@ def describe(prog: Any, host_threads: int | None = None) -> CostProgram:
     calls = prog.lowered.calls
     ncores = max(1, prog.ncores)
     image = prog.image
-    threads = image_host_threads(image, host_threads or DEFAULT_HOST_THREADS)
     ups = ImageUploads(image)
+    threads = image_host_threads(image, host_threads or DEFAULT_HOST_THREADS, ups)
     sched = iter(enumerate(prog.steps))
     steps: list = []
     for spec, thr in zip(image.steps, threads):

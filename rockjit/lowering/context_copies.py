@@ -38,14 +38,13 @@ def boundary_run(b: "ImageBuilder", bd: Boundary) -> Run | None:
 
 
 def host_runs(b: "ImageBuilder", ci: int, hs: HostStep) -> list[tuple[str, Run]]:
-    """A host step's arena operands as (operand, contiguous run), its output last."""
+    """A host step's arena operands as (operand, the run of arena bytes it touches), its
+    output last."""
     names = b._names[ci]
     out = []
-    for opname in sorted(hs.operands, key=lambda o: o == "dst"):
-        sl = hs.operands[opname]
-        bo, base = names[sl.buffer]
-        if bo == b.arena_c[0] and sl.nbytes > 0:
-            off, pieces, pitch, chunk = hs.footprint(opname)
+    for opname, buf, (off, pieces, pitch, chunk) in hs.footprints():
+        bo, base = names[buf]
+        if bo == b.arena_c[0]:
             out.append((opname, (base + off, pieces, pitch, chunk)))
     return out
 

@@ -115,3 +115,9 @@ def view_run(shape: Sequence[int], offset: int, strides: Sequence[int],
         span = (sum((n - 1) * s for s, n in dims) + 1) * esize
         return int(offset) * esize, 1, span, span
     return int(offset) * esize, pieces, pitch * esize, chunk
+
+
+def view_runs(shape: Sequence[int], views: Sequence[HostView]) -> dict[str, tuple[int, int, int, int]]:
+    """``view_run`` of every view over ``shape``, by buffer name (views it declines left out)."""
+    return {v.buffer: r for v in views
+            if (r := view_run(shape, v.offset, v.strides, v.dtype.to_numpy().itemsize)) is not None}

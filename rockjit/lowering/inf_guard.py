@@ -26,28 +26,17 @@ from ..ir.graph import Node, Value
 from ..ir.ops import Op
 from ..ir.types import DType
 from .fp16_range import FP16_MAX
-from .rules.base import CubeForm, RowForm, Tensor, WeightForm
+from .rules.base import Tensor
 
 # per op: the side of a constant that never binds a finite fp16 operand, and its infinity
 _NO_EFFECT = {Op.MAX: (lambda c: c < -FP16_MAX, -np.inf),
               Op.MIN: (lambda c: c > FP16_MAX, np.inf)}
 
 
-def _form_dtype(t: Tensor) -> DType | None:
-    f = t.form
-    if isinstance(f, RowForm):
-        return f.dtype
-    if isinstance(f, CubeForm):
-        return f.layout.dtype
-    if isinstance(f, WeightForm):
-        return DType.F16
-    return None
-
-
 def fp16_valued(tensors: Sequence[Tensor]) -> bool:
     """The value's producer wrote it in fp16 (its first stored tensor: later ones are
     conversions or views of it)."""
-    return bool(tensors) and _form_dtype(tensors[0]) in (DType.F16, np.dtype(np.float16))
+    return bool(tensors) and tensors[0].form.dtype == DType.F16
 
 
 def _fp16_const(a: np.ndarray) -> bool:

@@ -98,15 +98,19 @@ class HostStep:
             return int(p["kernels"] * p["channels"] * p["kh"] * p["kw"] * p["esize"])
         return sum(s.nbytes for s in self.operands.values())
 
-    def footprint(self, opname: str) -> tuple[int, int, int, int]:
-        """The bytes of operand ``opname``'s buffer the step touches, as a strided run (byte
-        offset in the buffer, pieces, pitch, chunk): what a strided step declares (``runs``,
-        by buffer name), else the operand's whole slice."""
-        sl = self.operands[opname]
-        run = self.params.get("runs", {}).get(sl.buffer)
-        if run is not None:
-            return run
-        return sl.offset, 1, sl.nbytes, sl.nbytes
+    def footprints(self) -> list[tuple[str, str, tuple[int, int, int, int]]]:
+        """(operand, buffer name, the bytes of that buffer the step touches) of every operand
+        with bytes, its output last. The bytes are a strided run (byte offset in the buffer,
+        pieces, pitch, chunk): what a strided step declares (``runs``, by buffer name), else
+        the operand's whole slice."""
+        declared = self.params.get("runs", {})
+        out = []
+        for opname in sorted(self.operands, key=lambda o: o == "dst"):
+            sl = self.operands[opname]
+            if sl.nbytes > 0:
+                run = declared.get(sl.buffer) or (sl.offset, 1, sl.nbytes, sl.nbytes)
+                out.append((opname, sl.buffer, run))
+        return out
 
 
 Step = Union[NpuStep, HostStep]

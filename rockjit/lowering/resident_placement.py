@@ -280,11 +280,9 @@ def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], Job
 
     def host_runs(ci: int, hs) -> list[tuple[str, Run]]:
         out = []
-        for opname in sorted(hs.operands, key=lambda o: o == "dst"):
-            sl = hs.operands[opname]
-            bound = b.calls[ci].binding.get(sl.buffer)
-            if bound is not None and bound[0] in arena and sl.nbytes > 0:
-                off, pieces, pitch, chunk = hs.footprint(opname)
+        for opname, buf, (off, pieces, pitch, chunk) in hs.footprints():
+            bound = b.calls[ci].binding.get(buf)
+            if bound is not None and bound[0] in arena:
                 lo = ((bound[0] + 1) << _SHIFT) + bound[1] + off
                 out.append((opname, (lo, pieces, pitch, chunk)))
         return out

@@ -16,7 +16,7 @@ from ..ir.ops import Op
 from ..ir.types import DType
 from ..runtime.host_abi import DESC_DTYPE, DTYPES as DTYPE_CODES_BY_VALUE
 from .lowered import ConversionError, PlacedCall
-from .host_descriptor import view_run
+from .host_descriptor import view_runs
 from .op_lowering import BufferSpec, HostStep, OpLowering
 from .rules import forms as F
 from .rules.base import CubeForm, OpCall, RowForm, Tensor, Use, WeightForm
@@ -59,21 +59,17 @@ class StridedConversion:
                                          [(p, "zero") for p in zero_pieces] +
                                          [(p, "one") for p in one_pieces]):
             dname = f"desc{j}"
-            st, desc = host_op_step("copy", p.shape,
-                                    HostView("dst", dst_dt, p.dst_offset, p.dst_strides),
-                                    [HostView(srcname, src_dt if srcname == "src" else dst_dt,
-                                              p.src_offset, p.src_strides)],
+            dst_view = HostView("dst", dst_dt, p.dst_offset, p.dst_strides)
+            src_view = HostView(srcname, src_dt if srcname == "src" else dst_dt, p.src_offset,
+                                p.src_strides)
+            st, desc = host_op_step("copy", p.shape, dst_view, [src_view],
                                     {"src": src_nbytes, "dst": out_nbytes, "zero": 64,
                                      "one": 64, dname: 0},
                                     dname, what=label)
             nb = int(np.prod(p.shape, dtype=np.int64)) * es
             # the bytes each side touches (a strided piece of a cube: its copies between
             # contexts bring only those, context_copies.host_runs)
-            sides = (("dst", dst_dt, p.dst_offset, p.dst_strides),
-                     (srcname, src_dt if srcname == "src" else dst_dt, p.src_offset,
-                      p.src_strides))
-            runs = {n: r for n, dt, off, st_ in sides
-                    if (r := view_run(p.shape, off, st_, dt.to_numpy().itemsize)) is not None}
+            runs = view_runs(p.shape, (dst_view, src_view))
             steps.append(HostStep(st.kind, st.operands, {moved: nb, "bytes": nb, "runs": runs}))
             specs.append(desc)
             dbuf = self.new_buf(desc.nbytes, "weights", f"{label}:{dname}", desc.data)
@@ -351,9 +347,7 @@ class StridedConversion:
             moved = sum(n * dt.to_numpy().itemsize for dt in dts)
             # the bytes each view touches: a cube's column is a few bytes a position, and the
             # cross-context copies bring only those (context_copies.host_runs)
-            runs = {v.buffer: r for v, dt in zip(views, dts)
-                    if (r := view_run(counts or [1], v.offset, v.strides,
-                                      dt.to_numpy().itemsize)) is not None}
+            runs = view_runs(counts or [1], views)
             steps.append(HostStep(st_.kind, st_.operands, {"bytes": moved, "runs": runs}))
             descs.append(desc)
         if len(steps) > SR.MAX_PIECES:

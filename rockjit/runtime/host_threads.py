@@ -13,6 +13,7 @@ the runtime decides with, so the cost model charges each step at the thread coun
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -114,10 +115,12 @@ def plan_threads(spec: Any, desc: bytes | None, threads: int) -> int:
     return n
 
 
-def image_host_threads(image: Any, threads: int = DEFAULT_HOST_THREADS) -> list[int | None]:
+def image_host_threads(image: Any, threads: int = DEFAULT_HOST_THREADS,
+                       uploads: ImageUploads | None = None) -> list[int | None]:
     """Per step of ``image`` (a ProgramImage): the threads the runtime gives a host step when
-    ``threads`` are available, None for an NPU step."""
-    ups = ImageUploads(image)
+    ``threads`` are available, None for an NPU step. ``uploads``: the image's, when the
+    caller has them already."""
+    ups = uploads if uploads is not None else ImageUploads(image)
     out: list[int | None] = []
     for st in image.steps:
         if st.kind != "host":
@@ -130,10 +133,17 @@ def image_host_threads(image: Any, threads: int = DEFAULT_HOST_THREADS) -> list[
 def descriptor_bytes_moved(desc: bytes) -> int:
     """The elements of a copy descriptor's output times its element size: the bytes a
     cross-context copy moves (its pieces x chunk)."""
-    from .host_abi import DESC_DTYPE, DTYPES
+    from .host_abi import DESC_DTYPE
 
     d = np.frombuffer(desc, DESC_DTYPE, count=1)[0]
-    sizes = {DTYPES[k]: int(lib.rj_host_dtype_size(DTYPES[k])) for k in DTYPES}
     rank = int(d["rank"])
     return int(np.prod([int(x) for x in d["shape"][:rank]], dtype=np.int64)) * \
-        sizes[int(d["view"][0]["dtype"])]
+        _dtype_sizes()[int(d["view"][0]["dtype"])]
+
+
+@lru_cache(maxsize=1)
+def _dtype_sizes() -> dict[int, int]:
+    """Element size of every host-op dtype code (the C library's, asked once)."""
+    from .host_abi import DTYPES
+
+    return {DTYPES[k]: int(lib.rj_host_dtype_size(DTYPES[k])) for k in DTYPES}
