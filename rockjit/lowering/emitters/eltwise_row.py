@@ -16,7 +16,7 @@ from ..regcmd import EmittedTask, LoweringError, Reloc
 from ..tiling import ceil_div, round_up
 from ..compile_cache import memoized
 from .eltwise import (EW_VIEW_CHANNELS, check_fp16_cube, emit_conv_dpu, ew_chunks, full_ew_tasks,
-                      npu_program, resolve_profile, weights_buffer)
+                      npu_program, part_bounds, resolve_profile, weights_buffer)
 
 
 def row_vector_layout(positions: int, profile: ChipProfile | str | None = None) -> CubeLayout:
@@ -125,7 +125,7 @@ LO_SCALE = 2.0 ** -12
 
 
 def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, per: str,
-              wide: bool = False) -> OpLowering | None:
+              wide: bool = False, parts: int = 1) -> OpLowering | None:
     """x OP s in one pass, s one value per position (``per`` "row": input ``s``, the
     row-vector cube) or per channel (``per`` "channel": input ``c``, the vector in the weight
     layout [C, 1]). Each task's 1x1 conv broadcasts s -- row: weights +-1 on input channel 0
@@ -139,7 +139,15 @@ def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, 
     ``wide`` (per row): x is an fp32 cube of ``layout``'s shape (a K partial's format, read as
     a 32-bit EW operand [kacc]) and s arrives split in two fp16 channels, s = hi + lo *
     LO_SCALE, summed exactly in fp32 by the conv (weights 1 and LO_SCALE on channels 0 and 1):
-    the product is rounded once, into the fp16 output."""
+    the product is rounded once, into the fp16 output.
+
+    ``parts`` > 1 (fp16 x only): the kernels are cut into that many ranges of whole kernel
+    groups (``_kernel_parts``), each range one job (npu_program's bounds at its first output
+    surface). A kernel range is a run of whole channel planes of x and out, so each job reads
+    and writes the same bytes a flat-view op's job over those planes does (part_bounds puts
+    the cuts on the same planes where it can), and placement keeps the chain of a norm's
+    passes on the cores that hold its planes. The split only moves tasks: every output lane
+    is the same conv product and EW operation."""
     if op == "sub" and reverse:
         return None
     p = profile.input(DType.F16)
@@ -179,24 +187,58 @@ def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, 
         if vec.nbytes < wl.nbytes:
             return None
         operand = BufferSpec("c", "input", vec.nbytes, layout=vec, bind=1)
+    cuts = _kernel_parts(layout, profile, parts) if parts > 1 and not wide else ()
     tasks = []
-    for n0 in range(0, kernels, n_tile):
-        nk = min(n_tile, kernels - n0)
-        at = (n0 // p.feature_c2) * positions * atom
-        x_at = (n0 // x_c2) * positions * atom
-        tasks.append(emit_conv_dpu(
-            f"{per}{len(tasks)}", profile, feature=Reloc(feature, 0), rows=rows, width=width,
-            feature_surf_pitch=positions * atom,
-            weights=Reloc(weights, n0 * EW_VIEW_CHANNELS * p.esize), kernels=nk,
-            out=Reloc("out", at), out_channels=nk, out_surf_stride=positions * atom,
-            ew=(ew_op, Reloc("x", x_at), 4 if wide else 2), real_channels=2 if wide else 1))
+    for lo, hi in zip((0, *cuts), (*cuts, kernels)):
+        for n0 in range(lo, hi, n_tile):
+            tasks.append(_one_pass_task(profile, per, len(tasks), feature, weights, rows, width,
+                                        positions, n0, min(n_tile, hi - n0), ew_op, x_c2, wide))
     span = (kernels // p.feature_c2) * positions * atom
     x_span = ceil_div(kernels, x_c2) * positions * atom
     bufs = [BufferSpec("x", "input", x_span, layout=x_lay, bind=0), operand,
             BufferSpec("out", "output", span, layout=layout, bind=0),
             BufferSpec("ones", "const", const.size, data=const)]
+    bounds = tuple(c // p.feature_c2 * positions * atom for c in cuts)
     return npu_program(bufs, [tasks], profile, ("x", operand.name, "ones"), ("out",),
-                       positions * kernels * EW_VIEW_CHANNELS)
+                       positions * kernels * EW_VIEW_CHANNELS, bounds)
+
+
+def _one_pass_task(profile: ChipProfile, per: str, i: int, feature: str, weights: str,
+                   rows: int, width: int, positions: int, n0: int, nk: int, ew_op: str,
+                   x_c2: int, wide: bool) -> EmittedTask:
+    """The one-pass conv task over kernels [n0, n0 + nk) and every position."""
+    p = profile.input(DType.F16)
+    atom = profile.atom_bytes
+    return emit_conv_dpu(
+        f"{per}{i}", profile, feature=Reloc(feature, 0), rows=rows, width=width,
+        feature_surf_pitch=positions * atom,
+        weights=Reloc(weights, n0 * EW_VIEW_CHANNELS * p.esize), kernels=nk,
+        out=Reloc("out", (n0 // p.feature_c2) * positions * atom), out_channels=nk,
+        out_surf_stride=positions * atom,
+        ew=(ew_op, Reloc("x", (n0 // x_c2) * positions * atom), 4 if wide else 2),
+        real_channels=2 if wide else 1)
+
+
+def _kernel_parts(layout: CubeLayout, profile: ChipProfile, parts: int) -> tuple[int, ...]:
+    """The interior kernel cuts of up to ``parts`` kernel ranges of whole kernel groups: the
+    flat-view cuts (eltwise.part_bounds over the cube's bytes) that fall on a kernel group's
+    first surface, so a one-pass job covers the very planes a flat-view job over the same
+    cube does; where one does not, the kernel group nearest its share."""
+    p = profile.input(DType.F16)
+    plane = layout.height * layout.width * profile.atom_bytes
+    group = p.n_align // p.feature_c2 * plane           # bytes of one kernel group's planes
+    kernels = round_up(layout.channels, p.n_align)
+    cuts: list[int] = []
+    flat = part_bounds(layout.nbytes, profile, parts)
+    for j in range(1, parts):
+        b = flat[j - 1] if len(flat) == parts - 1 else -1
+        if b > 0 and b % group == 0:
+            k = b // plane * p.feature_c2
+        else:
+            k = round(j * kernels / parts / p.n_align) * p.n_align
+        if (cuts[-1] if cuts else 0) < k < kernels:
+            cuts.append(k)
+    return tuple(cuts)
 
 
 @memoized
@@ -235,16 +277,17 @@ def build_binary_channel_runtime(op: str, layout: CubeLayout, reverse: bool = Fa
 
 @memoized
 def build_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
-                     profile: ChipProfile | str | None = None) -> OpLowering:
+                     profile: ChipProfile | str | None = None, parts: int = 1) -> OpLowering:
     """out[p, c] = x[p, c] OP s[p] (s OP x with ``reverse``) with s a run-time vector, one
     value per position p = h * W + w (a matrix cube's rows).
 
     Buffers: ``x`` (input 0), ``s`` (input 1, ``row_vector_layout(H*W)``: s in channel 0),
     ``out`` (output 0), ``bcast`` (scratch: the broadcast cube), ``ones`` and ``weights``
-    (const), ``regcmd``. Two passes: the broadcast conv tasks, then the EW tasks."""
+    (const), ``regcmd``. Two passes: the broadcast conv tasks, then the EW tasks. ``parts``
+    > 1 offers the one-pass form's kernel ranges as that many jobs (``_one_pass``)."""
     profile = resolve_profile(profile)
     check_fp16_cube(layout, profile, f"element-wise {op} with a per-row vector")
-    one = _one_pass(op, layout, reverse, profile, "row")
+    one = _one_pass(op, layout, reverse, profile, "row", parts=parts)
     if one is not None:
         return one
     p = profile.input(DType.F16)

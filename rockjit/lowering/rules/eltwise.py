@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import cost
 from ...ir.ops import Op
 from ...ir.activations import ACTIVATIONS
 from ...ir.types import DType
@@ -29,8 +28,9 @@ from ..layouts import CubeLayout, feature_layout
 from ..regcmd import LoweringError
 from .base import (CubeForm, NoNpuForm, OpCall, RuleContext, RuleResult, Use,
                    npu_dtype_of)
-from .eltwise_vectors import (channel_calls, channel_source, deferred_division_calls, one_cube,
-                              recip_rows, row_calls, row_source)
+from .eltwise_vectors import (channel_calls, channel_source, deferred_division_calls,
+                              flat_layout, flat_parts, one_cube, recip_rows, row_calls,
+                              row_source)
 from .forms import cube_form
 
 BINARY = {Op.ADD: "add", Op.SUB: "sub", Op.MUL: "mul", Op.MAX: "max", Op.MIN: "min"}
@@ -56,35 +56,6 @@ def operand_form(ctx: RuleContext, v) -> CubeForm:
     return cube_form(canonical_layout(ctx, v.type.shape), v.type.shape,
                      ("b",) * (len(v.type.shape) - 2) + ("h", "c") if len(v.type.shape) >= 2
                      else ("c",))
-
-
-def _flat_layout(form: CubeForm) -> CubeLayout | None:
-    """A layout spanning every cube of ``form`` when they tile one dense run of bytes (so a
-    lane-wise op can treat them as one flat cube); None otherwise."""
-    items = sorted(off for _, off in form.batch_items())
-    n = form.layout.nbytes
-    if any(b - a != n for a, b in zip(items, items[1:])) or items[0] != 0:
-        return None
-    total = n * len(items)
-    atom = form.layout.c2 * form.layout.esize
-    return CubeLayout(total // atom, 1, form.layout.c2, form.layout.c2, form.layout.dtype)
-
-
-def flat_parts(ctx: RuleContext, form: CubeForm, passes: int = 1) -> int:
-    """How many jobs a flat-view op over ``form`` offers placement (eltwise.part_bounds): one
-    per cube when several cubes tile the run (attention's heads), so job h reads only the
-    bytes the producer's jobs for head h wrote and placement can keep each head on the core
-    that holds it; a single long cube is cut into up to ``cores`` ranges, each moving at
-    least what the DMA moves during one dispatch of a job of ``passes`` kicks (a smaller part
-    cannot pay for its own job). Placement (resident_placement.py) prices the copies a spread
-    would need and keeps the parts on one core where the model says that is cheaper."""
-    items = form.batch_items()
-    if len(items) > 1 and _flat_layout(form) is not None:
-        return len(items)
-    # a batch folded into one cube's rows (one_cube) is one long run
-    c = cost.calibrated()
-    least = (c.job_us + passes * c.kick_us) * 1e-6 * c.dma_gbps * 1e9
-    return max(1, min(ctx.profile.cores, int(form.layout.nbytes // least)))
 
 
 def _channel_vector(c: np.ndarray) -> np.ndarray | None:
@@ -171,7 +142,7 @@ def lower_div_op(ctx: RuleContext) -> RuleResult:
             c = uniform_value(cy)
             if c is None or c == 0 or not np.isfinite(1.0 / c):
                 raise NoNpuForm("a division by a constant that is not a non-zero scalar")
-            flat = _flat_layout(form)
+            flat = flat_layout(form)
             if flat is None:
                 raise NoNpuForm("operand cubes are not one dense run")
             prog = ew.build_binary_scalar("mul", flat, 1.0 / c, False, ctx.profile,
@@ -200,7 +171,7 @@ def _dense_f16_operand(ctx: RuleContext, x) -> tuple:
         raise NoNpuForm(f"{node.out.type.dtype.value} math runs on the host")
     prefer_host(ctx, x)
     form = operand_form(ctx, x)
-    flat = _flat_layout(form)
+    flat = flat_layout(form)
     if flat is None:
         raise NoNpuForm("operand cubes are not one dense run")
     return form, flat
@@ -263,7 +234,7 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
         if const is not None:
             s = uniform_value(const)
             if s is not None:
-                flat = _flat_layout(form)
+                flat = flat_layout(form)
                 if flat is None:
                     raise NoNpuForm("operand cubes are not one dense run")
                 prog = ew.build_binary_scalar(op, flat, s, reverse, ctx.profile,
@@ -281,10 +252,10 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 return RuleResult([OpCall(prog, (Use(run),), (Use(node.out),), f"{op} channel",
                                           emitter="eltwise.lower_binary_channel",
                                           forms_in=(form,), forms_out=(form,))])
-            if np.shape(const) == shape and _flat_layout(form) is not None:
+            if np.shape(const) == shape and flat_layout(form) is not None:
                 # a whole constant tensor (a positional embedding): packed into the operand's
                 # cube form once at compile time, combined as two full cubes
-                flat = _flat_layout(form)
+                flat = flat_layout(form)
                 prog = ew.build_binary(op, flat, ctx.profile, flat_parts(ctx, form))
                 cv = x if reverse else y
                 return RuleResult([OpCall(prog, (Use(x), Use(y)), (Use(node.out),),
@@ -319,7 +290,7 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 pass   # v - x, or positions one pass cannot cover: the broadcast form below
         if other.type.shape != shape:
             raise NoNpuForm("operand shapes differ")
-        flat = _flat_layout(form)
+        flat = flat_layout(form)
         if flat is None:
             raise NoNpuForm("operand cubes are not one dense run")
         prog = ew.build_binary(op, flat, ctx.profile, flat_parts(ctx, form))
@@ -373,7 +344,7 @@ def lut_result(ctx: RuleContext, kind: str, x, out, note: str = "",
         raise NoNpuForm(f"{kind} of a value with no data-independent table domain (only a "
                         f"softmax's max-subtracted exp and saturating functions have one)")
     form = operand_form(ctx, x)
-    flat = _flat_layout(form)
+    flat = flat_layout(form)
     if flat is None:
         raise NoNpuForm("operand cubes are not one dense run")
     try:

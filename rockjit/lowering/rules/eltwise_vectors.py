@@ -10,7 +10,9 @@ import numpy as np
 
 from ...ir.ops import Op
 from ...ir.types import DType, TensorType
+from ... import cost
 from ..arith import round_up
+from ..layouts import CubeLayout
 from ..op_lowering import BufferSpec, HostStep, OpLowering
 from .base import CubeForm, NoNpuForm, OpCall, RowForm, RuleContext, Use
 from .forms import cube_form
@@ -51,6 +53,35 @@ def row_source(ctx: RuleContext, v, shape: tuple[int, ...]):
     return src
 
 
+def flat_layout(form: CubeForm) -> CubeLayout | None:
+    """A layout spanning every cube of ``form`` when they tile one dense run of bytes (so a
+    lane-wise op can treat them as one flat cube); None otherwise."""
+    items = sorted(off for _, off in form.batch_items())
+    n = form.layout.nbytes
+    if any(b - a != n for a, b in zip(items, items[1:])) or items[0] != 0:
+        return None
+    total = n * len(items)
+    atom = form.layout.c2 * form.layout.esize
+    return CubeLayout(total // atom, 1, form.layout.c2, form.layout.c2, form.layout.dtype)
+
+
+def flat_parts(ctx: RuleContext, form: CubeForm, passes: int = 1) -> int:
+    """How many jobs a flat-view op over ``form`` offers placement (eltwise.part_bounds): one
+    per cube when several cubes tile the run (attention's heads), so job h reads only the
+    bytes the producer's jobs for head h wrote and placement can keep each head on the core
+    that holds it; a single long cube is cut into up to ``cores`` ranges, each moving at
+    least what the DMA moves during one dispatch of a job of ``passes`` kicks (a smaller part
+    cannot pay for its own job). Placement (resident_placement.py) prices the copies a spread
+    would need and keeps the parts on one core where the model says that is cheaper."""
+    items = form.batch_items()
+    if len(items) > 1 and flat_layout(form) is not None:
+        return len(items)
+    # a batch folded into one cube's rows (one_cube) is one long run
+    c = cost.calibrated()
+    least = (c.job_us + passes * c.kick_us) * 1e-6 * c.dma_gbps * 1e9
+    return max(1, min(ctx.profile.cores, int(form.layout.nbytes // least)))
+
+
 def row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeForm,
                shape: tuple[int, ...], srow_use_shape: tuple[int, ...] | None = None
                ) -> list[OpCall]:
@@ -68,7 +99,9 @@ def row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFor
         lay = form.layout
         if lay.width != 1:
             raise NoNpuForm("per-row operand on a cube with W > 1")
-        prog = ewr.build_binary_row(op, lay, reverse, ctx.profile)
+        # kernel ranges as jobs, cut where a flat-view op over the same cube cuts its planes
+        # (eltwise_row._one_pass): the norm's chain of passes stays on the cores holding them
+        prog = ewr.build_binary_row(op, lay, reverse, ctx.profile, flat_parts(ctx, form))
         nrows = int(np.prod(shape[:-1], dtype=np.int64))
         s_form = cube_form(ewr.row_vector_layout(lay.height * lay.width, ctx.profile), (nrows, 1))
         return [OpCall(prog, (Use(run), Use(srow, shape=srow_use_shape or (nrows, 1))),
