@@ -164,10 +164,16 @@ def _mergeable(st: ScheduledStep) -> bool:
     return st.kind == "npu" and all(jr.core == 0 for jr in st.jobs)
 
 
-def reorder(steps: Sequence[ScheduledStep], preds: list[set[int]]) -> list[int]:
+def reorder(steps: Sequence[ScheduledStep], preds: list[set[int]],
+            touches: Sequence[list[JobTouches]] | None = None) -> list[int]:
     """A topological order of the steps: every ready host step before the next NPU step, and
     among ready NPU steps the context-0 ones first (they never carry data between contexts, so
-    they join the open merged step whenever their data allows)."""
+    they join the open merged step whenever their data allows).
+
+    With ``touches`` (each step's ``job_list_touches``), a ready NPU step that joins the open
+    merged step (``merge``'s test) goes before the ready host steps: there it costs no step of
+    its own, after them it would open one (a norm's passes that need only its input join the
+    step of its first reduce instead of waiting for the host's mean)."""
     n = len(steps)
     waiting = [len(p) for p in preds]
     succs: list[list[int]] = [[] for _ in range(n)]
@@ -186,17 +192,33 @@ def reorder(steps: Sequence[ScheduledStep], preds: list[set[int]]) -> list[int]:
         if not waiting[i]:
             push(i)
     order: list[int] = []
+    run: dict[int, dict] | None = None   # the open merged step's writes, None after a host step
 
     def emit(i: int) -> None:
+        nonlocal run
         order.append(i)
+        if touches is not None:
+            mine = touches[i] if steps[i].kind == "npu" else None
+            run = None if mine is None else \
+                _add_writes(run if run is not None and _joins(run, mine) else {}, mine)
         for s in succs[i]:
             waiting[s] -= 1
             if not waiting[s]:
                 push(s)
 
+    def joining() -> int | None:
+        for q in (single, multi):
+            for i in sorted(q):
+                if _joins(run, touches[i]):
+                    q.remove(i)
+                    heapq.heapify(q)
+                    return i
+        return None
+
     while host or single or multi:
         if host:
-            emit(heapq.heappop(host))
+            i = joining() if run is not None else None
+            emit(heapq.heappop(host) if i is None else i)
             continue
         # one NPU run: the context-0 steps that become ready inside it keep joining it
         while single:
@@ -207,6 +229,19 @@ def reorder(steps: Sequence[ScheduledStep], preds: list[set[int]]) -> list[int]:
         raise AssertionError(f"coalesce: {n - len(order)} steps never became ready "
                              f"(a dependency cycle: a bug in rockjit/lowering/coalesce.py)")
     return order
+
+
+def _joins(writes: dict[int, dict], mine: list[JobTouches]) -> bool:
+    """Whether a step with jobs ``mine`` may join an open step with ``writes`` (per context)."""
+    return not any(_overlaps(spans, r) or _overlaps(spans, w)
+                   for c, r, w in mine for c2, spans in writes.items() if c2 != c)
+
+
+def _add_writes(writes: dict[int, dict], mine: list[JobTouches]) -> dict[int, dict]:
+    for c, _, w in mine:
+        for key, lo, hi in w:
+            writes.setdefault(c, {}).setdefault(key, []).append((lo, hi))
+    return writes
 
 
 def _overlaps(spans: dict, touches) -> bool:
@@ -232,9 +267,8 @@ def merge(steps: Sequence[ScheduledStep], calls: Sequence,
     for i, st in enumerate(steps):
         mine = [] if st.kind != "npu" else \
             touches[i] if touches is not None else job_list_touches(st, calls)
-        joins = bool(out) and st.kind == "npu" and out[-1].kind == "npu" and not any(
-            _overlaps(spans, r) or _overlaps(spans, w)
-            for c, r, w in mine for c2, spans in writes.items() if c2 != c)
+        joins = bool(out) and st.kind == "npu" and out[-1].kind == "npu" and \
+            _joins(writes, mine)
         if joins:
             out[-1] = ScheduledStep("npu", out[-1].jobs + list(st.jobs))
             parts[-1].append(i)
@@ -242,9 +276,7 @@ def merge(steps: Sequence[ScheduledStep], calls: Sequence,
             out.append(st)
             parts.append([i])
             writes = {}
-        for c, _, w in mine:
-            for key, lo, hi in w:
-                writes.setdefault(c, {}).setdefault(key, []).append((lo, hi))
+        _add_writes(writes, mine)
     multi = [range(p[0], p[-1] + 1) for p, st in zip(parts, out)
              if len(p) > 1 and len({jr.core for jr in st.jobs}) > 1]
     return out, multi
@@ -265,7 +297,7 @@ def coalesce(steps: Sequence[ScheduledStep], calls: Sequence
     (ImageBuilder._liveness widens them)."""
     shapes: dict = {}
     touches = [job_list_touches(st, calls, shapes) for st in steps]
-    order = reorder(steps, dependencies(steps, calls, touches))
+    order = reorder(steps, dependencies(steps, calls, touches), touches)
     ordered = [steps[i] for i in order]
     merged, multi = merge(ordered, calls, [touches[i] for i in order])
     return merged, ordered, multi
