@@ -141,6 +141,29 @@ def test_data_crossing_contexts_splits_merged_steps() -> None:
     assert [len(s.jobs) for s in coalesce(one_context, CALLS)[0]] == [2]
 
 
+def test_a_step_joining_the_open_step_goes_before_ready_host_steps() -> None:
+    # 0: context 0 reads "in"; 1: a host step on 0's result; 2: a job on context 1 that needs
+    # only "in" (a norm's x * 2^-s0 beside its first reduce); 3: needs the host result.
+    # Without touches the host step runs first and 2 lands in 3's step; with them 2 joins 0
+    steps = [_npu(0, reads=[Access("in", 0, 64, 64)], writes=[Access("out", 0, 64, 64)]),
+             _host(0, Slice("s", 0, 64), Slice("out", 0, 64)),
+             _npu(1, reads=[Access("in", 0, 64, 64)], writes=[Access("out", 0, 64, 64)], core=1),
+             _npu(0, reads=[Access("s", 0, 64, 64)], writes=[Access("out", 128, 64, 64)])]
+    preds = dependencies(steps, CALLS)
+    assert preds == [set(), {0}, set(), {1}]
+    assert reorder(steps, preds) == [0, 1, 3, 2]
+    merged, _, multi = coalesce(steps, CALLS)
+    assert [s.kind for s in merged] == ["npu", "host", "npu"] and multi == [range(0, 2)]
+    assert [len(s.jobs) for s in merged if s.kind == "npu"] == [2, 1]
+    # a job on context 1 reading what context 0 wrote in the open step cannot join it: the
+    # host step keeps its place before it
+    steps[2] = _npu(0, reads=[Access("out", 0, 64, 64)], writes=[Access("out", 192, 64, 64)],
+                    core=1)
+    merged, ordered, _ = coalesce(steps, CALLS)
+    assert [s.kind for s in ordered] == ["npu", "host", "npu", "npu"]
+    assert [len(s.jobs) for s in merged if s.kind == "npu"] == [1, 2]
+
+
 def test_an_undeclared_buffer_counts_as_all_of_it() -> None:
     # a job naming "s" with no declared stream: every host write to s must stay after it
     job = NpuJob((_kick(),), reads=("s",), writes=("out",))
