@@ -15,7 +15,9 @@ new order.
 * Order: a list scheduler over the RAW / WAR / WAW edges between steps (every earlier step
   whose accesses overlap). It emits every ready host step first, then every ready NPU step,
   so the host steps that do not depend on an NPU step no longer split NPU steps. Ties go to the
-  original order.
+  original order. A ready NPU step that can join the open merged step (``merge``'s test) goes
+  before the ready host steps: after them it would open a step of its own (a norm's passes
+  that need only its input join its first reduce's step; the host's mean waits for them).
 * Merge: adjacent NPU steps become one step, their jobs in order, unless a job would read or
   write bytes a job of the merged step writes on another context (``merge``). One SUBMIT's
   jobs are ordered by the BOs they share: the kernel adds each job's implicit dependencies on

@@ -37,7 +37,9 @@ zero pad lane stays 0 under add/sub/mul/max/min of two zero pads; under a scalar
 Jobs: with ``parts`` > 1 a flat view is cut at ``part_bounds`` (whole aligned EW rows), every
 pass's chunking cuts there too, and each range becomes one job holding all passes over it
 (jobs.split_by_range), so placement can run the ranges on the cores that hold their inputs
-(attention's heads: where the QK^T job of that head ran).
+(attention's heads: where the QK^T job of that head ran). A per-row op's one-pass form
+(eltwise_row._one_pass) cuts its kernels at the same planes, so a norm's passes over one cube
+keep each range on one core.
 
 Sources: [conf] /work/shared/conformance 05 / 06 programs; [lut] [ew] [k-acc] [mrdma] [chain]
 notes encodings/dpu-lut-activation.md, k-accumulation.md, mrdma-trap.md, regcmd-task-model.md;

@@ -4,7 +4,8 @@
   reduce: a matmul against a ones row with fp32 accumulation and an fp32 result (notes:
   encodings/feature-reduce.md). The result stays in the matmul's fp32 output cube (value of
   row p in channel 0, at byte 16 p); its consumers -- the O(rows) tails of LayerNorm and
-  softmax -- read it from there. A tensor held as several cubes (attention's heads) is one
+  softmax -- read it from there. A single cube's rows are offered as one job per core
+  (``_row_parts``), so the sum runs where the rows' planes already are. A tensor held as several cubes (attention's heads) is one
   batched matmul whose jobs are independent.
 * ``reduce_max`` over the last axis: the NPU's matmul and feature reduce only sum (notes:
   encodings/whisper-encoder.md), but the PPU max-pools. A matrix cube's channel groups are
