@@ -83,6 +83,36 @@ def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, o
     return tasks
 
 
+def bcast_range_tasks(profile: ChipProfile, src: str, positions: int, r0: int, rows: int,
+                      weights: str, out: str, at: int, name: str) -> list[EmittedTask]:
+    """Tasks writing out[p - r0, c] = src[p, channel 0] * w[c] for rows p in [r0, r0 + rows)
+    of the row-vector cube ``src`` (``positions`` rows), w the first kernel group of
+    ``weights``: the cube at byte ``at`` of ``out``, dense over the range (surfaces rows * 16
+    B apart), so one surface of it is a flying EW operand lined up with the range's rows.
+    Row tiles as ``_bcast_tasks`` (a ragged tail moved back to overlap its predecessor:
+    scratch, rewritten with the same values)."""
+    p = profile.input(DType.F16)
+    atom = profile.atom_bytes
+    align = profile.row_align
+    if rows < profile.min_feature_rows:
+        raise LoweringError(f"a per-row operand over {rows} rows: the broadcast conv needs at "
+                            f"least {profile.min_feature_rows} feature rows (matmul-as-conv.md)")
+    r_max = profile.max_feature_rows // align * align
+    spans: list[tuple[int, int]] = []
+    m0 = 0
+    while rows - m0 >= align:
+        n = min(r_max, (rows - m0) // align * align)
+        spans.append((m0, n))
+        m0 += n
+    if m0 < rows:
+        spans.append((rows - align, align))
+    return [emit_conv_dpu(f"{name}{i}", profile, feature=Reloc(src, (r0 + m0) * atom), rows=n,
+                          feature_surf_pitch=positions * atom, weights=Reloc(weights),
+                          kernels=p.n_align, out=Reloc(out, at + m0 * atom),
+                          out_channels=p.n_align, out_surf_stride=rows * atom, real_channels=1)
+            for i, (m0, n) in enumerate(spans)]
+
+
 def _kernel_tile(profile: ChipProfile, positions: int, kernels: int) -> int | None:
     """The most kernels (halving from all of them) one flat-view conv task over ``positions``
     can hold beside its 32-channel feature in the CBUF and within a cube dimension, or None."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ...ir.types import DType
 from ..profile import ChipProfile
 from ..regcmd import LoweringError, Reloc, TaskBuilder, EmittedTask, TaskTemplate, template_of
-from .dpu_stages import LutTables, OutCvt, SdpStage, upload_lut
+from .dpu_stages import LutTables, OutCvt, SdpStage, ew_stage, upload_lut
 from .task import DpuStages, cached_template, write_dpu, write_dpu_rdma
 
 # Flying DPU tasks stay at 4096 columns, well under the 13-bit maximum that corrupts a tail of
@@ -33,8 +33,10 @@ def _build(profile: ChipProfile, positions: int, st: DpuStages) -> TaskTemplate:
               od_bypass=True)
     write_dpu_rdma(t, profile, st, in_dtype=DType.F16, flying=True, mode=0, width=positions,
                    height=1, channels=c2)
-    # DMA: the source atoms in, the result atoms out
+    # DMA: the source atoms in (and the operand's), the result atoms out
     t.reads(Reloc("src"), positions * profile.atom_bytes)
+    if st.ew is not None:
+        t.reads(Reloc("ew"), positions * profile.atom_bytes)
     t.writes(Reloc("out"), positions * profile.atom_bytes)
     return template_of(t.finish())
 
@@ -54,3 +56,17 @@ def emit_flying(name: str, profile: ChipProfile, src: Reloc, dst: Reloc, positio
     st = DpuStages(bs=bs, bn=bn, lut=lut, out_cvt=out_cvt)
     tpl = cached_template(profile, ("flying", positions, st), lambda: _build(profile, positions, st))
     return tpl.bind(name, {"src": src, "out": dst})
+
+
+def emit_flying_ew(name: str, profile: ChipProfile, op: str, src: Reloc, operand: Reloc,
+                   dst: Reloc, positions: int, *, bs: SdpStage | None = None) -> EmittedTask:
+    """A DPU-only task out = src OP operand over ``positions`` consecutive atoms of one fp16
+    surface each (op add / max / min / mul): MRDMA streams ``src`` (through the BS stage, if
+    given), ERDMA the operand, the EW stage combines them in fp32 and the output converter
+    rounds once -- the conv-fed EW's arithmetic, with no CNA/CORE pass (task.write_dpu_rdma)."""
+    if not 1 <= positions <= FLYING_MAX_POSITIONS:
+        raise LoweringError(f"{name}: a flying DPU task covers 1..{FLYING_MAX_POSITIONS} positions "
+                            f"(QUIRK 3 keeps it well under the 13-bit width), got {positions}")
+    st = DpuStages(bs=bs, ew=ew_stage(op))
+    tpl = cached_template(profile, ("flying", positions, st), lambda: _build(profile, positions, st))
+    return tpl.bind(name, {"src": src, "ew": operand, "out": dst})
