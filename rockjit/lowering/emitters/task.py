@@ -292,30 +292,20 @@ def write_dpu_rdma(t: TaskBuilder, profile: ChipProfile, st: DpuStages, *, in_dt
             # [conf 01/03/04/09]; depthwise repeats its conv mode here [conf 09]
             t.write("DPU_RDMA_RDMA_FEATURE_MODE_CFG", CONV_MODE=mode, MRDMA_DISABLE=1,
                     BURST_LEN=BURST_LEN, MRDMA_FP16TOFP32_EN=int(in_dtype == DType.F16))
-    elif flying:
-        # DPU-only two-operand EW: MRDMA streams "src", ERDMA the one-surface operand "ew" at its
-        # own address, COMB_USE 4 (bit 0 clear, else the job never completes); hardware-exact
-        # for fp16 ADD/MAX/MIN/MUL (seeds 000 "A two-buffer op needs no conv main feed",
-        # tests/ew_int_probe on RK3588; sdp-stage-precision.md). The planar advance as the
-        # conv path's: one surface, so never taken
-        notch = max(width * height, profile.ew_min_positions)
-        t.write("DPU_RDMA_RDMA_ERDMA_CFG", ERDMA_DATA_MODE=EW_PER_PIXEL,
-                ERDMA_DATA_SIZE=EW_DATA_SIZE[ew.esize])
-        t.write_addr("DPU_RDMA_RDMA_EW_BASE_ADDR", "ew")
-        t.write("DPU_RDMA_RDMA_EW_SURF_STRIDE", EW_SURF_STRIDE=notch)
-        t.write("DPU_RDMA_RDMA_FEATURE_MODE_CFG", FLYING_MODE=1, MRDMA_FP16TOFP32_EN=1,
-                COMB_USE=COMB_FLYING_ERDMA, PROC_PRECISION=p.precision, BURST_LEN=BURST_LEN,
-                IN_PRECISION=p.precision)
     else:
         # the operand's planar advance: MAX(positions, 12) atoms [kacc]; EW_BASE one surface past
-        # SRC_BASE, the hardware-verified transport [kacc][conf 02/06]
+        # SRC_BASE, the hardware-verified transport [kacc][conf 02/06]. Flying (DPU-only two-
+        # operand EW, one surface, hardware-exact for fp16 add/max/min/mul: seeds 000 "A
+        # two-buffer op needs no conv main feed"): EW_BASE the operand itself, COMB_USE 4
         positions = width * height
         notch = max(positions, profile.ew_min_positions)
         t.write("DPU_RDMA_RDMA_ERDMA_CFG", ERDMA_DATA_MODE=EW_PER_PIXEL,
                 ERDMA_DATA_SIZE=EW_DATA_SIZE[ew.esize])
-        t.write_addr("DPU_RDMA_RDMA_EW_BASE_ADDR", "ew", 16 * positions)
+        t.write_addr("DPU_RDMA_RDMA_EW_BASE_ADDR", "ew", 0 if flying else 16 * positions)
         t.write("DPU_RDMA_RDMA_EW_SURF_STRIDE", EW_SURF_STRIDE=notch)
-        t.write("DPU_RDMA_RDMA_FEATURE_MODE_CFG", COMB_USE=COMB_CONV_PLUS_ERDMA,
+        fly = dict(FLYING_MODE=1, MRDMA_FP16TOFP32_EN=1) if flying else {}
+        t.write("DPU_RDMA_RDMA_FEATURE_MODE_CFG", **fly,
+                COMB_USE=COMB_FLYING_ERDMA if flying else COMB_CONV_PLUS_ERDMA,
                 PROC_PRECISION=p.precision, IN_PRECISION=p.precision, BURST_LEN=BURST_LEN)
     t.write("DPU_RDMA_RDMA_SRC_DMA_CFG")
     t.write("DPU_RDMA_RDMA_SURF_NOTCH", SURF_NOTCH_ADDR=notch)
