@@ -85,13 +85,22 @@ def _job_shape(job) -> tuple:
     """(the job, its declared (name, offset, extent) reads and writes, each once -- a job's
     tasks often repeat a stream, and a repeat adds no edge -- and the names it addresses
     without a declared stream, sorted: it is taken to read and write those whole)."""
-    rd = list(dict.fromkeys((a.buffer, a.offset, a.extent) for k in job.kicks for a in k.reads))
-    wr = list(dict.fromkeys((a.buffer, a.offset, a.extent) for k in job.kicks for a in k.writes))
+    rd = list(dict.fromkeys(t for k in job.kicks for a in k.reads for t in _pieces(a)))
+    wr = list(dict.fromkeys(t for k in job.kicks for a in k.writes for t in _pieces(a)))
     declared = {a[0] for a in rd} | {a[0] for a in wr}
     undeclared = {n for n in (*job.reads, *job.writes) if n not in declared}
     for kick in job.kicks:
         undeclared.update(r.buffer for r in kick.relocs.values() if r.buffer not in declared)
     return job, rd, wr, sorted(undeclared)     # the job itself: its id stays its own
+
+
+def _pieces(a) -> list[tuple[str, int, int]]:
+    """(name, offset, extent) of each run of a declared stream: a strided one (a row range
+    of every plane of a cube) is its pieces, so the rows other cores write in between are no
+    overlap."""
+    if a.pieces > 1 and a.pitch >= a.chunk > 0:
+        return [(a.buffer, a.offset + i * a.pitch, a.chunk) for i in range(a.pieces)]
+    return [(a.buffer, a.offset, a.extent)]
 
 
 def host_touches(ci: int, hs: HostStep, binding: dict) -> tuple[list[Touch], list[Touch]]:
