@@ -76,6 +76,7 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         ids = [v.id for n in graph.nodes for v in n.outputs] + [v.id for v in graph.inputs]
         self._next_id = max(ids, default=0) + (1 << 20)
         users = graph.users()
+        self.users = users
         self.fp32_values = frozenset(n.out.id for n in graph.nodes
                                      if is_deferred_product(n, self.producers, users))
         # a deferred softmax's row sums taken from its product's ones column: the product
@@ -87,7 +88,8 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         return RuleContext(self.profile, node, self.producers, self.consts, self.forms,
                            fresh=self.fresh_value, graph_inputs=self.graph.inputs,
                            sliced=lambda v: v.id in self.slots and self._slot_open(v),
-                           fp32_values=self.fp32_values, row_sums=self.row_sums)
+                           fp32_values=self.fp32_values, row_sums=self.row_sums,
+                           users=self.users)
 
     def fresh_value(self, t) -> Value:
         """A value id no graph node uses, for a rule's private intermediate."""

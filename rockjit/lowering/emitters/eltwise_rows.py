@@ -99,7 +99,7 @@ def build_scalar_rows(op: str, layout: CubeLayout, value: float, reverse: bool,
     return _program(bufs, jobs, profile)
 
 
-_FLYING_OPS = ("add", "max", "min", "mul")
+FLYING_OPS = ("add", "max", "min", "mul")
 
 
 def build_binary_rows(op: str, layout: CubeLayout, profile: ChipProfile | str | None,
@@ -107,9 +107,9 @@ def build_binary_rows(op: str, layout: CubeLayout, profile: ChipProfile | str | 
     """out = a OP b (add / max / min / mul) for two cubes of ``layout``, one job per row range.
     Buffers: ``a``, ``b`` (inputs 0, 1), ``out``, ``regcmd``; no padding past the cube."""
     profile = resolve_profile(profile)
-    if op not in _FLYING_OPS:
+    if op not in FLYING_OPS:
         raise LoweringError(f"element-wise {op} by rows: the flying two-operand EW is modelled "
-                            f"for {', '.join(_FLYING_OPS)}")
+                            f"for {', '.join(FLYING_OPS)}")
     positions = _check(layout, profile, cuts, f"element-wise {op} by rows")
     jobs = []
     for j, (r0, r1) in enumerate(_ranges(positions, cuts)):
@@ -124,7 +124,7 @@ def build_binary_rows(op: str, layout: CubeLayout, profile: ChipProfile | str | 
 
 
 # the flying EW op of x OP s[row] and the sign the broadcast applies to s
-_ROW_OPS = {"add": ("add", 1.0), "sub": ("add", -1.0), "mul": ("mul", 1.0)}
+ROW_OPS = {"add": ("add", 1.0), "sub": ("add", -1.0), "mul": ("mul", 1.0)}
 
 
 def build_row_rows(op: str, layout: CubeLayout, profile: ChipProfile | str | None,
@@ -137,13 +137,13 @@ def build_row_rows(op: str, layout: CubeLayout, profile: ChipProfile | str | Non
     from .eltwise_row import bcast_range_tasks
 
     profile = resolve_profile(profile)
-    if op not in _ROW_OPS:
+    if op not in ROW_OPS:
         raise LoweringError(f"element-wise {op} with a per-row vector by rows: only "
-                            f"{', '.join(_ROW_OPS)}")
+                            f"{', '.join(ROW_OPS)}")
     positions = _check(layout, profile, cuts, f"element-wise {op} with a per-row vector by rows")
     p = profile.input(DType.F16)
     atom = profile.atom_bytes
-    ew_op, sign = _ROW_OPS[op]
+    ew_op, sign = ROW_OPS[op]
     kernels = p.n_align
     ones = np.zeros((kernels, EW_VIEW_CHANNELS), np.float16)
     ones[:, 0] = sign

@@ -226,6 +226,8 @@ class RuleContext:
     fp32_values: frozenset[int] = frozenset()
     # product value id -> the row-sum value its ones column provides (rules/row_sum.py)
     row_sums: Mapping[int, Value] = field(default_factory=dict)
+    # value id -> the nodes reading it (row-split passes look for the reduce they feed)
+    users: Mapping[int, list[Node]] = field(default_factory=dict)
 
     def const(self, v: Value) -> np.ndarray | None:
         return self.consts.get(v.id)

@@ -32,6 +32,7 @@ from .eltwise_vectors import (channel_calls, channel_source, deferred_division_c
                               flat_layout, flat_parts, one_cube, recip_rows, row_calls,
                               row_source)
 from .forms import cube_form
+from .row_chain import row_split_cuts
 
 BINARY = {Op.ADD: "add", Op.SUB: "sub", Op.MUL: "mul", Op.MAX: "max", Op.MIN: "min"}
 
@@ -214,6 +215,7 @@ def lower_neg(ctx: RuleContext) -> RuleResult:
 
 def lower_binary_op(ctx: RuleContext) -> RuleResult:
     from ..emitters import eltwise as ew
+    from ..emitters import eltwise_rows as ew_rows
 
     node = ctx.node
     op = BINARY[node.op]
@@ -233,6 +235,12 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
     try:
         if const is not None:
             s = uniform_value(const)
+            cuts = row_split_cuts(ctx, form) if s is not None else ()
+            if cuts:
+                prog = ew_rows.build_scalar_rows(op, form.layout, s, reverse, ctx.profile, cuts)
+                return RuleResult([OpCall(prog, (Use(run),), (Use(node.out),),
+                                          f"{op} scalar rows", emitter="eltwise_rows.scalar",
+                                          forms_in=(form,), forms_out=(form,))])
             if s is not None:
                 flat = flat_layout(form)
                 if flat is None:
@@ -290,6 +298,13 @@ def lower_binary_op(ctx: RuleContext) -> RuleResult:
                 pass   # v - x, or positions one pass cannot cover: the broadcast form below
         if other.type.shape != shape:
             raise NoNpuForm("operand shapes differ")
+        cuts = row_split_cuts(ctx, form) if x is y and op in ew_rows.FLYING_OPS else ()
+        if cuts:
+            # a square feeding a feature reduce: by the reduce's rows (rules/row_chain.py)
+            prog = ew_rows.build_binary_rows(op, form.layout, ctx.profile, cuts)
+            return RuleResult([OpCall(prog, (Use(x), Use(y)), (Use(node.out),), f"{op} rows",
+                                      emitter="eltwise_rows.binary", forms_in=(form, form),
+                                      forms_out=(form,))])
         flat = flat_layout(form)
         if flat is None:
             raise NoNpuForm("operand cubes are not one dense run")

@@ -16,6 +16,7 @@ from ..layouts import CubeLayout
 from ..op_lowering import BufferSpec, HostStep, OpLowering
 from .base import CubeForm, NoNpuForm, OpCall, RowForm, RuleContext, Use
 from .forms import cube_form
+from .row_chain import row_split_cuts
 
 
 def one_cube(form: CubeForm) -> bool:
@@ -89,6 +90,7 @@ def row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFor
     eltwise.build_binary_row): one call for a single cube, one per cube (independent, so their
     jobs run side by side) for a tensor held as several cubes (attention's heads)."""
     from ..emitters import eltwise_row as ewr
+    from ..emitters.eltwise_rows import ROW_OPS, build_row_rows
 
     out = ctx.node.out
     items = form.batch_items()
@@ -99,9 +101,14 @@ def row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFor
         lay = form.layout
         if lay.width != 1:
             raise NoNpuForm("per-row operand on a cube with W > 1")
-        # kernel ranges as jobs, cut where a flat-view op over the same cube cuts its planes
-        # (eltwise_row._one_pass): the norm's chain of passes stays on the cores holding them
-        prog = ewr.build_binary_row(op, lay, reverse, ctx.profile, flat_parts(ctx, form))
+        cuts = row_split_cuts(ctx, form) if not reverse and op in ROW_OPS else ()
+        if cuts:
+            # feeding a feature reduce: by the reduce's rows (rules/row_chain.py)
+            prog = build_row_rows(op, lay, ctx.profile, cuts)
+        else:
+            # kernel ranges as jobs, cut where a flat-view op over the same cube cuts its
+            # planes (eltwise_row._one_pass): a norm's passes stay on the cores holding them
+            prog = ewr.build_binary_row(op, lay, reverse, ctx.profile, flat_parts(ctx, form))
         nrows = int(np.prod(shape[:-1], dtype=np.int64))
         s_form = cube_form(ewr.row_vector_layout(lay.height * lay.width, ctx.profile), (nrows, 1))
         return [OpCall(prog, (Use(run), Use(srow, shape=srow_use_shape or (nrows, 1))),

@@ -5,7 +5,7 @@
   encodings/feature-reduce.md). The result stays in the matmul's fp32 output cube (value of
   row p in channel 0, at byte 16 p); its consumers -- the O(rows) tails of LayerNorm and
   softmax -- read it from there. A single cube's rows are offered as one job per core
-  (``_row_parts``), so the sum runs where the rows' planes already are. A tensor held as several cubes (attention's heads) is one
+  (``row_chain.row_parts``), so the sum runs where the rows' planes already are. A tensor held as several cubes (attention's heads) is one
   batched matmul whose jobs are independent.
 * ``reduce_max`` over the last axis: the NPU's matmul and feature reduce only sum (notes:
   encodings/whisper-encoder.md), but the PPU max-pools. A matrix cube's channel groups are
@@ -28,6 +28,7 @@ from ..op_lowering import BufferSpec, HostStep, OpLowering
 from ..regcmd import LoweringError
 from .base import CubeForm, NoNpuForm, OpCall, RowForm, RuleContext, RuleResult, Use
 from .eltwise import operand_form
+from .row_chain import row_parts
 from . import forms as F
 
 
@@ -57,35 +58,6 @@ def batch_split(form: CubeForm, shape: tuple[int, ...]) -> tuple[int, int, int] 
     return len(items), form.hwc()[0], step
 
 
-def _row_parts(ctx: RuleContext, batch: int, m: int, k: int) -> int | None:
-    """The row tile cap that offers one job per core (reuse.py keeps a job per tile where
-    there are no more tiles than cores) for a single cube whose plan has fewer row tiles,
-    or None. Each job sums its own rows over every channel, so placement can run the rows on
-    all cores instead of gathering the cube onto one (a norm's operand arrives spread over
-    the cores by planes); the cost model still keeps them on one core where that is cheaper.
-    Only where the K steps stay the same: every row's sum then adds the same terms in the
-    same order as the unsplit plan's."""
-    from ..emitters.matmul import plan_matmul
-
-    cores = ctx.profile.cores
-    if batch != 1 or cores <= 1:
-        return None
-    try:
-        plan, _ = plan_matmul(m, k, 1, DType.F16, DType.F32, ctx.profile)
-    except LoweringError:
-        return None
-    align = ctx.profile.row_align
-    cap = -(-(-(-m // cores)) // align) * align
-    least = max(ctx.profile.ew_min_positions, ctx.profile.min_feature_rows)
-    if len(plan.rows) >= cores or cap < least or cap >= m:
-        return None
-    try:
-        split, _ = plan_matmul(m, k, 1, DType.F16, DType.F32, ctx.profile, max_m=cap)
-    except LoweringError:
-        return None
-    return cap if split.channels == plan.channels else None
-
-
 def lower_reduce_sum(ctx: RuleContext) -> RuleResult:
     from ..emitters.matmul import build_matmul
 
@@ -102,7 +74,7 @@ def lower_reduce_sum(ctx: RuleContext) -> RuleResult:
     ones = np.ones((1, k), np.float16)
     try:
         prog = build_matmul(m, k, 1, DType.F16, DType.F32, ctx.profile, batch=batch, b=ones,
-                            name=f"rsum{node.out.id}", max_m=_row_parts(ctx, batch, m, k))
+                            name=f"rsum{node.out.id}", max_m=row_parts(ctx, batch, m, k))
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None
     c = prog.buffer("c")
