@@ -31,6 +31,7 @@ new order.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from typing import Sequence
 
@@ -148,8 +149,8 @@ def dependencies(steps: Sequence[ScheduledStep], calls: Sequence,
     seen_w: dict[object, list[tuple[int, int, int]]] = defaultdict(list)
     preds: list[set[int]] = []
     for si, st in enumerate(steps):
-        reads, writes = _union(touches[si]) if touches is not None else step_touches(st, calls)
-        reads, writes = set(reads), set(writes)   # a job's tasks often repeat a stream
+        reads, writes = _hulls(touches[si] if touches is not None
+                               else job_list_touches(st, calls))
         p: set[int] = set()
         for key, tlo, thi in reads:
             p.update(j for j, lo, hi in seen_w[key] if lo < thi and tlo < hi)
@@ -169,6 +170,22 @@ def dependencies(steps: Sequence[ScheduledStep], calls: Sequence,
         p.discard(si)
         preds.append(p)
     return preds
+
+
+def _hulls(per_job: Sequence[JobTouches]) -> tuple[set[Touch], set[Touch]]:
+    """A step's reads and writes for ordering: per job, the hull of its touches of each
+    buffer. A row-split job's pieces (a row range of every plane, coalesce's merge test) would
+    make thousands; the hull only adds edges to steps touching the rows between, which are
+    the same op's other jobs or its neighbours in the chain, ordered anyway."""
+    out: tuple[set[Touch], set[Touch]] = (set(), set())
+    for _, r, w in per_job:
+        for dst, src in zip(out, (r, w)):
+            hull: dict = {}
+            for key, lo, hi in src:
+                h = hull.get(key)
+                hull[key] = (lo, hi) if h is None else (min(h[0], lo), max(h[1], hi))
+            dst.update((key, lo, hi) for key, (lo, hi) in hull.items())
+    return out
 
 
 def _mergeable(st: ScheduledStep) -> bool:
@@ -250,13 +267,44 @@ def _joins(writes: dict[int, dict], mine: list[JobTouches]) -> bool:
 
 def _add_writes(writes: dict[int, dict], mine: list[JobTouches]) -> dict[int, dict]:
     for c, _, w in mine:
+        per = writes.setdefault(c, {})
         for key, lo, hi in w:
-            writes.setdefault(c, {}).setdefault(key, []).append((lo, hi))
+            sp = per.get(key)
+            if sp is None:
+                sp = per[key] = _Spans()
+            sp.add(lo, hi)
     return writes
 
 
+class _Spans:
+    """Disjoint sorted byte intervals of one buffer: a merged step's writes, asked about
+    thousands of pieces (a row range of every plane per job), so by bisection."""
+
+    __slots__ = ("lo", "hi")
+
+    def __init__(self) -> None:
+        self.lo: list[int] = []
+        self.hi: list[int] = []
+
+    def add(self, lo: int, hi: int) -> None:
+        i = bisect_left(self.hi, lo)            # first interval ending at or after lo
+        j = bisect_right(self.lo, hi)           # intervals starting at or before hi
+        if i < j:
+            lo, hi = min(lo, self.lo[i]), max(hi, self.hi[j - 1])
+        self.lo[i:j] = [lo]
+        self.hi[i:j] = [hi]
+
+    def hits(self, lo: int, hi: int) -> bool:
+        i = bisect_right(self.lo, hi - 1) - 1   # the last interval starting before hi
+        return i >= 0 and self.hi[i] > lo
+
+
 def _overlaps(spans: dict, touches) -> bool:
-    return any(lo < thi and tlo < hi for key, tlo, thi in touches for lo, hi in spans.get(key, ()))
+    for key, tlo, thi in touches:
+        sp = spans.get(key)
+        if sp is not None and sp.hits(tlo, thi):
+            return True
+    return False
 
 
 def merge(steps: Sequence[ScheduledStep], calls: Sequence,

@@ -30,6 +30,7 @@ from ..layouts import CubeLayout, weight_layout
 from ..op_lowering import BufferSpec, NpuStep, OpLowering
 from ..profile import ChipProfile
 from ..regcmd import LoweringError, Reloc
+from ..compile_cache import memoized
 from ..tiling import ceil_div, round_up
 from .eltwise import EW_VIEW_CHANNELS, check_fp16_cube, resolve_profile, scalar_stages
 from .eltwise_row import row_vector_layout
@@ -81,6 +82,7 @@ def _program(bufs: list[BufferSpec], jobs: list[JobTasks], profile: ChipProfile,
     return OpLowering(tuple(bufs) + (regcmd,), (NpuStep(tuple(npu)),), macs=macs)
 
 
+@memoized
 def build_scalar_rows(op: str, layout: CubeLayout, value: float, reverse: bool,
                       profile: ChipProfile | str | None, cuts: Sequence[int]) -> OpLowering:
     """out = x OP c (c OP x with ``reverse``) for a constant c, one job per row range of
@@ -102,6 +104,7 @@ def build_scalar_rows(op: str, layout: CubeLayout, value: float, reverse: bool,
 FLYING_OPS = ("add", "max", "min", "mul")
 
 
+@memoized
 def build_binary_rows(op: str, layout: CubeLayout, profile: ChipProfile | str | None,
                       cuts: Sequence[int]) -> OpLowering:
     """out = a OP b (add / max / min / mul) for two cubes of ``layout``, one job per row range.
@@ -127,6 +130,7 @@ def build_binary_rows(op: str, layout: CubeLayout, profile: ChipProfile | str | 
 ROW_OPS = {"add": ("add", 1.0), "sub": ("add", -1.0), "mul": ("mul", 1.0)}
 
 
+@memoized
 def build_row_rows(op: str, layout: CubeLayout, profile: ChipProfile | str | None,
                    cuts: Sequence[int]) -> OpLowering:
     """out[p, c] = x[p, c] OP s[p] (add / sub / mul) with s a run-time per-row vector in
