@@ -60,3 +60,29 @@ def test_each_job_touches_only_its_rows() -> None:
             for acc in (*k.reads, *k.writes):
                 lo = acc.offset % plane // P.atom_bytes
                 assert r0 <= lo and lo + acc.nbytes // P.atom_bytes <= r1, (acc, r0, r1)
+
+
+@needs_sim
+@pytest.mark.parametrize("real", [40, 44])
+def test_per_row_ops_leave_a_padded_cubes_padding_alone(real: int) -> None:
+    """A value of ``real`` channels in a cube padded to 64 (for a consumer's K): x OP s[row]
+    writes x's padding OP 0 there (x itself for add / sub, 0 for mul), by rows and in one pass.
+    Broadcasting s into it made a norm's x - mean hold -mean in the padding, whose square after
+    the per-row scale overflowed fp16 and turned the reduce's 0 * inf into NaN."""
+    from rockjit.lowering.emitters.eltwise_row import build_binary_row
+
+    t = 50
+    lay = feature_layout(P, DType.F16, t, 1, 64)
+    rng = np.random.default_rng(real)
+    x = (rng.standard_normal((t, 1, 64)) * 8).astype(np.float16)
+    s = (rng.standard_normal(t) * 300).astype(np.float16)
+    x32, s32 = x.astype(np.float32), s.astype(np.float32)[:, None, None]
+    progs = {"by rows": lambda op: R.build_row_rows(op, lay, P, R.row_cuts(t, P), real=real),
+             "one pass": lambda op: build_binary_row(op, lay, False, P, real=real)}
+    for form, build in progs.items():
+        for op in ("sub", "mul", "add"):
+            run = run_program(build(op), {"x": lay.pack(x), "s": pack_row_vector(s, P)})
+            got = lay.unpack(run["out"])
+            want = F32[op](x32, s32).astype(np.float16)
+            want[..., real:] = F32[op](x32[..., real:], 0.0).astype(np.float16)
+            _same(got, want, f"{form}: x {op} s[row], {real} real channels of 64")

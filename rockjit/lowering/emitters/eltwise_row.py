@@ -84,10 +84,11 @@ def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, o
 
 
 def bcast_range_tasks(profile: ChipProfile, src: str, positions: int, r0: int, rows: int,
-                      weights: str, out: str, at: int, name: str) -> list[EmittedTask]:
+                      weights: str, out: str, at: int, name: str, kernels: int | None = None
+                      ) -> list[EmittedTask]:
     """Tasks writing out[p - r0, c] = src[p, channel 0] * w[c] for rows p in [r0, r0 + rows)
-    of the row-vector cube ``src`` (``positions`` rows), w the first kernel group of
-    ``weights``: the cube at byte ``at`` of ``out``, dense over the range (surfaces rows * 16
+    of the row-vector cube ``src`` (``positions`` rows), w the first ``kernels`` (default one
+    kernel group) of ``weights``: the cube at byte ``at`` of ``out``, dense over the range (surfaces rows * 16
     B apart), so one surface of it is a flying EW operand lined up with the range's rows.
     Row tiles as ``_bcast_tasks`` (a ragged tail moved back to overlap its predecessor:
     scratch, rewritten with the same values)."""
@@ -108,8 +109,9 @@ def bcast_range_tasks(profile: ChipProfile, src: str, positions: int, r0: int, r
         spans.append((rows - align, align))
     return [emit_conv_dpu(f"{name}{i}", profile, feature=Reloc(src, (r0 + m0) * atom), rows=n,
                           feature_surf_pitch=positions * atom, weights=Reloc(weights),
-                          kernels=p.n_align, out=Reloc(out, at + m0 * atom),
-                          out_channels=p.n_align, out_surf_stride=rows * atom, real_channels=1)
+                          kernels=kernels or p.n_align, out=Reloc(out, at + m0 * atom),
+                          out_channels=kernels or p.n_align, out_surf_stride=rows * atom,
+                          real_channels=1)
             for i, (m0, n) in enumerate(spans)]
 
 
@@ -155,7 +157,7 @@ LO_SCALE = 2.0 ** -12
 
 
 def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, per: str,
-              wide: bool = False, parts: int = 1) -> OpLowering | None:
+              wide: bool = False, parts: int = 1, real: int | None = None) -> OpLowering | None:
     """x OP s in one pass, s one value per position (``per`` "row": input ``s``, the
     row-vector cube) or per channel (``per`` "channel": input ``c``, the vector in the weight
     layout [C, 1]). Each task's 1x1 conv broadcasts s -- row: weights +-1 on input channel 0
@@ -170,6 +172,11 @@ def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, 
     a 32-bit EW operand [kacc]) and s arrives split in two fp16 channels, s = hi + lo *
     LO_SCALE, summed exactly in fp32 by the conv (weights 1 and LO_SCALE on channels 0 and 1):
     the product is rounded once, into the fp16 output.
+
+    ``real`` (per row): the value's own channel count where the cube holds more (padded for
+    a consumer's K): the kernels past it broadcast 0, so those lanes keep x's padding (x OP 0;
+    0 for mul). A row value there would make x - mean's padding -mean, whose square after a
+    norm's per-row scale can overflow, and a ones-vector reduce's 0 * inf is NaN.
 
     ``parts`` > 1 (fp16 x only): the kernels are cut into that many ranges of whole kernel
     groups (``_kernel_parts``), each range one job (npu_program's bounds at its first output
@@ -204,9 +211,9 @@ def _one_pass(op: str, layout: CubeLayout, reverse: bool, profile: ChipProfile, 
             return None
     if per == "row":
         ones = np.zeros((kernels, EW_VIEW_CHANNELS), np.float16)
-        ones[:, 0] = sign
+        ones[:real, 0] = sign
         if wide:
-            ones[:, 1] = LO_SCALE
+            ones[:real, 1] = LO_SCALE
         const = wl.pack(ones)
         feature, weights = "s", "ones"
         operand = BufferSpec("s", "input", s_lay.nbytes, layout=s_lay, bind=1)
@@ -307,17 +314,19 @@ def build_binary_channel_runtime(op: str, layout: CubeLayout, reverse: bool = Fa
 
 @memoized
 def build_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
-                     profile: ChipProfile | str | None = None, parts: int = 1) -> OpLowering:
+                     profile: ChipProfile | str | None = None, parts: int = 1,
+                     real: int | None = None) -> OpLowering:
     """out[p, c] = x[p, c] OP s[p] (s OP x with ``reverse``) with s a run-time vector, one
     value per position p = h * W + w (a matrix cube's rows).
 
     Buffers: ``x`` (input 0), ``s`` (input 1, ``row_vector_layout(H*W)``: s in channel 0),
     ``out`` (output 0), ``bcast`` (scratch: the broadcast cube), ``ones`` and ``weights``
     (const), ``regcmd``. Two passes: the broadcast conv tasks, then the EW tasks. ``parts``
-    > 1 offers the one-pass form's kernel ranges as that many jobs (``_one_pass``)."""
+    > 1 offers the one-pass form's kernel ranges as that many jobs (``_one_pass``); ``real``
+    the value's channel count where the cube is padded past it (``_one_pass``)."""
     profile = resolve_profile(profile)
     check_fp16_cube(layout, profile, f"element-wise {op} with a per-row vector")
-    one = _one_pass(op, layout, reverse, profile, "row", parts=parts)
+    one = _one_pass(op, layout, reverse, profile, "row", parts=parts, real=real)
     if one is not None:
         return one
     p = profile.input(DType.F16)
@@ -328,7 +337,7 @@ def build_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
     bcast_bytes = (kernels // p.feature_c2) * positions * profile.atom_bytes
     _, span = ew_chunks(layout.nbytes, profile)
     ones = np.zeros((kernels, EW_VIEW_CHANNELS), np.float16)
-    ones[:, 0] = 1.0
+    ones[:real, 0] = 1.0       # padding lanes broadcast 0 (``_one_pass``)
     wl = weight_layout(profile, DType.F16, kernels, EW_VIEW_CHANNELS)
     ones_packed = wl.pack(ones)
     tasks = _bcast_tasks(profile, "s", positions, "ones", "bcast", layout.channels, "bcast")

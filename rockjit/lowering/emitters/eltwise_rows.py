@@ -132,7 +132,7 @@ ROW_OPS = {"add": ("add", 1.0), "sub": ("add", -1.0), "mul": ("mul", 1.0)}
 
 @memoized
 def build_row_rows(op: str, layout: CubeLayout, profile: ChipProfile | str | None,
-                   cuts: Sequence[int]) -> OpLowering:
+                   cuts: Sequence[int], real: int | None = None) -> OpLowering:
     """out[p, c] = x[p, c] OP s[p] (add / sub / mul) with s a run-time per-row vector in
     ``row_vector_layout``, one job per row range: the range's broadcast conv tasks into the
     job's part of ``bcast`` (scratch), then a flying EW task per plane. Buffers as
@@ -148,9 +148,24 @@ def build_row_rows(op: str, layout: CubeLayout, profile: ChipProfile | str | Non
     p = profile.input(DType.F16)
     atom = profile.atom_bytes
     ew_op, sign = ROW_OPS[op]
-    kernels = p.n_align
+    # broadcast planes: 0 s in every lane; 1 s in the real lanes of the value's last plane
+    # and 0 in its padding lanes; 2 zeros, for the planes past the value's channels (``real``:
+    # a cube padded for a consumer's K). Padding keeps x's (x OP 0), as in
+    # eltwise_row._one_pass: -mean there would square past fp16 after a norm's per-row scale
+    c2 = p.feature_c2
+    real = layout.channels if real is None else min(real, layout.channels)
+    planes = ceil_div(layout.channels, c2)
+    full, tail = divmod(real, c2)
+    kernels = round_up(3 * c2, p.n_align) if planes * c2 > real else p.n_align
     ones = np.zeros((kernels, EW_VIEW_CHANNELS), np.float16)
-    ones[:, 0] = sign
+    ones[:c2, 0] = sign
+    ones[c2:c2 + tail, 0] = sign
+
+    def source(off: int) -> int:
+        """The broadcast plane the x plane at byte ``off`` reads."""
+        plane = off // layout.surf_stride
+        return 0 if plane < full else 1 if plane == full and tail else 2
+
     ones_packed = weight_layout(profile, DType.F16, kernels, EW_VIEW_CHANNELS).pack(ones)
     jobs = []
     scratch = 0
@@ -159,9 +174,10 @@ def build_row_rows(op: str, layout: CubeLayout, profile: ChipProfile | str | Non
         rows = r1 - r0
         scratch += round_up(kernels // p.feature_c2 * rows * atom, 64)
         bc = bcast_range_tasks(profile, "s", positions, r0, rows, "ones", "bcast", at,
-                               f"bc{j}_")
+                               f"bc{j}_", kernels)
         tasks = [emit_flying_ew(f"{op}_r{j}_{i}", profile, ew_op, Reloc("x", off),
-                                Reloc("bcast", at + (off % layout.surf_stride) - r0 * atom),
+                                Reloc("bcast", at + source(off) * rows * atom
+                                      + (off % layout.surf_stride) - r0 * atom),
                                 Reloc("out", off), n)
                  for i, (off, n) in enumerate(_plane_runs(layout, profile, r0, r1))]
         jobs.append(JobTasks([bc, tasks], ("x", "s", "ones"), ("out",)))

@@ -104,11 +104,12 @@ def row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFor
         cuts = row_split_cuts(ctx, form) if not reverse and op in ROW_OPS else ()
         if cuts:
             # feeding a feature reduce: by the reduce's rows (rules/row_chain.py)
-            prog = build_row_rows(op, lay, ctx.profile, cuts)
+            prog = build_row_rows(op, lay, ctx.profile, cuts, real=shape[-1])
         else:
             # kernel ranges as jobs, cut where a flat-view op over the same cube cuts its
             # planes (eltwise_row._one_pass): a norm's passes stay on the cores holding them
-            prog = ewr.build_binary_row(op, lay, reverse, ctx.profile, flat_parts(ctx, form))
+            prog = ewr.build_binary_row(op, lay, reverse, ctx.profile, flat_parts(ctx, form),
+                                        real=shape[-1])
         nrows = int(np.prod(shape[:-1], dtype=np.int64))
         s_form = cube_form(ewr.row_vector_layout(lay.height * lay.width, ctx.profile), (nrows, 1))
         return [OpCall(prog, (Use(run), Use(srow, shape=srow_use_shape or (nrows, 1))),
@@ -120,7 +121,7 @@ def row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFor
         if sub.layout.width != 1 or "b" in sub.roles:
             raise NoNpuForm("per-row operand on cubes that are not matrices")
         lay = sub.layout
-        prog = ewr.build_binary_row(op, lay, reverse, ctx.profile)
+        prog = ewr.build_binary_row(op, lay, reverse, ctx.profile, real=shape[-1])
         rows = sub.hwc()[0]
         s_form = cube_form(ewr.row_vector_layout(lay.height * lay.width, ctx.profile), (rows, 1))
         calls.append(OpCall(prog, (Use(run, ix), Use(srow, ix, shape=(rows, 1))),
