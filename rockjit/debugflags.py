@@ -193,6 +193,15 @@ NO_COALESCE = flag(
     "rockjit/lowering/coalesce.py), for A/B comparisons.",
     "0")
 
+NO_ROW_SPLIT = flag(
+    "ROCKJIT_NO_ROW_SPLIT",
+    "on: the element-wise passes that make a feature reduce's operand (a norm's statistics) keep "
+    "the flat split instead of the reduce's row ranges (rockjit/lowering/rules/row_chain.py). "
+    "The row split runs one small self-chained task per channel plane and row range, which the "
+    "cost model takes as free inside a kick (no published figure prices a chained task): on a "
+    "board, compare both.",
+    "0")
+
 NO_COMPILE_CACHE = "ROCKJIT_NO_COMPILE_CACHE"
 flag(NO_COMPILE_CACHE,
      "on: the lowering plans and emits every op afresh instead of reusing the tile plan or the "

@@ -67,3 +67,21 @@ def test_layer_norm_chain_on_the_sim(t: int, h: int, spread: bool) -> None:
     # [Sx, x 2^-s0, its square, r1] host [c, c t, its square, r2] host [c k, * g, + b]: each
     # reduce in the step of the passes that make its operand (main: 8 steps at [197, 768])
     assert st["npu_steps"] == 3, st
+
+
+def test_row_split_off_gives_the_same_bits_in_more_steps(monkeypatch) -> None:
+    """ROCKJIT_NO_ROW_SPLIT (the A/B switch for a board): the flat split computes the same
+    fp16 operations, so the same bits, in more NPU steps and fewer tasks."""
+    t, h = 197, 768
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((t, h)) * 4 + rng.standard_normal((t, 1)) * 30).astype(np.float32)
+    p = {"g": (1 + 0.1 * rng.standard_normal(h)).astype(np.float32),
+         "b": (0.1 * rng.standard_normal(h)).astype(np.float32)}
+    runs = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("ROCKJIT_NO_ROW_SPLIT", flag)
+        f = rockjit.compile(_layer_norm, resident_argnums=0, backend="sim")
+        runs[flag] = (np.asarray(f(p, x)), f.compiled(p, x).stats())
+    (on, s_on), (off, s_off) = runs["0"], runs["1"]
+    np.testing.assert_array_equal(on, off)
+    assert s_on["npu_steps"] < s_off["npu_steps"] and s_on["tasks"] > s_off["tasks"], (s_on, s_off)

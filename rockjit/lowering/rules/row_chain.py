@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import debugflags
 from ...ir.graph import Value
 from ...ir.ops import Op
 from .base import CubeForm, RuleContext
@@ -45,6 +46,8 @@ def feeds_feature_reduce(ctx: RuleContext, v: Value, depth: int = DEPTH) -> bool
 
 def row_split_cuts(ctx: RuleContext, form: CubeForm) -> tuple[int, ...]:
     """The row cuts of the node's pass over ``form``, or () for the flat split."""
+    if debugflags.enabled(debugflags.NO_ROW_SPLIT.name):
+        return ()
     lay = form.layout
     if len(form.batch_items()) != 1 or lay.width != 1 or form.roles[-1:] != ("c",) or \
             lay.surf_stride != lay.height * ctx.profile.atom_bytes:
