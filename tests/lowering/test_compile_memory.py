@@ -4,8 +4,9 @@ when the compile returns, not left in a reference cycle for a full collection of
 collector, which the compile pauses (gc_pause.py) and which then runs rarely: a whole SigLIP
 at 1024 tokens left ~3 GB that way between two tests.
 
-Both tests run with the collector disabled, so a cycle keeps its objects and the weakref
-stays alive."""
+The first two run with the collector disabled, so a cycle keeps its objects and the weakref
+stays alive. The last checks that a context given only part of the weights (weight_spans.py)
+still computes what numpy does."""
 from __future__ import annotations
 
 import gc
@@ -88,3 +89,35 @@ def test_the_lowerer_dies_with_the_compile(no_gc, monkeypatch) -> None:
     assert compiled.image is not None
     assert len(made) == 1
     assert made[0]() is None, "the Lowerer outlived the compile (a reference cycle holds it)"
+
+
+def test_core_2_gets_only_its_high_weight_span_and_runs_right(monkeypatch) -> None:
+    """A matmul dealt over three cores by output columns: contexts 1 and 2 are given only the
+    span of the packed weights their jobs use (weight_spans.py), core 2's at the top of the
+    buffer, so most of their weights BOs is never written. Run with every new BO filled with
+    0xAA (RJ_POISON_BOS): a job reading an unwritten byte would read fp16 -0.052 where a weight
+    of magnitude ~1 belongs, and the result would miss numpy's by far more than fp16 rounding."""
+    monkeypatch.setenv("RJ_POISON_BOS", "1")
+
+    def mm(w, x):
+        return x @ w["w"] + w["b"]
+
+    rng = np.random.default_rng(0)
+    w = {"w": rng.standard_normal((768, 3072)).astype(np.float32),
+         "b": rng.standard_normal(3072).astype(np.float32)}
+    x = rng.standard_normal((196, 768)).astype(np.float32)
+    f = rockjit.compile(mm, resident_argnums=0, backend="sim")
+    img = f.lower(w, x).compile().image
+    spans = {}
+    for k, bo in enumerate(img.bos):
+        if bo.role == "weights" and bo.core > 0:
+            ups = [(u.offset, img.arrays[u.array].size) for u in img.uploads if u.bo == k]
+            spans[bo.core] = (bo.size, sum(n for _, n in ups), max(o + n for o, n in ups))
+    assert set(spans) == {1, 2}, f"the matmul was not dealt over cores 1 and 2: {spans}"
+    size, uploaded, end = spans[2]
+    assert uploaded < size / 2 and end > size * 0.9, (
+        f"core 2 should get only its high span of the weights: {spans[2]}")
+    got = np.asarray(f(w, x), np.float64)
+    want = x.astype(np.float64) @ w["w"].astype(np.float64) + w["b"]
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err < 2e-3, f"max |ours - numpy| / max |numpy| = {err:.2e}"
