@@ -6,8 +6,8 @@ it is dropped.
     python bench/compile_rss.py [--model siglip-224] [--layers 12] [--backend sim]
 
 Phases: weights (the seeded fp32 params), trace (jaxpr -> IR), bind (the resident values'
-copies), lower (pipeline.lower_graph), image (ImageBuilder: packed weights, regcmd words), load
-(BOs and uploads on the device), forward (one call), then ``del`` of the compiled function
+copies), lower + image (NpuRunner.compile: pipeline.lower_graph, then ImageBuilder's packed
+weights and regcmd words), load (BOs and uploads on the device), forward (one call), then ``del`` of the compiled function
 (freed by reference counting alone), a full ``gc.collect()`` (what only a cycle held) and
 glibc's ``malloc_trim`` (free heap pages the allocator kept). No collection runs between the
 phases, as in a user's process. Linux only (/proc).
@@ -85,8 +85,6 @@ def main() -> int:
     from rockjit.api import Compiled
     from rockjit.backends import BACKENDS
     from rockjit.binding import ResidentBinding
-    from rockjit.lowering.image_builder import ImageBuilder
-    from rockjit.lowering.pipeline import lower_graph
 
     enc = ENCODERS[args.model]
     depth = args.layers or enc.layers
@@ -116,10 +114,8 @@ def main() -> int:
     del lowered
     runner = compiled._runner = BACKENDS[args.backend](compiled.graph, binding.values)
     phase("bind")
-    runner.lowered = lower_graph(runner.graph, runner.params, profile=runner.profile)
-    phase("lower")
-    runner.builder = ImageBuilder(runner.lowered)
-    phase("image")
+    runner.compile()
+    phase("lower + image")
     runner.load()
     phase("load")
     compiled(params, *inputs)
@@ -139,6 +135,7 @@ def main() -> int:
     print(f"{'phase':<16} {'RSS after MB':>12} {'peak in phase MB':>17} {'wall s':>7}")
     for name, rss, peak, dt in rows:
         print(f"{name:<16} {rss:12.0f} {peak:17.0f} {dt:7.1f}")
+    print(f"compile + one forward: {sum(r[3] for r in rows[2:7]):.1f} s wall")
     print(f"process peak (VmHWM) {_rss()[1]:.0f} MB")
     print(f"alive after del, before gc.collect(): {left or 'nothing'}")
     print("held by the compiled function after the first call (MB):")

@@ -12,8 +12,10 @@ it alone), with the compile's survivors moved into the oldest generation (_promo
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import gc
+import sys
 import threading
 from typing import Callable, TypeVar
 
@@ -36,7 +38,32 @@ def gc_paused(fn: Callable[..., T]) -> Callable[..., T]:
             if paused:
                 _promote_survivors()
                 gc.enable()
+                return_free_heap()
     return wrapper
+
+
+_trim: list = []
+
+
+def return_free_heap() -> None:
+    """The C heap's free pages handed back to the kernel (glibc ``malloc_trim``). A compile
+    frees most of what it allocated (the lowering's tensors, tasks and temporary arrays, GBs
+    for a whole encoder), but glibc keeps freed heap pages mapped, and what comes next -- the
+    device's BOs, a forward's arrays -- is mapped afresh (large blocks), so the kept pages
+    added to the process's peak (bench/compile_rss.py). A no-op where the C library has no
+    ``malloc_trim``."""
+    if not _trim:
+        fn = None
+        if sys.platform.startswith("linux"):
+            try:
+                fn = getattr(ctypes.CDLL(None), "malloc_trim", None)
+            except OSError:
+                fn = None
+            if fn is not None:
+                fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+        _trim.append(fn)
+    if _trim[0] is not None:
+        _trim[0](0)
 
 
 def _promote_survivors() -> None:
