@@ -32,6 +32,8 @@ def gc_paused(fn: Callable[..., T]) -> Callable[..., T]:
             paused = gc.isenabled()
             if paused:
                 gc.disable()
+        if paused:
+            return_free_heap()      # what the process freed before (another thread's arena too)
         try:
             return fn(*args, **kwargs)
         finally:
@@ -51,7 +53,9 @@ def return_free_heap() -> None:
     for a whole encoder), but glibc keeps freed heap pages mapped, and what comes next -- the
     device's BOs, a forward's arrays -- is mapped afresh (large blocks), so the kept pages
     added to the process's peak (bench/compile_rss.py). A no-op where the C library has no
-    ``malloc_trim``."""
+    ``malloc_trim``. Called when the outermost paused call starts (what the process freed
+    before, in any thread's arena -- a reference model's forward, a dropped program -- cannot
+    be reused by the compile's own thread) and when it ends."""
     if not _trim:
         fn = None
         if sys.platform.startswith("linux"):
