@@ -9,6 +9,10 @@ leaves behind are a few thousand small objects, collected by the next automatic 
 the compile. So the collector is disabled for the compile's duration and re-enabled after,
 only if it was enabled before (a nested or concurrent compile that finds it disabled leaves
 it alone), with the compile's survivors moved into the oldest generation (_promote_survivors).
+Because of that, nothing a compile leaves behind may sit in a reference cycle: it would stay
+until a full collection (tests/lowering/test_compile_memory.py). The outermost paused call
+also hands the C heap's free pages back to the kernel when it starts and ends
+(``return_free_heap``).
 """
 from __future__ import annotations
 
