@@ -63,6 +63,11 @@ def memo(key: Hashable, compute: Callable[[], T]) -> T:
         try:
             hit = (True, compute())
         except Exception as e:          # noqa: BLE001 -- re-raised below, and on every hit
+            # kept without its traceback and chain: only its type, arguments and attributes
+            # are raised again, and a kept traceback's frames (this one's ``cache`` and every
+            # caller's locals up the stack: the Lowerer, its folded fp32 constants) would form
+            # a cycle with this memo that outlives the compile until a full collection
+            e.__traceback__ = e.__context__ = e.__cause__ = None
             hit = (False, e)
         cache[key] = hit
     ok, value = hit
@@ -74,7 +79,12 @@ def memo(key: Hashable, compute: Callable[[], T]) -> T:
         fresh.__dict__.update(vars(err))      # attributes set after construction
     except Exception:                         # noqa: BLE001 -- a type that cannot be remade
         raise err from None
-    raise fresh
+    try:
+        raise fresh
+    finally:
+        # the raised exception's traceback holds this frame: a local naming it would be a
+        # cycle (frame -> exception -> traceback -> frame) holding every caller's locals
+        fresh = err = value = hit = None
 
 
 def memo_of_array(tag: str, a: Any, compute: Callable[[], T], *extra: Hashable) -> T:

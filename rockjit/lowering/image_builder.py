@@ -59,6 +59,7 @@ from .memory import ArenaPlan, BufReq, check_plan, plan_arena
 from .op_lowering import HostStep
 from .placement import CoreChoice
 from .regcmd_image import words_and_relocations
+from .weight_spans import buffer_pieces, context_spans
 from .resident_placement import place
 from .schedule import JobRef, ScheduledStep, call_spans, schedule
 
@@ -239,15 +240,27 @@ class ImageBuilder:
         return self.arena_c[core], self.plan.offsets[bid]
 
     def _uploads(self) -> None:
+        """Context 0 gets every weights buffer whole, a context > 0 only the span its jobs
+        use (weight_spans.py), as pieces shared between the contexts."""
         self.arrays: dict[str, np.ndarray] = {}
         self.uploads: list[Upload] = []
         self.zero_fills: list[ZeroFill] = []
+        spans = context_spans(self)
+        for bf in self.wbufs:
+            if bf.data is None or not bf.data.size:
+                continue
+            data = np.ascontiguousarray(bf.data).reshape(-1).view(np.uint8)
+            cs = [c for c in self.used if bf.id in self.need_w[c]]
+            span = {c: (0, data.size) if c == 0 else spans.get((c, bf.id), (0, 0)) for c in cs}
+            for lo, hi in buffer_pieces(data.size, list(span.values())):
+                key = f"w{bf.id}:{bf.name}" if (lo, hi) == (0, data.size) else \
+                    f"w{bf.id}:{bf.name}@{lo}"
+                for c in cs:
+                    if span[c][0] <= lo and hi <= span[c][1]:
+                        self.arrays[key] = data[lo:hi]
+                        self.uploads.append(Upload(self.weights_c[c], self.woff[(c, bf.id)] + lo,
+                                                   key))
         for c in self.used:
-            for bf in self.wbufs:
-                if bf.id in self.need_w[c] and bf.data is not None and bf.data.size:
-                    key = f"w{bf.id}:{bf.name}"
-                    self.arrays[key] = np.ascontiguousarray(bf.data).reshape(-1).view(np.uint8)
-                    self.uploads.append(Upload(self.weights_c[c], self.woff[(c, bf.id)], key))
             for bf in self.bufs:
                 if bf.kind == "arena" and bf.zero:
                     self.zero_fills.append(ZeroFill(self.arena_c[c], self.plan.offsets[bf.id],

@@ -73,16 +73,22 @@ class ImageUploads:
         self._arrays = image.arrays
 
     def read(self, bo: int, offset: int, size: int) -> bytes | None:
+        """``size`` uploaded bytes from ``offset``, across adjacent uploads (a weights buffer
+        may be uploaded in pieces: lowering/weight_spans.py); None where a byte is not
+        uploaded."""
         starts, ups = self._by_bo.get(bo, ([], []))
         i = bisect_right(starts, offset) - 1
-        if i < 0:
-            return None
-        u = ups[i]
-        data = self._arrays[u.array]
-        lo = offset - u.offset
-        if lo + size > data.size:
-            return None
-        return data[lo:lo + size].tobytes()
+        out, pos = b"", offset
+        while len(out) < size:
+            if i < 0 or i >= len(ups) or starts[i] > pos:
+                return None
+            data = self._arrays[ups[i].array]
+            lo = pos - starts[i]
+            if lo >= data.size:
+                return None
+            take = data[lo:lo + size - len(out)].tobytes()
+            out, pos, i = out + take, pos + len(take), i + 1
+        return out
 
 
 def step_descriptor(uploads: ImageUploads, spec: Any) -> bytes | None:

@@ -286,6 +286,44 @@ def _host_step_from_spec(spec):
         raise ProgramError(f"host step {spec.kind!r}: {e}") from None
 
 
+def _task_words(image) -> dict[int, list[tuple[int, int]]]:
+    """Per regcmd BO, the word ranges [start, end) its jobs' tasks fetch."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for j in image.jobs:
+        for bo, offset, words in j.tasks:
+            out.setdefault(bo, []).append((offset // 8, offset // 8 + words))
+    return out
+
+
+def _written_runs(words: np.ndarray, tasks: list[tuple[int, int]],
+                  first: int) -> list[tuple[int, int]]:
+    """The runs of ``words`` (placed from word ``first`` of its BO) that are written at load:
+    every word a task fetches, and any non-zero word elsewhere. A context's regcmd BO reserves
+    each call's whole region although only the kicks of its own jobs are filled (a third of
+    it on three cores); the all-zero gaps outside every task are left as the BO was made
+    (zero: never-written pages of the simulator's BOs cost no memory). No task fetches them,
+    so nothing reads them."""
+    n = int(words.size)
+    runs = sorted((max(a - first, 0), min(b - first, n)) for a, b in tasks)
+    merged: list[list[int]] = []
+    for a, b in runs:
+        if a >= b:
+            continue
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    out: list[tuple[int, int]] = []
+    pos = 0
+    for a, b in merged + [[n, n]]:
+        if pos < a and words[pos:a].any():
+            out.append((pos, a))
+        if a < b:
+            out.append((a, b))
+        pos = max(pos, b)
+    return out
+
+
 class LoadedImage:
     """A ProgramImage loaded on a device: ``run(inputs) -> outputs`` with numpy arrays in the
     image's input signature, ``stats()``, ``report()``. Built only from the image's data."""
@@ -323,8 +361,11 @@ class LoadedImage:
                 uploaded[0] += image.arrays[u.array].nbytes
         for z in image.zero_fills:
             b.upload(z.bo, np.zeros(z.size, np.uint8), z.offset)
+        tasks = _task_words(image)
         for w in image.words:
-            b.write_words(w.bo, image.arrays[w.array], w.word_index)
+            words = image.arrays[w.array]
+            for lo, hi in _written_runs(words, tasks.get(w.bo, []), w.word_index):
+                b.write_words(w.bo, words[lo:hi], w.word_index + lo)
         b.add_relocs(image.arrays[image.relocs])
         ids = [b.add_job(j.tasks, reads=j.reads, writes=j.writes,
                          core=j.core, chained=j.chained) for j in image.jobs]

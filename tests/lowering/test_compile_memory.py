@@ -1,0 +1,123 @@
+"""What a finished compile still holds (issue 9, memory): the lowering's intermediates (the
+Lowerer with its folded fp32 constants and tensor map) must be freed by reference counting
+when the compile returns, not left in a reference cycle for a full collection of the cyclic
+collector, which the compile pauses (gc_pause.py) and which then runs rarely: a whole SigLIP
+at 1024 tokens left ~3 GB that way between two tests.
+
+The first two run with the collector disabled, so a cycle keeps its objects and the weakref
+stays alive. The last checks that a context given only part of the weights (weight_spans.py)
+still computes what numpy does."""
+from __future__ import annotations
+
+import gc
+import weakref
+
+import jax
+import numpy as np
+import pytest
+
+import rockjit
+from rockjit.lowering import compile_cache, pipeline
+
+
+@pytest.fixture
+def no_gc():
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+class _Held:
+    """Stands for a caller's local that a kept traceback would keep alive."""
+
+
+def test_a_memoized_error_keeps_no_frames_alive(no_gc) -> None:
+    """An error cached by ``memo`` and raised again holds no traceback into its callers."""
+    refs = []
+
+    def compute():
+        held = _Held()
+        refs.append(weakref.ref(held))
+        raise ValueError("no form")
+
+    def caller(key):
+        local = _Held()             # a caller's local, as the Lowerer is in lower_node
+        refs.append(weakref.ref(local))
+        try:
+            compile_cache.memo(key, compute)
+        except ValueError as e:
+            assert str(e) == "no form"
+        else:
+            raise AssertionError("memo did not raise the cached error")
+
+    with compile_cache.compile_scope():
+        caller("k")
+        caller("k")                 # a hit: the cached error raised again
+    assert len(refs) == 3
+    assert [r() for r in refs] == [None] * 3
+
+
+def test_the_lowerer_dies_with_the_compile(no_gc, monkeypatch) -> None:
+    """An attention pooling (one query row from resident weights, as SigLIP's head: its
+    deferred softmax division tries NPU forms that refuse with memoized errors) compiled for
+    the null device: once ``compile()`` returns, the Lowerer and its constants are gone
+    without a collection."""
+    made = []
+    run = pipeline.Lowerer.run
+
+    def tracking_run(self):
+        made.append(weakref.ref(self))
+        return run(self)
+
+    monkeypatch.setattr(pipeline.Lowerer, "run", tracking_run)
+
+    def pool(w, x):
+        q = w["probe"] @ w["q"]
+        k, v = x @ w["k"], x @ w["v"]
+        return jax.nn.softmax(q @ k.T * 0.125, axis=-1) @ v
+
+    rng = np.random.default_rng(0)
+    w = {n: rng.standard_normal((64, 64)).astype(np.float32) * 0.1 for n in "qkv"}
+    w["probe"] = rng.standard_normal((1, 64)).astype(np.float32)
+    x = jax.ShapeDtypeStruct((32, 64), np.float32)
+    compiled = rockjit.compile(pool, resident_argnums=0, backend="null").lower(w, x).compile()
+    assert compiled.image is not None
+    assert len(made) == 1
+    assert made[0]() is None, "the Lowerer outlived the compile (a reference cycle holds it)"
+
+
+def test_core_2_gets_only_its_high_weight_span_and_runs_right(monkeypatch) -> None:
+    """A matmul dealt over three cores by output columns: contexts 1 and 2 are given only the
+    span of the packed weights their jobs use (weight_spans.py), core 2's at the top of the
+    buffer, so most of their weights BOs is never written. Run with every new BO filled with
+    0xAA (RJ_POISON_BOS): a job reading an unwritten byte would read fp16 -0.052 where a weight
+    of magnitude ~1 belongs, and the result would miss numpy's by far more than fp16 rounding."""
+    monkeypatch.setenv("RJ_POISON_BOS", "1")
+
+    def mm(w, x):
+        return x @ w["w"] + w["b"]
+
+    rng = np.random.default_rng(0)
+    w = {"w": rng.standard_normal((768, 3072)).astype(np.float32),
+         "b": rng.standard_normal(3072).astype(np.float32)}
+    x = rng.standard_normal((196, 768)).astype(np.float32)
+    f = rockjit.compile(mm, resident_argnums=0, backend="sim")
+    img = f.lower(w, x).compile().image
+    spans = {}
+    for k, bo in enumerate(img.bos):
+        if bo.role == "weights" and bo.core > 0:
+            ups = [(u.offset, img.arrays[u.array].size) for u in img.uploads if u.bo == k]
+            spans[bo.core] = (bo.size, sum(n for _, n in ups), max(o + n for o, n in ups))
+    assert set(spans) == {1, 2}, f"the matmul was not dealt over cores 1 and 2: {spans}"
+    size, uploaded, end = spans[2]
+    assert uploaded < size / 2 and end > size * 0.9, (
+        f"core 2 should get only its high span of the weights: {spans[2]}")
+    got = np.asarray(f(w, x), np.float64)
+    want = x.astype(np.float64) @ w["w"].astype(np.float64) + w["b"]
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err < 2e-3, f"max |ours - numpy| / max |numpy| = {err:.2e}"
