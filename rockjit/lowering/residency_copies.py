@@ -28,18 +28,20 @@ class ContextResidency:
     """Per arena cell, the set of contexts (bits) holding its current value."""
 
     def __init__(self, nbytes: int, contexts: Sequence[int], grain: int = 1,
-                 memo: dict | None = None) -> None:
+                 memo: dict | None = None, held: int | None = None) -> None:
         """``grain``: bytes per mask cell, a divisor of every run's start, pitch and chunk
         (``grain_of``); the arena's runs are mostly 16-byte atoms, so cells save work.
         ``memo``: shared by residencies whose runs repeat (one per buffer of a model's
-        layers, resident_placement.py): what depends only on a run's shape and bits."""
+        layers, resident_placement.py): what depends only on a run's shape and bits.
+        ``held``: the context bits every cell starts with (default: all contexts)."""
         if max(contexts) >= 8:
             raise ValueError(f"contexts {list(contexts)}: the residency mask holds 8 contexts "
                              f"per byte (RK3588 has 3 NPU cores)")
         self.contexts = sorted(contexts)
         self.grain = max(1, int(grain))
         self.all = np.uint8(sum(1 << c for c in self.contexts))
-        self.mask = np.full(-(-int(nbytes) // self.grain), self.all, np.uint8)
+        self.mask = np.full(-(-int(nbytes) // self.grain),
+                            self.all if held is None else np.uint8(held), np.uint8)
         self._views: dict[Run, np.ndarray] = {}
         shared = (memo if memo is not None else {}).setdefault(
             (self.grain, tuple(self.contexts)), ({}, {}, {}))

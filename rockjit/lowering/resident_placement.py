@@ -45,8 +45,14 @@ class BufferResidency:
     space. A buffer written whole by one context (most are) is one set of contexts, kept as
     an int; a ContextResidency is made for it only when a run covers part of it."""
 
-    def __init__(self, sizes: dict[int, int], contexts: Sequence[int], grain: int) -> None:
-        self.sizes, self.contexts, self.grain = sizes, list(contexts), grain
+    def __init__(self, sizes: dict[int, int], contexts: Sequence[int], grain: int = 1,
+                 grains: dict[int, int] | None = None) -> None:
+        """``grains``: per buffer, the cell size of its residency (``grain_of_runs`` of the
+        runs inside it; ``grain`` for a buffer it does not name): one buffer's runs share
+        coarser cells than the whole arena's (a 2-byte grain anywhere would give every
+        buffer a cell per 2 bytes)."""
+        self.sizes, self.contexts = sizes, list(contexts)
+        self.grain, self.grains = grain, grains or {}
         self.all = sum(1 << c for c in self.contexts)
         self.uniform: dict[int, int] = {}
         self.per: dict[int, ContextResidency] = {}
@@ -63,8 +69,8 @@ class BufferResidency:
         res = self.per.get(bid)
         if res is None:
             res = self.per[bid] = ContextResidency(self.sizes[bid] + _SLACK, self.contexts,
-                                                   self.grain, self.memo)
-            res.mask[:] = self.uniform.pop(bid, self.all)
+                                                   self.grains.get(bid, self.grain), self.memo,
+                                                   self.uniform.pop(bid, self.all))
         return res
 
     def missing(self, run: Run, contexts: Sequence[int]) -> list[int]:
@@ -301,8 +307,11 @@ def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], Job
         desc.append(_step_jobs(b, st, costed))
     allruns = [r for d in desc for x in d for r in
                ((x[1],) if isinstance(x, tuple) else (*x.reads, *x.writes))]
-    grain = grain_of_runs(allruns, low_bits=_SHIFT)
-    res = BufferResidency(arena, list(range(b.ncores)), grain)
+    by_buf: dict[int, list[Run]] = {}
+    for r in allruns:
+        by_buf.setdefault((r[0] >> _SHIFT) - 1, []).append(r)
+    grains = {bid: grain_of_runs(rs, low_bits=_SHIFT) for bid, rs in by_buf.items()}
+    res = BufferResidency(arena, list(range(b.ncores)), grains=grains)
     outputs = {bd.tensor.buf for bd in b.lowered.outputs}
     for bd in b.lowered.inputs:
         if bd.tensor.buf in arena:
