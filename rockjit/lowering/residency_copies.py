@@ -205,6 +205,22 @@ def grain_of_runs(runs: Sequence[Run], extra: Iterable[int] = (), low_bits: int 
                                     np.fromiter(extra, np.int64))))
 
 
+def grains_by_buffer(runs: Sequence[Run], shift: int) -> dict[int, int]:
+    """``grain_of_runs`` of each buffer's runs, in one pass: a run start's bits from ``shift``
+    up are its buffer (id + 1), the low bits the offset in it (resident_placement.py)."""
+    a = np.array(runs, np.int64).reshape(-1, 4)
+    if not a.size:
+        return {}
+    key = a[:, 0] >> shift
+    vals = np.stack((a[:, 0] & ((1 << shift) - 1), a[:, 3],
+                     np.where(a[:, 1] > 1, a[:, 2], 0)), axis=1)
+    order = np.argsort(key, kind="stable")
+    key, vals = key[order], vals[order]
+    first = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    g = np.gcd.reduceat(np.gcd.reduce(vals, axis=1), first)
+    return {int(k) - 1: max(int(x), 1) for k, x in zip(key[first], g)}
+
+
 def _runs_of(take: np.ndarray, lo: int, pitch: int) -> list[Run]:
     """The true bytes of a (pieces, chunk) mask as few strided runs: consecutive whole pieces
     as one run; in the other pieces, equal intervals of consecutive pieces merged into one

@@ -30,7 +30,7 @@ from .. import cost
 from ..cost import Constants, CostHostStep, CostJob, CostNpuStep, CostProgram
 from ..cost.from_program import cost_jobs_once
 from .placement import CoreChoice, StepJob, choose
-from .residency_copies import ContextResidency, Run, grain_of_runs
+from .residency_copies import ContextResidency, Run, grains_by_buffer
 from .schedule import ScheduledStep
 
 if TYPE_CHECKING:
@@ -307,10 +307,7 @@ def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], Job
         desc.append(_step_jobs(b, st, costed))
     allruns = [r for d in desc for x in d for r in
                ((x[1],) if isinstance(x, tuple) else (*x.reads, *x.writes))]
-    by_buf: dict[int, list[Run]] = {}
-    for r in allruns:
-        by_buf.setdefault((r[0] >> _SHIFT) - 1, []).append(r)
-    grains = {bid: grain_of_runs(rs, low_bits=_SHIFT) for bid, rs in by_buf.items()}
+    grains = grains_by_buffer(allruns, _SHIFT)
     res = BufferResidency(arena, list(range(b.ncores)), grains=grains)
     outputs = {bd.tensor.buf for bd in b.lowered.outputs}
     for bd in b.lowered.inputs:

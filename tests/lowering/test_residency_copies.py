@@ -182,6 +182,40 @@ def test_a_write_a_host_step_reads_whole_is_priced_as_copied_back() -> None:
     assert quiet._back(jobs[0].writes[0]) == 0      # the host slice lies in the job's write
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_per_buffer_grains_count_the_bytes_of_a_byte_model(seed) -> None:
+    """Placement keeps each buffer's residency in cells of that buffer's own grain
+    (grains_by_buffer): the bytes each context lacks match a byte-per-cell model of the same
+    writes and brings, and a run finer than its buffer's grain is refused."""
+    from rockjit.lowering.residency_copies import grains_by_buffer
+    rng = np.random.default_rng(seed)
+    sizes = {0: 4096, 1: 4096, 2: 2048}
+    unit = {0: 64, 1: 16, 2: 2}         # each buffer's runs in whole units of its own
+    runs = []
+    for bid, u in unit.items():
+        for _ in range(12):
+            chunk = u * int(rng.integers(1, 4))
+            pieces = int(rng.integers(1, 4))
+            pitch = chunk + u * int(rng.integers(0, 3))
+            lo = u * int(rng.integers(0, (sizes[bid] - pieces * pitch) // u))
+            runs.append((_buf(bid, lo), pieces, pitch, chunk))
+    grains = grains_by_buffer(runs, 40)
+    assert all(grains[b] % unit[b] == 0 for b in unit) and grains[0] > grains[2]
+    cells = BufferResidency(sizes, [0, 1, 2], grains=grains)
+    model = BufferResidency(sizes, [0, 1, 2], grain=1)
+    for _ in range(60):
+        run, ctx = runs[int(rng.integers(len(runs)))], int(rng.integers(3))
+        assert cells.missing(run, range(3)) == model.missing(run, range(3))
+        assert cells.holder(run) == model.holder(run)
+        write = rng.random() < 0.5
+        for res in (cells, model):
+            (res.write if write else res.bring)(run, ctx)
+    finer = (_buf(0, grains[0] // 2), 1, grains[0], grains[0])
+    cells.write((_buf(0), 1, 64, 64), 1)        # a partial write: a mask of 64-byte cells
+    with pytest.raises(ValueError, match="whole"):
+        cells.missing(finer, range(3))
+
+
 def _two_uses(p, x):
     """h is made in N tiles on three cores; the next matmul's jobs on those cores read all of
     it, the LUT and the add read it on context 0."""
