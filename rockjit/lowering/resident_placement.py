@@ -112,6 +112,14 @@ def _span(run: Run) -> tuple[int, int]:
     return lo, lo + (pieces - 1) * pitch + chunk
 
 
+def _lacking_key(lacking: list[list[tuple[Run, list[int]]]]) -> tuple:
+    """``_assign``'s view of the step's reads: it only asks whether two runs are the same one,
+    so each run becomes the index of its first appearance, with the bytes each core lacks."""
+    names: dict[Run, int] = {}
+    return tuple(tuple((names.setdefault(r, len(names)), tuple(m)) for r, m in reads)
+                 for reads in lacking)
+
+
 def _step_ms(jobs: Sequence[CostJob], copies: Sequence[int], c: Constants) -> float:
     steps = [CostHostStep("copy", nb, "cross-context copy") for nb in copies if nb]
     return cost.estimate(CostProgram([*steps, CostNpuStep(list(jobs), "")]), constants=c).ms
@@ -132,6 +140,11 @@ class ResidentPlacement:
         self._alone: dict[int, tuple[float, tuple]] = {}
         # ids are of cost job tuples held by ``_alone``
         self._option: dict[tuple, float] = {}
+        # a step's decision (cores, ms and bytes per k, assignment) by what it depends on:
+        # the jobs' cost tuples (by id, held by ``_alone``), each job's lacking bytes per core
+        # with its runs told apart only by equality (_lacking_key), the bytes its writes cost
+        # later. The layers repeat their steps at other offsets with the same data layout
+        self._decided: dict[tuple, tuple] = {}
 
     def _job_ms(self, jobs: tuple) -> float:
         hit = self._alone.get(id(jobs))
@@ -192,18 +205,23 @@ class ResidentPlacement:
             # a tie); coalesce runs such neighbours side by side
             assign = [self._assign(lacking, cores, [1.0], back, balance=False)[0][0]]
         elif top > 1:
-            times = [self._job_ms(sj.jobs) for sj in jobs]
             ids = tuple(id(sj.jobs) for sj in jobs)
-            ms: dict[int, float] = {}
-            nbytes: dict[int, int] = {}
-            options: dict[int, list[int]] = {}
-            for k in range(1, top + 1):
-                options[k], copied = self._assign(lacking, k, times, back)
-                ms[k] = self._option_ms(jobs, ids, options[k], copied)
-                nbytes[k] = sum(copied)
-            best = min(ms, key=lambda k: (ms[k], k))
-            assign = options[best]
-            choice = CoreChoice(step, label, len(jobs), best, top, ms, nbytes, tuple(assign))
+            key = (ids, top, tuple(back), _lacking_key(lacking))
+            hit = self._decided.get(key)
+            if hit is None:
+                times = [self._job_ms(sj.jobs) for sj in jobs]
+                ms: dict[int, float] = {}
+                nbytes: dict[int, int] = {}
+                options: dict[int, list[int]] = {}
+                for k in range(1, top + 1):
+                    options[k], copied = self._assign(lacking, k, times, back)
+                    ms[k] = self._option_ms(jobs, ids, options[k], copied)
+                    nbytes[k] = sum(copied)
+                best = min(ms, key=lambda k: (ms[k], k))
+                hit = self._decided[key] = (best, ms, nbytes, tuple(options[best]))
+            best, ms, nbytes, chosen = hit
+            assign = list(chosen)
+            choice = CoreChoice(step, label, len(jobs), best, top, dict(ms), dict(nbytes), chosen)
         brought: set[tuple[Run, int]] = set()
         for sj, c in zip(jobs, assign):
             for r in sj.reads:

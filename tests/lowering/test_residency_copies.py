@@ -169,6 +169,48 @@ def test_per_head_jobs_follow_the_scores_across_tilings() -> None:
     assert choice.copy_bytes[1] == sum(2 * half for h in range(heads) if made[2 * h])
 
 
+def test_a_repeated_step_reuses_a_decision_only_where_its_data_lie_alike() -> None:
+    """Placement remembers a step's decision by its jobs' costs and the bytes each core lacks
+    (the layers repeat their steps at other offsets): the same jobs over scores made on three
+    cores and over scores made on context 0 are priced apart, each as a walk that never saw the
+    other prices it, and a layer whose data lie like the one before reuses its decisions."""
+    import copy
+    heads, half = 6, 64 * 1024
+    kinds = (True, False, True, True)       # scores made on the cores / by a host step
+    sizes = {0: 4096, 1: heads * 256}
+    for i in range(len(kinds)):
+        sizes[2 + 2 * i] = sizes[3 + 2 * i] = heads * 2 * half
+    res = BufferResidency(sizes, [0, 1, 2], grain=16)
+    for b, n in ((0, 4096), (1, heads * 256)):
+        res.write((_buf(b), 1, n, n), 0)
+    walk = ResidentPlacement(res, host_reads={}, outputs=set())
+    qk_costs = [_sj(40_000_000, [], []).jobs for _ in range(2 * heads)]
+    sub_costs = [(CostJob(0, [CostTask({"fp16": 1000}, 4096, 4096)], kicks=1),)
+                 for _ in range(heads)]
+    decided = []
+    for layer, on_cores in enumerate(kinds):
+        scores, out = 2 + 2 * layer, 3 + 2 * layer
+        if on_cores:
+            qk = [StepJob(qk_costs[j], ((_buf(0), 1, 4096, 4096),),
+                          ((_buf(scores, j * half), 1, half, half),)) for j in range(2 * heads)]
+            walk.npu_step(qk, 3, 2 * layer, "qk")
+        else:
+            walk.host_step([("dst", (_buf(scores), 1, 2 * heads * half, 2 * heads * half))])
+        sub = [StepJob(sub_costs[h], ((_buf(scores, 2 * h * half), 1, 2 * half, 2 * half),
+                                      (_buf(1, h * 256), 1, 256, 256)),
+                       ((_buf(out, 2 * h * half), 1, 2 * half, 2 * half),)) for h in range(heads)]
+        fresh = ResidentPlacement(copy.deepcopy(res), host_reads={}, outputs=set())
+        want = fresh.npu_step(sub, 3, 2 * layer + 1, "sub")
+        got = walk.npu_step(sub, 3, 2 * layer + 1, "sub")
+        assert got == want
+        decided.append((got[1].assignment, got[1].modelled_ms, got[1].copy_bytes))
+    assert decided[1] != decided[0] and decided[1] != decided[2]
+    assert decided[3] == decided[2]
+    # qk and sub of layer 0; sub over context 0's scores; qk and sub once q and the max are
+    # on every core (layer 2, reused by layer 3)
+    assert len(walk._decided) == 5
+
+
 def test_a_write_a_host_step_reads_whole_is_priced_as_copied_back() -> None:
     """Two jobs each make half of a value a host step reads whole: on a core > 0 a half will be
     copied to context 0 later, so placement prices it now; a graph output likewise."""
