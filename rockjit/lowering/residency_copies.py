@@ -116,7 +116,7 @@ class ContextResidency:
         ``bring`` would copy), without recording anything."""
         v = self._view(run)
         # a function of the cells' bits, which repeat layer after layer at other offsets
-        key = (v.shape, v.tobytes(), tuple(contexts))
+        key = (v.shape, _bits_key(v), tuple(contexts))
         hit = self._missing.get(key)
         if hit is None:
             common = int(np.bitwise_and.reduce(v, axis=None))
@@ -144,7 +144,7 @@ class ContextResidency:
         lo, pieces, pitch, chunk = self._cells(run)
         # the copies depend only on the run's shape and its cells' bits, which repeat layer
         # after layer at other offsets: planned once per pattern, relative to the run's start
-        key = (pieces, pitch, chunk, ctx, v.tobytes())
+        key = (pieces, pitch, chunk, ctx, _bits_key(v))
         rel = self._planned.get(key)
         if rel is None:
             rel = self._planned[key] = self._plan(v, ctx, common, pieces, pitch, run)
@@ -187,6 +187,21 @@ class ContextResidency:
         if need.any():  # every byte is current somewhere: a write sets one bit, reset all
             raise AssertionError(f"run {run}: bytes current in no context")
         return copies
+
+
+_RLE_CELLS = 2048
+
+
+def _bits_key(v: np.ndarray) -> bytes | tuple[bytes, bytes]:
+    """The cells' bits of a view as a hashable key, exactly: the bytes themselves when few;
+    else their runs of equal bits (where each run ends, its bits), which a large view has
+    few of (a value written by one context per tile) and which is cheaper to hash than
+    the bytes (and than copying a strided view's pieces out)."""
+    if v.size <= _RLE_CELLS:
+        return v.tobytes()
+    f = v.reshape(-1)
+    ends = np.flatnonzero(f[1:] != f[:-1])
+    return ends.tobytes(), f[ends].tobytes() + f[-1:].tobytes()
 
 
 def grain_of(values: Iterable[int]) -> int:

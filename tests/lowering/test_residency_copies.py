@@ -258,6 +258,35 @@ def test_per_buffer_grains_count_the_bytes_of_a_byte_model(seed) -> None:
         cells.missing(finer, range(3))
 
 
+@pytest.mark.parametrize("shape", [(4, 8), (64, 96), (1, 5000)])
+def test_the_bits_key_tells_any_two_views_apart(shape) -> None:
+    """The residency's plans are remembered by the cells' bits of a run (_bits_key: the bytes,
+    or for a large view its runs of equal bits): views with the same bits share a key
+    wherever they lie, and a view one cell different (first, last, inside a run, at a run's
+    edge) never does."""
+    from rockjit.lowering.residency_copies import _bits_key
+    rng = np.random.default_rng(0)
+    rows, cols = shape
+    base = np.repeat(rng.integers(0, 8, (rows, 3), dtype=np.uint8), -(-cols // 3), axis=1)
+    base = np.ascontiguousarray(base[:, :cols])
+    mask = np.zeros(rows * 2 * cols + 7, np.uint8)
+    strided = mask[7:7 + rows * 2 * cols].reshape(rows, 2 * cols)[:, :cols]
+    strided[...] = base
+    assert _bits_key(strided) == _bits_key(base)
+    flat = base.reshape(-1)
+    for i in {0, flat.size - 1, flat.size // 2, cols // 3, cols // 3 - 1}:
+        other = flat.copy()
+        other[i] ^= 1
+        assert _bits_key(other.reshape(shape)) != _bits_key(base), i
+    # the same edges, other bits in one run (the last, the first); one bits value throughout
+    for sl in (slice(flat.size - 1 - np.flatnonzero(flat[::-1] != flat[-1])[0], None),
+               slice(0, np.flatnonzero(flat != flat[0])[0])):
+        other = flat.copy()
+        other[sl] = 9
+        assert _bits_key(other.reshape(shape)) != _bits_key(base)
+    assert _bits_key(np.zeros(shape, np.uint8)) != _bits_key(np.ones(shape, np.uint8))
+
+
 def _two_uses(p, x):
     """h is made in N tiles on three cores; the next matmul's jobs on those cores read all of
     it, the LUT and the add read it on context 0."""
