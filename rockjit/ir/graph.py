@@ -97,7 +97,7 @@ class Graph:
         return (isinstance(other, Graph) and self.name == other.name
                 and self.inputs == other.inputs and self.outputs == other.outputs
                 and len(self.nodes) == len(other.nodes)
-                and all(a == b for a, b in zip(self.nodes, other.nodes)))
+                and all(a is b or a == b for a, b in zip(self.nodes, other.nodes)))
 
     def params(self) -> dict[str, TensorType]:
         """Resident constants the graph expects to be bound, by name."""

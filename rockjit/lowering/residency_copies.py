@@ -28,18 +28,20 @@ class ContextResidency:
     """Per arena cell, the set of contexts (bits) holding its current value."""
 
     def __init__(self, nbytes: int, contexts: Sequence[int], grain: int = 1,
-                 memo: dict | None = None) -> None:
+                 memo: dict | None = None, held: int | None = None) -> None:
         """``grain``: bytes per mask cell, a divisor of every run's start, pitch and chunk
         (``grain_of``); the arena's runs are mostly 16-byte atoms, so cells save work.
         ``memo``: shared by residencies whose runs repeat (one per buffer of a model's
-        layers, resident_placement.py): what depends only on a run's shape and bits."""
+        layers, resident_placement.py): what depends only on a run's shape and bits.
+        ``held``: the context bits every cell starts with (default: all contexts)."""
         if max(contexts) >= 8:
             raise ValueError(f"contexts {list(contexts)}: the residency mask holds 8 contexts "
                              f"per byte (RK3588 has 3 NPU cores)")
         self.contexts = sorted(contexts)
         self.grain = max(1, int(grain))
         self.all = np.uint8(sum(1 << c for c in self.contexts))
-        self.mask = np.full(-(-int(nbytes) // self.grain), self.all, np.uint8)
+        self.mask = np.full(-(-int(nbytes) // self.grain),
+                            self.all if held is None else np.uint8(held), np.uint8)
         self._views: dict[Run, np.ndarray] = {}
         shared = (memo if memo is not None else {}).setdefault(
             (self.grain, tuple(self.contexts)), ({}, {}, {}))
@@ -114,7 +116,7 @@ class ContextResidency:
         ``bring`` would copy), without recording anything."""
         v = self._view(run)
         # a function of the cells' bits, which repeat layer after layer at other offsets
-        key = (v.shape, v.tobytes(), tuple(contexts))
+        key = (v.shape, _bits_key(v), tuple(contexts))
         hit = self._missing.get(key)
         if hit is None:
             common = int(np.bitwise_and.reduce(v, axis=None))
@@ -142,7 +144,7 @@ class ContextResidency:
         lo, pieces, pitch, chunk = self._cells(run)
         # the copies depend only on the run's shape and its cells' bits, which repeat layer
         # after layer at other offsets: planned once per pattern, relative to the run's start
-        key = (pieces, pitch, chunk, ctx, v.tobytes())
+        key = (pieces, pitch, chunk, ctx, _bits_key(v))
         rel = self._planned.get(key)
         if rel is None:
             rel = self._planned[key] = self._plan(v, ctx, common, pieces, pitch, run)
@@ -187,6 +189,21 @@ class ContextResidency:
         return copies
 
 
+_RLE_CELLS = 2048
+
+
+def _bits_key(v: np.ndarray) -> bytes | tuple[bytes, bytes]:
+    """The cells' bits of a view as a hashable key, exactly: the bytes themselves when few;
+    else their runs of equal bits (where each run ends, its bits), which a large view has
+    few of (a value written by one context per tile) and which is cheaper to hash than
+    the bytes (and than copying a strided view's pieces out)."""
+    if v.size <= _RLE_CELLS:
+        return v.tobytes()
+    f = v.reshape(-1)
+    ends = np.flatnonzero(f[1:] != f[:-1])
+    return ends.tobytes(), f[ends].tobytes() + f[-1:].tobytes()
+
+
 def grain_of(values: Iterable[int]) -> int:
     """The largest cell size dividing every value (run starts, pitches, chunks, bounds)."""
     a = np.fromiter(values, np.int64)
@@ -201,6 +218,22 @@ def grain_of_runs(runs: Sequence[Run], extra: Iterable[int] = (), low_bits: int 
     lo = a[:, 0] & ((1 << low_bits) - 1) if low_bits else a[:, 0]
     return grain_of(np.concatenate((lo, a[:, 3], np.where(a[:, 1] > 1, a[:, 2], 0),
                                     np.fromiter(extra, np.int64))))
+
+
+def grains_by_buffer(runs: Sequence[Run], shift: int) -> dict[int, int]:
+    """``grain_of_runs`` of each buffer's runs, in one pass: a run start's bits from ``shift``
+    up are its buffer (id + 1), the low bits the offset in it (resident_placement.py)."""
+    a = np.array(runs, np.int64).reshape(-1, 4)
+    if not a.size:
+        return {}
+    key = a[:, 0] >> shift
+    vals = np.stack((a[:, 0] & ((1 << shift) - 1), a[:, 3],
+                     np.where(a[:, 1] > 1, a[:, 2], 0)), axis=1)
+    order = np.argsort(key, kind="stable")
+    key, vals = key[order], vals[order]
+    first = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+    g = np.gcd.reduceat(np.gcd.reduce(vals, axis=1), first)
+    return {int(k) - 1: max(int(x), 1) for k, x in zip(key[first], g)}
 
 
 def _runs_of(take: np.ndarray, lo: int, pitch: int) -> list[Run]:

@@ -30,7 +30,7 @@ from .. import cost
 from ..cost import Constants, CostHostStep, CostJob, CostNpuStep, CostProgram
 from ..cost.from_program import cost_jobs_once
 from .placement import CoreChoice, StepJob, choose
-from .residency_copies import ContextResidency, Run, grain_of_runs
+from .residency_copies import ContextResidency, Run, grains_by_buffer
 from .schedule import ScheduledStep
 
 if TYPE_CHECKING:
@@ -45,8 +45,14 @@ class BufferResidency:
     space. A buffer written whole by one context (most are) is one set of contexts, kept as
     an int; a ContextResidency is made for it only when a run covers part of it."""
 
-    def __init__(self, sizes: dict[int, int], contexts: Sequence[int], grain: int) -> None:
-        self.sizes, self.contexts, self.grain = sizes, list(contexts), grain
+    def __init__(self, sizes: dict[int, int], contexts: Sequence[int], grain: int = 1,
+                 grains: dict[int, int] | None = None) -> None:
+        """``grains``: per buffer, the cell size of its residency (``grain_of_runs`` of the
+        runs inside it; ``grain`` for a buffer it does not name): one buffer's runs share
+        coarser cells than the whole arena's (a 2-byte grain anywhere would give every
+        buffer a cell per 2 bytes)."""
+        self.sizes, self.contexts = sizes, list(contexts)
+        self.grain, self.grains = grain, grains or {}
         self.all = sum(1 << c for c in self.contexts)
         self.uniform: dict[int, int] = {}
         self.per: dict[int, ContextResidency] = {}
@@ -63,8 +69,8 @@ class BufferResidency:
         res = self.per.get(bid)
         if res is None:
             res = self.per[bid] = ContextResidency(self.sizes[bid] + _SLACK, self.contexts,
-                                                   self.grain, self.memo)
-            res.mask[:] = self.uniform.pop(bid, self.all)
+                                                   self.grains.get(bid, self.grain), self.memo,
+                                                   self.uniform.pop(bid, self.all))
         return res
 
     def missing(self, run: Run, contexts: Sequence[int]) -> list[int]:
@@ -106,6 +112,14 @@ def _span(run: Run) -> tuple[int, int]:
     return lo, lo + (pieces - 1) * pitch + chunk
 
 
+def _lacking_key(lacking: list[list[tuple[Run, list[int]]]]) -> tuple:
+    """``_assign``'s view of the step's reads: it only asks whether two runs are the same one,
+    so each run becomes the index of its first appearance, with the bytes each core lacks."""
+    names: dict[Run, int] = {}
+    return tuple(tuple((names.setdefault(r, len(names)), tuple(m)) for r, m in reads)
+                 for reads in lacking)
+
+
 def _step_ms(jobs: Sequence[CostJob], copies: Sequence[int], c: Constants) -> float:
     steps = [CostHostStep("copy", nb, "cross-context copy") for nb in copies if nb]
     return cost.estimate(CostProgram([*steps, CostNpuStep(list(jobs), "")]), constants=c).ms
@@ -126,6 +140,11 @@ class ResidentPlacement:
         self._alone: dict[int, tuple[float, tuple]] = {}
         # ids are of cost job tuples held by ``_alone``
         self._option: dict[tuple, float] = {}
+        # a step's decision (cores, ms and bytes per k, assignment) by what it depends on:
+        # the jobs' cost tuples (by id, held by ``_alone``), each job's lacking bytes per core
+        # with its runs told apart only by equality (_lacking_key), the bytes its writes cost
+        # later. The layers repeat their steps at other offsets with the same data layout
+        self._decided: dict[tuple, tuple] = {}
 
     def _job_ms(self, jobs: tuple) -> float:
         hit = self._alone.get(id(jobs))
@@ -186,18 +205,23 @@ class ResidentPlacement:
             # a tie); coalesce runs such neighbours side by side
             assign = [self._assign(lacking, cores, [1.0], back, balance=False)[0][0]]
         elif top > 1:
-            times = [self._job_ms(sj.jobs) for sj in jobs]
             ids = tuple(id(sj.jobs) for sj in jobs)
-            ms: dict[int, float] = {}
-            nbytes: dict[int, int] = {}
-            options: dict[int, list[int]] = {}
-            for k in range(1, top + 1):
-                options[k], copied = self._assign(lacking, k, times, back)
-                ms[k] = self._option_ms(jobs, ids, options[k], copied)
-                nbytes[k] = sum(copied)
-            best = min(ms, key=lambda k: (ms[k], k))
-            assign = options[best]
-            choice = CoreChoice(step, label, len(jobs), best, top, ms, nbytes, tuple(assign))
+            key = (ids, top, tuple(back), _lacking_key(lacking))
+            hit = self._decided.get(key)
+            if hit is None:
+                times = [self._job_ms(sj.jobs) for sj in jobs]
+                ms: dict[int, float] = {}
+                nbytes: dict[int, int] = {}
+                options: dict[int, list[int]] = {}
+                for k in range(1, top + 1):
+                    options[k], copied = self._assign(lacking, k, times, back)
+                    ms[k] = self._option_ms(jobs, ids, options[k], copied)
+                    nbytes[k] = sum(copied)
+                best = min(ms, key=lambda k: (ms[k], k))
+                hit = self._decided[key] = (best, ms, nbytes, tuple(options[best]))
+            best, ms, nbytes, chosen = hit
+            assign = list(chosen)
+            choice = CoreChoice(step, label, len(jobs), best, top, dict(ms), dict(nbytes), chosen)
         brought: set[tuple[Run, int]] = set()
         for sj, c in zip(jobs, assign):
             for r in sj.reads:
@@ -301,8 +325,8 @@ def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], Job
         desc.append(_step_jobs(b, st, costed))
     allruns = [r for d in desc for x in d for r in
                ((x[1],) if isinstance(x, tuple) else (*x.reads, *x.writes))]
-    grain = grain_of_runs(allruns, low_bits=_SHIFT)
-    res = BufferResidency(arena, list(range(b.ncores)), grain)
+    grains = grains_by_buffer(allruns, _SHIFT)
+    res = BufferResidency(arena, list(range(b.ncores)), grains=grains)
     outputs = {bd.tensor.buf for bd in b.lowered.outputs}
     for bd in b.lowered.inputs:
         if bd.tensor.buf in arena:

@@ -15,7 +15,7 @@ from rockjit.ir.interpreter import run
 from rockjit.ir.parser import parse
 from rockjit.ir.passes import PassManager
 from rockjit.ir.passes.fuse import GELU, PATTERNS, _validates
-from rockjit.ir.passes.pattern import match
+from rockjit.ir.passes.pattern import UPat, match, root_ops
 from rockjit.ir.printer import print_graph
 from rockjit.ir.verifier import verify
 from test_ir_golden import build_mlp, run_mlp_against_numpy
@@ -37,6 +37,22 @@ def _trace(fn, shape=(4, 8)):
 
 def test_every_fusable_kind_has_a_pattern() -> None:
     assert set(FUSABLE) == {k for _, k in PATTERNS}
+
+
+def test_root_ops_rule_out_only_nodes_a_pattern_cannot_fit() -> None:
+    """find_matches skips a pattern at a node whose op its root cannot have (root_ops): the
+    alternatives' ops together; a variable or a constant anywhere among them fits any node."""
+    add, mul = UPat(Op.ADD, (UPat.var("a"), UPat.var("b"))), UPat(Op.MUL, (UPat.var("a"),))
+    assert root_ops(UPat.any(add, mul)) == {Op.ADD, Op.MUL}
+    assert root_ops(UPat((Op.EXP, Op.LOG), (UPat.var("x"),))) == {Op.EXP, Op.LOG}
+    assert root_ops(UPat.any(add, UPat.var("x"))) is None
+    assert root_ops(UPat.any(add, UPat.cvar(1.0))) is None
+    b = Builder()
+    x = b.input(TensorType(DType.F32, (4,)))
+    y = b.add(Op.ADD, [x, x])
+    g = b.finish([y])
+    for pat in (add, UPat.any(mul, add)):
+        assert Op.ADD in root_ops(pat) and list(match(pat, y, g.producers()))
 
 
 def test_fused_mlp_golden() -> None:

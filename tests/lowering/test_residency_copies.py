@@ -169,6 +169,48 @@ def test_per_head_jobs_follow_the_scores_across_tilings() -> None:
     assert choice.copy_bytes[1] == sum(2 * half for h in range(heads) if made[2 * h])
 
 
+def test_a_repeated_step_reuses_a_decision_only_where_its_data_lie_alike() -> None:
+    """Placement remembers a step's decision by its jobs' costs and the bytes each core lacks
+    (the layers repeat their steps at other offsets): the same jobs over scores made on three
+    cores and over scores made on context 0 are priced apart, each as a walk that never saw the
+    other prices it, and a layer whose data lie like the one before reuses its decisions."""
+    import copy
+    heads, half = 6, 64 * 1024
+    kinds = (True, False, True, True)       # scores made on the cores / by a host step
+    sizes = {0: 4096, 1: heads * 256}
+    for i in range(len(kinds)):
+        sizes[2 + 2 * i] = sizes[3 + 2 * i] = heads * 2 * half
+    res = BufferResidency(sizes, [0, 1, 2], grain=16)
+    for b, n in ((0, 4096), (1, heads * 256)):
+        res.write((_buf(b), 1, n, n), 0)
+    walk = ResidentPlacement(res, host_reads={}, outputs=set())
+    qk_costs = [_sj(40_000_000, [], []).jobs for _ in range(2 * heads)]
+    sub_costs = [(CostJob(0, [CostTask({"fp16": 1000}, 4096, 4096)], kicks=1),)
+                 for _ in range(heads)]
+    decided = []
+    for layer, on_cores in enumerate(kinds):
+        scores, out = 2 + 2 * layer, 3 + 2 * layer
+        if on_cores:
+            qk = [StepJob(qk_costs[j], ((_buf(0), 1, 4096, 4096),),
+                          ((_buf(scores, j * half), 1, half, half),)) for j in range(2 * heads)]
+            walk.npu_step(qk, 3, 2 * layer, "qk")
+        else:
+            walk.host_step([("dst", (_buf(scores), 1, 2 * heads * half, 2 * heads * half))])
+        sub = [StepJob(sub_costs[h], ((_buf(scores, 2 * h * half), 1, 2 * half, 2 * half),
+                                      (_buf(1, h * 256), 1, 256, 256)),
+                       ((_buf(out, 2 * h * half), 1, 2 * half, 2 * half),)) for h in range(heads)]
+        fresh = ResidentPlacement(copy.deepcopy(res), host_reads={}, outputs=set())
+        want = fresh.npu_step(sub, 3, 2 * layer + 1, "sub")
+        got = walk.npu_step(sub, 3, 2 * layer + 1, "sub")
+        assert got == want
+        decided.append((got[1].assignment, got[1].modelled_ms, got[1].copy_bytes))
+    assert decided[1] != decided[0] and decided[1] != decided[2]
+    assert decided[3] == decided[2]
+    # qk and sub of layer 0; sub over context 0's scores; qk and sub once q and the max are
+    # on every core (layer 2, reused by layer 3)
+    assert len(walk._decided) == 5
+
+
 def test_a_write_a_host_step_reads_whole_is_priced_as_copied_back() -> None:
     """Two jobs each make half of a value a host step reads whole: on a core > 0 a half will be
     copied to context 0 later, so placement prices it now; a graph output likewise."""
@@ -180,6 +222,69 @@ def test_a_write_a_host_step_reads_whole_is_priced_as_copied_back() -> None:
     assert walk._back((_buf(1), 1, 64, 64)) == 64
     quiet = ResidentPlacement(res, host_reads={0: [(_buf(0), _buf(0) + n)]}, outputs=set())
     assert quiet._back(jobs[0].writes[0]) == 0      # the host slice lies in the job's write
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_per_buffer_grains_count_the_bytes_of_a_byte_model(seed) -> None:
+    """Placement keeps each buffer's residency in cells of that buffer's own grain
+    (grains_by_buffer): the bytes each context lacks match a byte-per-cell model of the same
+    writes and brings, and a run finer than its buffer's grain is refused."""
+    from rockjit.lowering.residency_copies import grains_by_buffer
+    rng = np.random.default_rng(seed)
+    sizes = {0: 4096, 1: 4096, 2: 2048}
+    unit = {0: 64, 1: 16, 2: 2}         # each buffer's runs in whole units of its own
+    runs = []
+    for bid, u in unit.items():
+        for _ in range(12):
+            chunk = u * int(rng.integers(1, 4))
+            pieces = int(rng.integers(1, 4))
+            pitch = chunk + u * int(rng.integers(0, 3))
+            lo = u * int(rng.integers(0, (sizes[bid] - pieces * pitch) // u))
+            runs.append((_buf(bid, lo), pieces, pitch, chunk))
+    grains = grains_by_buffer(runs, 40)
+    assert all(grains[b] % unit[b] == 0 for b in unit) and grains[0] > grains[2]
+    cells = BufferResidency(sizes, [0, 1, 2], grains=grains)
+    model = BufferResidency(sizes, [0, 1, 2], grain=1)
+    for _ in range(60):
+        run, ctx = runs[int(rng.integers(len(runs)))], int(rng.integers(3))
+        assert cells.missing(run, range(3)) == model.missing(run, range(3))
+        assert cells.holder(run) == model.holder(run)
+        write = rng.random() < 0.5
+        for res in (cells, model):
+            (res.write if write else res.bring)(run, ctx)
+    finer = (_buf(0, grains[0] // 2), 1, grains[0], grains[0])
+    cells.write((_buf(0), 1, 64, 64), 1)        # a partial write: a mask of 64-byte cells
+    with pytest.raises(ValueError, match="whole"):
+        cells.missing(finer, range(3))
+
+
+@pytest.mark.parametrize("shape", [(4, 8), (64, 96), (1, 5000)])
+def test_the_bits_key_tells_any_two_views_apart(shape) -> None:
+    """The residency's plans are remembered by the cells' bits of a run (_bits_key: the bytes,
+    or for a large view its runs of equal bits): views with the same bits share a key
+    wherever they lie, and a view one cell different (first, last, inside a run, at a run's
+    edge) never does."""
+    from rockjit.lowering.residency_copies import _bits_key
+    rng = np.random.default_rng(0)
+    rows, cols = shape
+    base = np.repeat(rng.integers(0, 8, (rows, 3), dtype=np.uint8), -(-cols // 3), axis=1)
+    base = np.ascontiguousarray(base[:, :cols])
+    mask = np.zeros(rows * 2 * cols + 7, np.uint8)
+    strided = mask[7:7 + rows * 2 * cols].reshape(rows, 2 * cols)[:, :cols]
+    strided[...] = base
+    assert _bits_key(strided) == _bits_key(base)
+    flat = base.reshape(-1)
+    for i in {0, flat.size - 1, flat.size // 2, cols // 3, cols // 3 - 1}:
+        other = flat.copy()
+        other[i] ^= 1
+        assert _bits_key(other.reshape(shape)) != _bits_key(base), i
+    # the same edges, other bits in one run (the last, the first); one bits value throughout
+    for sl in (slice(flat.size - 1 - np.flatnonzero(flat[::-1] != flat[-1])[0], None),
+               slice(0, np.flatnonzero(flat != flat[0])[0])):
+        other = flat.copy()
+        other[sl] = 9
+        assert _bits_key(other.reshape(shape)) != _bits_key(base)
+    assert _bits_key(np.zeros(shape, np.uint8)) != _bits_key(np.ones(shape, np.uint8))
 
 
 def _two_uses(p, x):

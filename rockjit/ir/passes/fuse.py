@@ -31,7 +31,8 @@ from ..ops import Op
 from ..reference import evaluate
 from ..types import TensorType
 from .canonicalize import dce
-from .pattern import Match, UPat, broadcast_source, compose_broadcast_dims, match, scalar_const
+from .pattern import (Match, UPat, broadcast_source, compose_broadcast_dims, match, root_ops,
+                      scalar_const)
 
 PROBE = np.concatenate([np.linspace(-12.0, 12.0, 961), [-1e-3, 0.0, 1e-3]])
 # float32 evaluation of a chain of ~8-20 ops: a few ulps of f32 relative to |f| + a tiny floor;
@@ -189,10 +190,13 @@ def find_matches(graph: Graph) -> dict[int, tuple[str, Value, frozenset[int]]]:
     outputs = {v.id for v in graph.outputs}
     found: dict[int, tuple[str, Value, frozenset[int]]] = {}
     taken: set[int] = set()
+    patterns = [(pat, kind, root_ops(pat)) for pat, kind in PATTERNS]
     for node in reversed(graph.nodes):
         if len(node.outputs) != 1 or node.out.id in taken:
             continue
-        for pat, kind in PATTERNS:
+        for pat, kind, ops in patterns:
+            if ops is not None and node.op not in ops:
+                continue
             hit = None
             for m in match(pat, node.out, producers):
                 interior = set(m.nodes) - {node.out.id}

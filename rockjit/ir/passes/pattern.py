@@ -118,6 +118,18 @@ def _match_all(pats, values, producers, b, nodes):
         yield from _match_all(pats[1:], values[1:], producers, b1, n1)
 
 
+def root_ops(pat: UPat) -> frozenset[Op] | None:
+    """The ops a value's producer must have for ``pat`` to fit it (a pass tries its patterns
+    at every node; most nodes are ruled out by their op alone); None: a variable or a constant
+    fits whatever makes it."""
+    if pat.alternatives:
+        parts = [root_ops(a) for a in pat.alternatives]
+        return None if any(p is None for p in parts) else frozenset().union(*parts)
+    if pat.op is None or pat.const is not None:
+        return None
+    return frozenset(pat.op if isinstance(pat.op, tuple) else (pat.op,))
+
+
 def match(pat: UPat, v: Value, producers: Mapping[int, Node]) -> Iterator[Match]:
     """Every way ``pat`` fits the dataflow ending in ``v``."""
     for b, nodes in _match(pat, v, producers, {}, {}):
