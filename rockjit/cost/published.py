@@ -120,7 +120,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("MobileNetV1-224 int8, one kick", 4.9, lambda: one_kick_network("MobileNetV1-224"),
            600, "keep_attached", _SEEDS + ": Whole networks"),
     Figure("MobileNetV2-224 int8, one kick", 6.7, lambda: one_kick_network("MobileNetV2-224"),
-           600, "keep_attached", _SEEDS + ": Whole networks"),
+           600, "keep_attached", _SEEDS + ": Whole networks", fits="fill_us"),
     Figure("Inception V1-224 int8, one kick", 10.8,
            lambda: one_kick_network("Inception V1-224"), 600, "keep_attached",
            _SEEDS + ": Whole networks"),
