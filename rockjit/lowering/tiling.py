@@ -32,15 +32,15 @@ The rules, all read from the chip profile or the register table (no number of ou
    least that many output positions (k-accumulation.md "test with M>=12").
 
 Choice: ``candidates`` lists every tiling that satisfies 1-5; tile_choice.plan_conv runs the one
-of least modelled time (rockjit.cost), keeping the rule's pick unless the model finds one clearly
-faster. The rule: the least ``tasks + bytes_moved / cbuf_bytes``. A task has a fixed dispatch cost of tens of
-microseconds (notes: perf/iova-and-multicore.md, ~27-54 us per submit), about the time LPDDR
-takes to stream one CBUF's worth (~0.4 MB at ~17 GB/s, perf/not-mac-bound.md), so one task is
-weighed like one CBUF of traffic. Bytes moved = feature reads (once per output-channel tile and
-K step, halo rows included) + weight reads (once per row tile) + the output + the K-partial
-traffic (DPU: read and write of each intermediate partial; host: the partials written and read
-back). Row and channel tiles are balanced (equal sizes, rounded to the atom) so no tail tile is
-needlessly small.
+of least modelled time (rockjit.cost), keeping the rule's pick unless the model finds one
+clearly faster. The rule: the least ``tasks + bytes_moved / cbuf_bytes``. A task has a fixed
+dispatch cost of tens of microseconds (notes: perf/iova-and-multicore.md, ~27-54 us per submit),
+about the time LPDDR takes to stream one CBUF's worth (~0.4 MB at ~17 GB/s,
+perf/not-mac-bound.md), so one task is weighed like one CBUF of traffic. Bytes moved = feature
+reads (once per output-channel tile and K step, halo rows included) + weight reads (once per row
+tile) + the output + the K-partial traffic (DPU: read and write of each intermediate partial;
+host: the partials written and read back). Row and channel tiles are balanced (equal sizes,
+rounded to the atom) so no tail tile is needlessly small.
 """
 from __future__ import annotations
 
