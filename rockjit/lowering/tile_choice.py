@@ -10,7 +10,9 @@ fitted on (tests/cost/test_tile_ordering.py).
 
 The rule's pick stands unless the model finds a plan faster by more than ``MARGIN``: below
 that the difference is within what the model resolves (its held-out figures are within 1.5x,
-tests/cost). Every plan carries its ``TileChoice``; ``describe()`` names an overruled rule.
+tests/cost). The model may only pick tiles at least as tall as wide (``_tall``: the measured
+direction no figure sizes). Every plan carries its ``TileChoice``; ``describe()`` names an
+overruled rule.
 
 Pricing every candidate exactly (a reuse grouping each) would cost a large matmul hundreds of
 milliseconds, so a closed form (the cheaper reuse mode's bytes and the MACs, spread over the
@@ -29,7 +31,7 @@ from .profile import ChipProfile
 from .tiling import KACC_DPU, KACC_HOST, PARTIAL_ESIZE, ConvPlan, ConvShape, candidates, rule_choice
 
 MARGIN = 0.01        # overrule the rule only for a plan modelled > 1 % faster
-SHORTLIST = 3
+SHORTLIST = 4
 CLOCK_MHZ = 600.0    # the board's NPU clock the cost model is calibrated at (rockjit.cost)
 
 
@@ -71,8 +73,9 @@ def _choose(plans: tuple[ConvPlan, ...], profile: ChipProfile, reuse: bool,
     rule = rule_choice(plans)
     rule_ms = modelled_ms(rule, profile, reuse, images)
     best, best_ms = rule, rule_ms
-    if len(plans) > 1:
-        short = sorted(plans, key=lambda p: _quick_ms(p, profile, reuse, images))[:SHORTLIST]
+    tall = [p for p in plans if _tall(p)]
+    if tall:
+        short = sorted(tall, key=lambda p: _quick_ms(p, profile, reuse, images))[:SHORTLIST]
         for p in short:
             if p is rule:
                 continue
@@ -82,6 +85,18 @@ def _choose(plans: tuple[ConvPlan, ...], profile: ChipProfile, reuse: bool,
         if best_ms >= rule_ms * (1 - MARGIN):
             best, best_ms = rule, rule_ms
     return replace(best, choice=TileChoice(best.describe(), rule.describe(), best_ms, rule_ms))
+
+
+def _tall(plan: ConvPlan) -> bool:
+    """Output tiles at least as tall (output positions) as wide (output channels), or all the
+    rows in one tile. notes perf/asymmetric-tile.md: Mt=128 / Nt=256 measured slower than
+    Mt=256 / Nt=128 ("keep the input-feature height full"). The model sees no difference once
+    the emitter keeps the weights instead of the feature (WEIGHT_REUSE, emitters/reuse.py) and no
+    published figure sizes one, so the measured direction is kept as a constraint on what the
+    model may pick over the rule."""
+    s = plan.shape
+    return len(plan.rows) == 1 or \
+        max(r.out_rows for r in plan.rows) * s.out_w >= max(k.size for k in plan.kernels)
 
 
 def _precision(plan: ConvPlan) -> str:
