@@ -8,11 +8,11 @@ per job on a chainable precision, the jobs spread over the cores largest first, 
 for integer K partials. The model reproduces the published tile-shape ordering it was not
 fitted on (tests/cost/test_tile_ordering.py).
 
-The rule's pick stands unless the model finds a plan faster by more than ``MARGIN``: below
-that the difference is within what the model resolves (its held-out figures are within 1.5x,
+The rule's pick stands unless the model finds a plan faster by more than ``MARGIN``: below that
+the difference is within what the model resolves (its held-out figures are within 1.5x,
 tests/cost). The model may only pick tiles at least as tall as wide (``_tall``: the measured
-direction no figure sizes). Every plan carries its ``TileChoice``; ``describe()`` names an
-overruled rule.
+direction no figure sizes), with K in one pass exactly where the rule has it (``_same_k_pass``).
+Every plan carries its ``TileChoice``; ``describe()`` names an overruled rule.
 
 Pricing every candidate exactly (a reuse grouping each) would cost a large matmul hundreds of
 milliseconds, so a closed form (the cheaper reuse mode's bytes and the MACs, spread over the
@@ -73,7 +73,7 @@ def _choose(plans: tuple[ConvPlan, ...], profile: ChipProfile, reuse: bool,
     rule = rule_choice(plans)
     rule_ms = modelled_ms(rule, profile, reuse, images)
     best, best_ms = rule, rule_ms
-    tall = [p for p in plans if _tall(p)]
+    tall = [p for p in plans if _tall(p) and _same_k_pass(p, rule)]
     if tall:
         short = sorted(tall, key=lambda p: _quick_ms(p, profile, reuse, images))[:SHORTLIST]
         for p in short:
@@ -97,6 +97,15 @@ def _tall(plan: ConvPlan) -> bool:
     s = plan.shape
     return len(plan.rows) == 1 or \
         max(r.out_rows for r in plan.rows) * s.out_w >= max(k.size for k in plan.kernels)
+
+
+def _same_k_pass(plan: ConvPlan, rule: ConvPlan) -> bool:
+    """Both take K in one pass, or both split it. Taking K into one pass where the rule split
+    it changed the numerics: ModernBERT-base T=512 (tests/models/test_modernbert_sim.py) lost
+    its worst row cosine from 0.99972 to 0.99892, under the test's 0.999 (likely the epilogue
+    a single pass lets the DPU fuse, emitters/tiled.py; not investigated). Until that is
+    understood the model picks only among plans of the rule's kind."""
+    return (plan.k_steps == 1) == (rule.k_steps == 1)
 
 
 def _precision(plan: ConvPlan) -> str:

@@ -2,8 +2,9 @@
 
 The model's ranking itself is checked against the published tile-shape A/B in
 tests/cost/test_tile_ordering.py; here: the choice is the least modelled plan among the legal
-ones at least as tall as wide and keeps the rule where the model does not find it clearly
-slower, short-and-wide tiles are never picked over the rule, the overruled plan
+ones at least as tall as wide with K in one pass where the rule has it, and keeps the rule where
+the model does not find it clearly slower; short-and-wide tiles and a change between one K pass
+and a K split are never picked over the rule, the overruled plan
 computes the product within the fp16 bound against numpy on the simulator, and every decision
 is counted in the program's stats and listed in its image.
 """
@@ -37,9 +38,11 @@ def test_choice_is_the_least_modelled_and_overrules_only_by_a_margin(mkn):
     m, k, n = mkn
     plan, _ = plan_matmul(m, k, n, F16, F16, P)
     plans = candidates(_matmul_shape(m, k, n, F16, F16, P), P)
-    # the model may pick among the tiles at least as tall as wide, or keep the rule
+    # the model may pick among the tiles at least as tall as wide that take K in one pass
+    # exactly where the rule does, or keep the rule
     rule = rule_choice(plans)
-    every = [TC.modelled_ms(p, P, True) for p in plans if TC._tall(p) or p == rule]
+    every = [TC.modelled_ms(p, P, True) for p in plans
+             if (TC._tall(p) and TC._same_k_pass(p, rule)) or p == rule]
     ch = plan.choice
     assert ch.rule_plan == rule.describe()
     assert ch.modelled_ms == pytest.approx(min(every)), ch.describe()
@@ -61,9 +64,10 @@ def test_the_published_asymmetric_tile_is_what_the_model_picks():
 
 
 def test_a_margin_keeps_the_rule():
-    plans = candidates(_matmul_shape(196, 768, 768, F16, F16, P), P)
+    plans = candidates(_matmul_shape(196, 3072, 768, F16, F16, P), P)
     rule = rule_choice(plans)
-    best = min((p for p in plans if TC._tall(p)), key=lambda p: TC.modelled_ms(p, P, True))
+    best = min((p for p in plans if TC._tall(p) and TC._same_k_pass(p, rule)),
+               key=lambda p: TC.modelled_ms(p, P, True))
     assert best != rule
     gain = 1 - TC.modelled_ms(best, P, True) / TC.modelled_ms(rule, P, True)
     old = TC.MARGIN
@@ -73,6 +77,16 @@ def test_a_margin_keeps_the_rule():
     finally:
         TC.MARGIN = old
     assert kept == rule and kept.choice.agrees
+
+
+def test_one_k_pass_is_kept_as_the_rule_has_it():
+    # the model alone would take SigLIP's fc1 (196 x 768 -> 3072) into one K pass of 32-channel
+    # tiles; the rule splits K, and so does the plan run
+    plans = candidates(_matmul_shape(196, 768, 3072, F16, F16, P), P)
+    rule = rule_choice(plans)
+    assert rule.k_steps > 1
+    assert min(plans, key=lambda p: TC.modelled_ms(p, P, True)).k_steps == 1
+    assert plan_matmul(196, 768, 3072, F16, F16, P)[0].k_steps > 1
 
 
 def test_short_wide_tiles_are_not_picked():
@@ -87,7 +101,7 @@ def test_short_wide_tiles_are_not_picked():
 
 @sim
 def test_overruled_tiling_matches_numpy_on_the_simulator():
-    m, k, n = 196, 768, 768
+    m, k, n = 128, 512, 512
     assert not plan_matmul(m, k, n, F16, F16, P)[0].choice.agrees
     rng = np.random.default_rng(11)
     a = rng.standard_normal((m, k)).astype(np.float16)
@@ -101,8 +115,8 @@ def test_overruled_tiling_matches_numpy_on_the_simulator():
 
 def test_decisions_are_counted_and_listed():
     rng = np.random.default_rng(3)
-    w = (rng.standard_normal((768, 768)) / 30).astype(np.float32)
-    x = rng.standard_normal((196, 768)).astype(np.float32)
+    w = (rng.standard_normal((512, 512)) / 30).astype(np.float32)
+    x = rng.standard_normal((128, 512)).astype(np.float32)
     comp = rockjit.compile(lambda w, x: jnp.tanh(x @ w), resident_argnums=0).compiled(w, x)
     dev = SimDevice(cores=3)
     try:
