@@ -20,7 +20,7 @@ def main() -> int:
     c = calibrated()
     print("constants (fitted on the figures marked 'fit', cited otherwise):")
     print(f"  submit_us {c.submit_us:8.2f}   job_us {c.job_us:8.2f}   kick_us {c.kick_us:8.2f}   "
-          f"dma_gbps {c.dma_gbps:6.3f} per core")
+          f"dma_gbps {c.dma_gbps:6.3f} per core   fill_us {c.fill_us:8.2f}")
     print(f"  host_gather_gbps {c.host_gather_gbps:.3f}  host_copy_gbps {c.host_copy_gbps:.1f}  "
           f"MACs/cycle/core {c.macs_per_cycle}")
     print(f"\n{'figure':48s}{'subm':>5s}{'jobs':>5s}{'kicks':>6s}{'tasks':>6s}{'GMAC':>7s}"

@@ -33,7 +33,8 @@ def main() -> int:
     args = ap.parse_args()
     c = calibrated()
     print(f"cost model constants: submit {c.submit_us:.1f} us, job {c.job_us:.1f} us, kick "
-          f"{c.kick_us:.1f} us, DMA {c.dma_gbps:.2f} GB/s per core, host gather "
+          f"{c.kick_us:.1f} us, CBUF fill {c.fill_us:.1f} us per task, DMA {c.dma_gbps:.2f} GB/s "
+          f"per core, host gather "
           f"{c.host_gather_gbps:.2f} GB/s, copy {c.host_copy_gbps:.1f} GB/s; stock kernel")
     rows = []
     for m in args.model:

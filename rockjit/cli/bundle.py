@@ -295,6 +295,11 @@ def _inspect(args: argparse.Namespace) -> int:
             print(f"\n# cores per NPU step, by modelled cost ({len(img.core_placement)} steps "
                   f"could spread; {moved} use fewer cores than round-robin over all)")
             print(img.core_report())
+        if img.tilings:
+            moved = sum(1 for t in img.tilings if not t.agrees)
+            print(f"\n# conv/matmul tilings, by modelled cost ({len(img.tilings)} plans; "
+                  f"{moved} overrule the fixed rule's)")
+            print(img.tiling_report())
     return EXIT_OK
 
 

@@ -19,9 +19,9 @@ from .published import FIGURES, Figure
 def _program(fig: Figure) -> CostProgram:
     return fig.build()
 
-_START = Constants(submit_us=30.0, job_us=20.0, kick_us=10.0, dma_gbps=2.0)
+_START = Constants(submit_us=30.0, job_us=20.0, kick_us=10.0, dma_gbps=2.0, fill_us=0.0)
 # search interval per constant (dma_gbps is solved on its reciprocal's scale below)
-_RANGE = {"submit_us": (0.0, 1e4), "job_us": (0.0, 1e4), "kick_us": (0.0, 1e4),
+_RANGE = {"submit_us": (0.0, 1e4), "job_us": (0.0, 1e4), "kick_us": (0.0, 1e4), "fill_us": (0.0, 1e4),
           "dma_gbps": (0.01, 1e3)}
 
 

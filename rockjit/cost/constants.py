@@ -30,6 +30,11 @@ class Constants:
     # credits chaining with the whole per-kick cost: an optimistic bound on chaining.
     kick_us: float
     dma_gbps: float           # per-core DMA bytes (read + written) per second / 1e9 (fitted)
+    # per task, chained or not: the CBUF fill before a task's MACs start and the DPU drain after
+    # them, which no kick saves (fitted on a chained whole network; the kick_us figure is of
+    # unchained tasks, so there kick_us + fill_us is what it measures). It is what makes a
+    # tiling of many small tasks dear (lowering/tile_choice.py).
+    fill_us: float = 0.0
     host_gather_gbps: float = HOST_GATHER_GBPS   # cited
     host_copy_gbps: float = HOST_COPY_GBPS       # cited
     macs_per_cycle: dict = field(default_factory=lambda: dict(MACS_PER_CYCLE))  # cited

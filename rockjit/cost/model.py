@@ -84,7 +84,8 @@ def estimate(program: CostProgram, clock_mhz: float, constants: Constants) -> Es
         per_core: dict[int, dict[str, float]] = {}
         for job in st.jobs:
             b = per_core.setdefault(job.core, {"dispatch": 0.0, "dma": 0.0, "mac": 0.0})
-            b["dispatch"] += (c.job_us + job.kicks * c.kick_us) * us
+            fills = sum(1 for t in job.tasks if t.dma_read)
+            b["dispatch"] += (c.job_us + job.kicks * c.kick_us + fills * c.fill_us) * us
             for t in job.tasks:
                 b["dma"] += (t.dma_read + t.dma_written) / (c.dma_gbps * 1e9) * 1e3
                 for p, n in t.macs.items():

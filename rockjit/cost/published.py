@@ -64,9 +64,13 @@ def tiled_matmul(precision: str, cores: int, resident: bool, host_threads: int =
     integer: every K tile's partials, nKt x M x N, summed on the host), shared by
     ``host_threads`` CPU cores (the multicore library's workers de-tile their own slices across
     3 A76 cores: notes perf/rga-detile.md)."""
-    M, K, N = MM
-    mt = nt = 256
-    kt = _KT[precision]
+    return tiled_matmul_of(MM, 256, 256, _KT[precision], precision, cores, resident, host_threads)
+
+
+def tiled_matmul_of(shape: tuple[int, int, int], mt: int, nt: int, kt: int, precision: str,
+                    cores: int, resident: bool, host_threads: int = 1) -> CostProgram:
+    """``tiled_matmul`` of any M x K x N with Mt x Nt output tiles and a K tile of ``kt``."""
+    M, K, N = shape
     nmt, nnt, nkt = -(-M // mt), -(-N // nt), -(-K // kt)
     e, eo = _IN_BYTES[precision], _OUT_BYTES[precision]
     steps: list = [CostHostStep("gather", int(M * K * e), "pack A", host_threads)]
@@ -89,6 +93,20 @@ def tiled_matmul(precision: str, cores: int, resident: bool, host_threads: int =
     readback = M * N * eo * (1 if precision == "fp16" else nkt)
     steps.append(CostHostStep("gather", readback, "readback", host_threads))
     return CostProgram(steps, name=f"{precision} matmul {M}x{K}x{N}, {cores} core(s)")
+
+
+# The tile-shape A/B of notes perf/asymmetric-tile.md ("The measurement", HW sweep 2026-06-30,
+# RK3588 at 600 MHz, warm median, the notes' matmul library: KACC + DATA_REUSE, one kick per
+# tile): M x K x N and the published gain, in percent, of Mt=256 / Nt=128 / Kt=512 over the
+# symmetric Mt=Nt=256 / Kt=384 (a published range is given by its middle: "+7-9%" -> 8.0,
+# "+5-7%" -> 6.0). The same page: Mt=128 / Nt=256 measured slower than Mt=256 / Nt=128 (no
+# figure). No constant is fitted on any of them (tests/cost/test_tile_ordering.py).
+ASYM_TILE_AB: tuple[tuple[int, int, int, float], ...] = (
+    (512, 2048, 2048, 15.8), (512, 2048, 4096, 13.8), (2048, 4096, 4096, 9.2),
+    (1024, 4096, 4096, 8.0), (512, 8192, 2048, 8.1), (1024, 8192, 8192, 7.2),
+    (512, 15360, 3840, 6.0), (512, 4096, 4096, 6.0), (512, 3840, 15360, 2.0),
+    (512, 3840, 4096, 2.0))
+ASYM_TILE_SOURCE = "notes perf/asymmetric-tile.md: The measurement (HW sweep 2026-06-30)"
 
 
 def _npu_only(p: CostProgram) -> CostProgram:
@@ -120,7 +138,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("MobileNetV1-224 int8, one kick", 4.9, lambda: one_kick_network("MobileNetV1-224"),
            600, "keep_attached", _SEEDS + ": Whole networks"),
     Figure("MobileNetV2-224 int8, one kick", 6.7, lambda: one_kick_network("MobileNetV2-224"),
-           600, "keep_attached", _SEEDS + ": Whole networks"),
+           600, "keep_attached", _SEEDS + ": Whole networks", fits="fill_us"),
     Figure("Inception V1-224 int8, one kick", 10.8,
            lambda: one_kick_network("Inception V1-224"), 600, "keep_attached",
            _SEEDS + ": Whole networks"),

@@ -45,7 +45,7 @@ import numpy as np
 from .. import debugflags
 from ..progress import progress
 from ..runtime.image import (BoSpec, CorePlacement, HostStepSpec, JobSpec, Placement, ProgramImage, Source,
-                             StepSpec, TensorSig, Upload, Words, ZeroFill)
+                             StepSpec, TensorSig, TilingChoice, Upload, Words, ZeroFill)
 from .bounds import check_bo
 from .coalesce import coalesce
 from .context_copies import ResidencyWalk, cross_context_copy, eager_copies
@@ -104,7 +104,10 @@ class ImageBuilder:
                        for d in lowered.decisions],
             stats=program_stats(self), arrays=self.arrays,
             core_placement=[CorePlacement(c.label, c.jobs, c.cores, c.rule_cores, c.describe())
-                            for c in self.core_choices])
+                            for c in self.core_choices],
+            tilings=[TilingChoice(pc.node, int(t.agrees), t.describe())
+                     for pc in self.calls if pc.call.where == "npu"
+                     for t in pc.call.lowering.tile_choices])
         self.image.check()
 
     # ------------------------------------------------------------------ memory plan

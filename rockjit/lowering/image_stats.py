@@ -10,6 +10,7 @@ from typing import Any
 def program_stats(b: Any) -> dict[str, int]:
     """``b``: an ImageBuilder after its step walk (image_builder.py)."""
     n, calls, decisions = b._count, b.calls, b.lowered.decisions
+    tiles = [t for pc in calls if pc.call.where == "npu" for t in pc.call.lowering.tile_choices]
     useful = sum(pc.call.lowering.macs for pc in calls if pc.call.where == "npu"
                  and pc.call.emitter.startswith(("matmul", "conv")))
     stats = {
@@ -31,6 +32,9 @@ def program_stats(b: Any) -> dict[str, int]:
         "placement_steps": len(b.core_choices),
         "placement_single_core_steps": sum(1 for c in b.core_choices if c.cores == 1),
         "placement_rule_overruled": sum(1 for c in b.core_choices if not c.agrees),
+        # tile_choice.py: conv/matmul tilings, and how many the cost model chose over the rule
+        "tile_plans": len(tiles),
+        "tile_rule_overruled": sum(1 for t in tiles if not t.agrees),
     }
     for c in range(b.ncores):
         stats[f"jobs_core{c}"] = sum(1 for x in b.job_cores if x == c)

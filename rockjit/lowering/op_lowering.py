@@ -121,6 +121,8 @@ class OpLowering:
     buffers: tuple[BufferSpec, ...]
     steps: tuple[Step, ...]
     macs: int = 0
+    # tile_choice.TileChoice of each conv/matmul plan the op runs (the tiling decisions)
+    tile_choices: tuple[Any, ...] = ()
 
     def buffer(self, name: str) -> BufferSpec:
         for b in self.buffers:

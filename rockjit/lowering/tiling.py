@@ -31,20 +31,22 @@ The rules, all read from the chip profile or the register table (no number of ou
    at ``ew_min_positions`` positions: with more than one output surface a K-split tile needs at
    least that many output positions (k-accumulation.md "test with M>=12").
 
-Choice (the cost rule): among all tilings that satisfy 1-5 the planner takes the one with the
-least ``tasks + bytes_moved / cbuf_bytes``. A task has a fixed dispatch cost of tens of
-microseconds (notes: perf/iova-and-multicore.md, ~27-54 us per submit), about the time LPDDR
-takes to stream one CBUF's worth (~0.4 MB at ~17 GB/s, perf/not-mac-bound.md), so one task is
-weighed like one CBUF of traffic. Bytes moved = feature reads (once per output-channel tile and
-K step, halo rows included) + weight reads (once per row tile) + the output + the K-partial
-traffic (DPU: read and write of each intermediate partial; host: the partials written and read
-back). Row and channel tiles are balanced (equal sizes, rounded to the atom) so no tail tile is
-needlessly small.
+Choice: ``candidates`` lists every tiling that satisfies 1-5; tile_choice.plan_conv runs the one
+of least modelled time (rockjit.cost), keeping the rule's pick unless the model finds one
+clearly faster. The rule: the least ``tasks + bytes_moved / cbuf_bytes``. A task has a fixed
+dispatch cost of tens of microseconds (notes: perf/iova-and-multicore.md, ~27-54 us per submit),
+about the time LPDDR takes to stream one CBUF's worth (~0.4 MB at ~17 GB/s,
+perf/not-mac-bound.md), so one task is weighed like one CBUF of traffic. Bytes moved = feature
+reads (once per output-channel tile and K step, halo rows included) + weight reads (once per row
+tile) + the output + the K-partial traffic (DPU: read and write of each intermediate partial;
+host: the partials written and read back). Row and channel tiles are balanced (equal sizes,
+rounded to the atom) so no tail tile is needlessly small.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from ..ir.types import DType
 from . import registers as R
@@ -52,6 +54,9 @@ from .arith import ceil_div, round_up
 from .compile_cache import memo
 from .profile import ChipProfile
 from .regcmd import LoweringError
+
+if TYPE_CHECKING:
+    from .tile_choice import TileChoice
 
 KACC_NONE = "none"    # one K step
 KACC_DPU = "dpu"      # partials added by the DPU EW unit (fp16 path)
@@ -115,7 +120,10 @@ class ConvPlan:
     kernels: tuple[Span, ...]    # output-channel tiles (depthwise: channel tiles)
     channels: tuple[Span, ...]   # input-channel (K) steps (depthwise: one step per kernel tile)
     kacc: str
-    cost: float
+    cost: float                  # the rule's cost (module docstring, "Choice")
+    # tile_choice.py: how this plan was chosen (None: planned without the model); not part of
+    # the plan's identity
+    choice: "TileChoice | None" = field(default=None, compare=False)
 
     @property
     def k_steps(self) -> int:
@@ -234,21 +242,27 @@ def _check_shape(shape: ConvShape, profile: ChipProfile) -> None:
         raise LoweringError("strides, dilations and kernel sizes must be >= 1")
 
 
-def plan_conv(shape: ConvShape, profile: ChipProfile, *, max_rows: int | None = None,
-              max_kernels: int | None = None, max_channels: int | None = None,
-              max_k_steps: int | None = None) -> ConvPlan:
-    """The cheapest tiling of ``shape`` (module docstring). ``max_*`` cap the tile sizes (tests,
-    and matching a foreign program's forced tiling); they never lift a hardware limit.
-    A pure function of its arguments: planned once per shape in a compile (compile_cache.py),
-    since every layer of an encoder asks for the same shapes."""
+def candidates(shape: ConvShape, profile: ChipProfile, *, max_rows: int | None = None,
+               max_kernels: int | None = None, max_channels: int | None = None,
+               max_k_steps: int | None = None) -> tuple[ConvPlan, ...]:
+    """Every legal tiling of ``shape`` (rules 1-5), each with its rule cost, in the order the
+    planner enumerates them (the first of least ``cost`` is the rule's choice); raises naming
+    why none fits. ``max_*`` cap the tile sizes (tests, and matching a foreign program's forced
+    tiling); they never lift a hardware limit. tile_choice.plan_conv picks among them."""
     caps = (max_rows, max_kernels, max_channels, max_k_steps)
-    return memo(("plan_conv", shape, profile, caps),
-                lambda: _plan_conv(shape, profile, *caps))
+    return memo(("tile_candidates", shape, profile, caps),
+                lambda: _candidates(shape, profile, *caps))
 
 
-def _plan_conv(shape: ConvShape, profile: ChipProfile, max_rows: int | None,
-               max_kernels: int | None, max_channels: int | None,
-               max_k_steps: int | None) -> ConvPlan:
+def rule_choice(plans: tuple[ConvPlan, ...]) -> ConvPlan:
+    """The fixed rule's pick: the least ``tasks + bytes_moved / cbuf_bytes`` (module docstring),
+    the first enumerated on a tie."""
+    return min(plans, key=lambda p: p.cost)
+
+
+def _candidates(shape: ConvShape, profile: ChipProfile, max_rows: int | None,
+                max_kernels: int | None, max_channels: int | None,
+                max_k_steps: int | None) -> tuple[ConvPlan, ...]:
     if profile.encoding != "rk3588":
         raise LoweringError(f"the tile planner knows the RK3588 register encoding; chip "
                             f"{profile.name!r} uses {profile.encoding!r}")
@@ -266,7 +280,7 @@ def _plan_conv(shape: ConvShape, profile: ChipProfile, max_rows: int | None,
     out_esize = out.esize
     halo = (shape.kh - 1) * shape.dy + 1
 
-    best: ConvPlan | None = None
+    plans: dict[tuple, ConvPlan] = {}
     why_not: list[str] = []
     n_k_steps = 1 if shape.depthwise else shape.channels // p.k_align
     seen_ct: set[int] = set()
@@ -348,16 +362,15 @@ def _plan_conv(shape: ConvShape, profile: ChipProfile, max_rows: int | None,
             except LoweringError as e:
                 why_not.append(str(e))
                 continue
-            plan = ConvPlan(shape, rows, ksp, csp, kacc, 0.0)
-            plan = replace(plan, cost=_cost(plan, profile, out_esize))
-            if best is None or plan.cost < best.cost:
-                best = plan
-    if best is None:
+            if (rows, ksp, csp) not in plans:
+                plan = ConvPlan(shape, rows, ksp, csp, kacc, 0.0)
+                plans[(rows, ksp, csp)] = replace(plan, cost=_cost(plan, profile, out_esize))
+    if not plans:
         detail = "; ".join(dict.fromkeys(why_not)) or "no tile fits the CBUF"
         raise LoweringError(
             f"no tiling of a {shape.height}x{shape.width}x{shape.channels} {shape.in_dtype.value} "
             f"input with {shape.kernels} {shape.kh}x{shape.kw} kernels fits {profile.name}: {detail}")
-    return best
+    return tuple(plans.values())
 
 
 def _cost(plan: ConvPlan, profile: ChipProfile, out_esize: int) -> float:

@@ -147,6 +147,16 @@ class CorePlacement:
     why: str            # the modelled cost of each number of cores tried
 
 
+@dataclass(frozen=True)
+class TilingChoice:
+    """The tiling one conv/matmul op runs and whether the fixed rule's pick was kept
+    (lowering/tile_choice.py). Informational: the tasks are what runs."""
+
+    node: str
+    agrees: int         # 1: the rule's tiling kept; 0: the cost model overruled it
+    why: str            # both tilings with their modelled times
+
+
 @dataclass
 class ProgramImage:
     profile: str
@@ -166,6 +176,7 @@ class ProgramImage:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     version: int = IMAGE_VERSION
     core_placement: list[CorePlacement] = field(default_factory=list)
+    tilings: list[TilingChoice] = field(default_factory=list)
 
     # ---------------------------------------------------------------- checks
     def check(self) -> None:
@@ -288,6 +299,7 @@ class ProgramImage:
             "sources": [flat(x) for x in self.sources],
             "placement": [flat(x) for x in self.placement],
             "core_placement": [flat(x) for x in self.core_placement],
+            "tilings": [flat(x) for x in self.tilings],
             "stats": dict(self.stats),
         }
 
@@ -331,7 +343,9 @@ class ProgramImage:
                 arrays=dict(arrays), version=_int(d["version"]),
                 core_placement=[CorePlacement(str(p["node"]), _int(p["jobs"]), _int(p["cores"]),
                                               _int(p["rule_cores"]), str(p["why"]))
-                                for p in d.get("core_placement", [])])
+                                for p in d.get("core_placement", [])],
+                tilings=[TilingChoice(str(t["node"]), _int(t["agrees"]), str(t["why"]))
+                         for t in d.get("tilings", [])])
         except ImageError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
@@ -356,6 +370,10 @@ class ProgramImage:
     def core_report(self) -> str:
         """One line per NPU step whose jobs could spread: the cores it uses and why."""
         return "\n".join(f"{c.node:<28} {c.cores} core(s)  {c.why}" for c in self.core_placement)
+
+    def tiling_report(self) -> str:
+        """One line per conv/matmul tiling: the plan run and, when overruled, the rule's."""
+        return "\n".join(f"{t.node:<28} {t.why}" for t in self.tilings)
 
     def step_list(self) -> str:
         """One line per step: NPU jobs/tasks or the host step kind, and the op's source."""

@@ -76,6 +76,8 @@ def test_inspect_prints_manifest_stats_steps_and_placement(compiled_bundle, caps
     # why the row max stays on the host: the modelled cost of both ways (8 x 64 scores)
     assert any("= reduce_max" in ln and "host row max (rockjit.cost)" in ln
                for ln in text.splitlines()), text
+    # each conv/matmul tiling, and whether the cost model overruled the fixed rule
+    assert "# conv/matmul tilings, by modelled cost" in text and "modelled" in text
     assert main(["inspect", str(out), "--only", "stats"]) == EXIT_OK
     only = capsys.readouterr().out
     assert "# stats" in only and "# steps" not in only

@@ -2,9 +2,10 @@
 lands within 1.5x, and the CNN descriptions carry the published MAC totals.
 
 Fitted (each sets one constant): "1-task submit, keep-attached" -> submit_us, "1-task submit,
-stock" -> job_us, "64-task job, stock" -> kick_us, "ResNet-18-224 int8, one kick" -> dma_gbps.
+stock" -> job_us, "64-task job, stock" -> kick_us, "ResNet-18-224 int8, one kick" -> dma_gbps, "MobileNetV2-224 int8, one kick" -> fill_us.
 Held out (set nothing): the keep-attached 64-task job, the single-fd fp16 matmul's NPU wait,
-MobileNetV1/V2 and Inception V1 as one kick, and the resident fp16/int8/int4 3-core matmuls.
+MobileNetV1 and Inception V1 as one kick, and the resident fp16/int8/int4 3-core matmuls
+(tests/cost/test_tile_ordering.py holds out the published tile-shape A/B as well).
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from rockjit.cost.networks import NETWORKS
 from rockjit.cost.published import FIGURES
 
 FITTED = {"1-task submit, keep-attached": "submit_us", "1-task submit, stock": "job_us",
-          "64-task job, stock": "kick_us", "ResNet-18-224 int8, one kick": "dma_gbps"}
+          "64-task job, stock": "kick_us", "ResNet-18-224 int8, one kick": "dma_gbps",
+          "MobileNetV2-224 int8, one kick": "fill_us"}
 HELD_OUT = [f for f in FIGURES if not f.fits]
 # the int4 description is uncertain (which K-tile cap the published run used is not stated)
 # and the model misses it: it lands at ~0.54x. Kept visible as a strict xfail.
@@ -44,7 +46,7 @@ def test_held_out_figure_within_1_5x(fig):
 
 def test_constants_are_physical():
     c = calibrated()
-    for name in ("submit_us", "job_us", "kick_us", "dma_gbps"):
+    for name in ("submit_us", "job_us", "kick_us", "dma_gbps", "fill_us"):
         assert getattr(c, name) > 0, name
     # the notes' figure: the IOMMU attach + detach is ~15-20 us per job
     assert 15 <= c.job_us <= 21

@@ -18,7 +18,7 @@ from rockjit.lowering.emitters.patchify import choose_patchify
 from rockjit.lowering.op_lowering import HostStep
 from rockjit.lowering.profile import get_profile
 from rockjit.lowering.regcmd import LoweringError
-from rockjit.lowering.tiling import plan_conv
+from rockjit.lowering.tile_choice import plan_conv
 from rockjit.lowering.emitters.conv import conv_shape
 
 from op_lowering_sim import MISSING, run_conv

@@ -158,13 +158,14 @@ def test_k_split_counts_every_task_and_its_partial() -> None:
     y, st, c = _run_matmul(w, x, cores=1)
     assert st["tasks"] > st["kicks"] == st["jobs"]
     steps = st["tasks"] // st["jobs"]
-    # the feature and the weights are each read exactly once in total over the K steps; every
-    # step but the last writes an fp32 partial (twice the fp16 output's bytes), each step after
-    # the first reads the previous one, the last writes the fp16 output
+    # each job (one N tile; the planner may split N to spread over cores) reads the feature once
+    # over its K steps, the weights are read once in total; every step but the last writes an
+    # fp32 partial (twice the fp16 output's bytes), each step after the first reads the
+    # previous one, the last writes the fp16 output
     m_pad = max(_round(m, 4), 12) if steps > 1 else _round(m, 4)
     out = (n // 8) * m_pad * ATOM
     a = (k // 8) * m_pad * ATOM
-    assert st["device_bytes_read"] == a + n * k * 2 + (steps - 1) * 2 * out * st["jobs"]
-    assert st["device_bytes_written"] == ((steps - 1) * 2 * out + out) * st["jobs"]
+    assert st["device_bytes_read"] == a * st["jobs"] + n * k * 2 + (steps - 1) * 2 * out
+    assert st["device_bytes_written"] == (steps - 1) * 2 * out + out
     ref = np.asarray(x.astype(np.float16), np.float64) @ np.asarray(w.astype(np.float16), np.float64)
     T.check(y, ref, T.graph_bound(c.graph, c.params, [x])[0], "K = 8192")

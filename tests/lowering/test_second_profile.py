@@ -25,7 +25,7 @@ from rockjit.oracle import tolerance as T
 from rockjit.lowering.emitters.conv import ConvSpec, conv_shape, build_conv2d
 from rockjit.lowering.emitters.matmul import build_matmul, plan_matmul
 from rockjit.lowering.profile import get_profile, profile_names, register_profile
-from rockjit.lowering.tiling import plan_conv
+from rockjit.lowering.tile_choice import plan_conv
 
 from fuzz_graphs import half_rk3588
 from op_lowering_sim import MISSING, run_conv, run_matmul

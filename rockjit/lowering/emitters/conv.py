@@ -27,7 +27,8 @@ from ..layouts import depthwise_weight_layout, weight_layout
 from ..op_lowering import BufferSpec, HostStep, OpLowering
 from ..profile import ChipProfile
 from ..regcmd import LoweringError
-from ..tiling import ConvPlan, field_limit, plan_conv
+from ..tile_choice import plan_conv
+from ..tiling import ConvPlan, field_limit
 # ConvSpec & co. and the task records are imported from here by rules/conv.py and quant.py
 from .conv_spec import ConvLayouts, ConvSpec, conv_layouts, conv_shape, validate  # noqa: F401
 from .patchify import choose_patchify, build_patchify_im2col
@@ -97,7 +98,7 @@ def build_conv2d(spec: ConvSpec, in_dtype: DType, out_dtype: DType, profile: Chi
     shape = conv_shape(spec, in_dtype, out_dtype, profile)
     try:
         plan = plan_conv(shape, profile, max_rows=max_rows, max_kernels=max_kernels,
-                         max_channels=max_channels)
+                         max_channels=max_channels, images=spec.batch)
     except LoweringError:
         if patchify != "auto" or spec.groups != 1:
             raise
@@ -158,7 +159,7 @@ def build_qconv2d(spec: ConvSpec, profile: ChipProfile, weights: np.ndarray, vec
             f"with the zero point first")
     shape = conv_shape(spec, DType.I8, DType.I8, profile)
     plan = plan_conv(shape, profile, max_rows=max_rows, max_kernels=max_kernels,
-                     max_channels=max_channels)
+                     max_channels=max_channels, images=spec.batch)
     if plan.k_steps != 1:
         raise LoweringError(
             f"quantized conv {spec.in_c} input channels x {spec.kh}x{spec.kw} need {plan.k_steps} "

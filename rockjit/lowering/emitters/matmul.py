@@ -34,7 +34,8 @@ from ..layouts import (CubeLayout, WeightLayout, matrix_feature_layout, matrix_o
 from ..profile import ChipProfile
 from ..op_lowering import BufferSpec, OpLowering
 from ..regcmd import LoweringError, Reloc, EmittedTask
-from ..tiling import ConvPlan, ConvShape, field_limit, plan_conv, round_up
+from ..tile_choice import plan_conv
+from ..tiling import ConvPlan, ConvShape, field_limit, round_up
 from .task import ConvTaskGeom, DpuStages, emit_conv_task
 from .tiled import (CubeRef, Epilogue, Scratch, TiledTasks, assemble, build_tiled,
                     host_partials, k_accumulation)
@@ -201,14 +202,15 @@ def _matmul_shape(m_pad: int, k_pad: int, n_pad: int, in_dtype: DType, out_dtype
 def plan_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType, profile: ChipProfile,
                 *, out_channel_align: int | None = None, single_k: bool = False,
                 max_m: int | None = None, max_k: int | None = None,
-                max_n: int | None = None) -> tuple[ConvPlan, MatmulLayouts]:
+                max_n: int | None = None, images: int = 1) -> tuple[ConvPlan, MatmulLayouts]:
     """Pad C[M,N] = A[M,K].B[N,K]^T to the atoms and tile it (tiling.plan_conv rules).
 
     M pads to a multiple of ``row_align`` and at least ``min_feature_rows``; if the plan must
     split K on the DPU and M is below ``ew_min_positions``, M pads up to that (the EW partial of
     a multi-surface tile needs 12 positions, k-accumulation.md) -- the extra rows are zero.
     ``out_channel_align`` pads N further so the output cube can be read directly as the next
-    matmul's K (cross-op-chaining.md: fp16 N%16 vs K%32).
+    matmul's K (cross-op-chaining.md: fp16 N%16 vs K%32). ``images``: how many products of this
+    plan share the step's cores (a batch; tile_choice.py prices the tiling with all of them).
     """
     _check_request(m, k, n, in_dtype, out_dtype, profile)
     p = profile.input(in_dtype)
@@ -219,7 +221,7 @@ def plan_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType, profi
         raise LoweringError(f"out_channel_align {out_channel_align} is not a multiple of the "
                             f"{in_dtype.value} N atom {p.n_align}")
     caps = dict(max_rows=max_m, max_kernels=max_n, max_channels=max_k,
-                max_k_steps=1 if single_k else None)
+                max_k_steps=1 if single_k else None, reuse=True, images=images)
     try:
         plan = plan_conv(_matmul_shape(m_pad, k_pad, n_pad, in_dtype, out_dtype, profile), profile, **caps)
     except LoweringError:
@@ -328,7 +330,7 @@ def _with_constants(low: OpLowering, m, k, n, in_dtype, out_dtype, profile, batc
     """``low`` (a matmul of the same structure) with this call's ``b`` and bias packed."""
     plan, lay = plan_matmul(m, k, n, in_dtype, out_dtype, profile,
                             out_channel_align=out_channel_align, single_k=b is None,
-                            max_m=max_m, max_k=max_k, max_n=max_n)
+                            max_m=max_m, max_k=max_k, max_n=max_n, images=batch)
     bufs = []
     for spec in low.buffers:
         if spec.name == "b" and spec.role == "const":
@@ -369,7 +371,7 @@ def _build_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType,
         raise LoweringError(f"batch must be >= 1, got {batch}")
     plan, lay = plan_matmul(m, k, n, in_dtype, out_dtype, profile,
                             out_channel_align=out_channel_align, single_k=b is None,
-                            max_m=max_m, max_k=max_k, max_n=max_n)
+                            max_m=max_m, max_k=max_k, max_n=max_n, images=batch)
     tiled = TiledTasks()
     scratch = Scratch("kacc")
     c_total = lay.c_stride * batch

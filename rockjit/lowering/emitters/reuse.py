@@ -50,42 +50,85 @@ def reuse_groups(plan: ConvPlan, profile: ChipProfile, images: int = 1) -> tuple
                 lambda: _reuse_groups(plan, profile, images))
 
 
+class TileBytes:
+    """The DMA bytes of a plan's tiles (all K steps): what a group of tiles moves when it keeps
+    one operand in the CBUF (module docstring). tile_choice.py prices plans with it."""
+
+    def __init__(self, plan: ConvPlan, profile: ChipProfile) -> None:
+        s = plan.shape
+        esize = profile.input(s.in_dtype).esize
+        self.depthwise = s.depthwise
+        ch = sum(c.size for c in plan.channels)
+        if s.depthwise:
+            # a channel tile reads its own channels of the feature and its own kernels
+            self.feat = [[r.in_rows * s.width * k.size * esize for k in plan.kernels]
+                         for r in plan.rows]
+            self.wt = [k.size * s.kh * s.kw * esize for k in plan.kernels]
+        else:
+            self.feat = [[r.in_rows * s.width * ch * esize] * len(plan.kernels)
+                         for r in plan.rows]
+            self.wt = [k.size * s.kh * s.kw * ch * esize for k in plan.kernels]
+        out_e = profile.output(s.in_dtype, s.out_dtype).esize
+        # the output, and the fp32 partials of a DPU K accumulation (each written and read back)
+        part = 2 * 4 * (plan.k_steps - 1) if plan.kacc == KACC_DPU else 0
+        self.other = [[r.out_rows * s.out_w * k.size * (out_e + part) for k in plan.kernels]
+                      for r in plan.rows]
+
+    def group(self, mode: str, tiles: tuple[Tile, ...]) -> int:
+        """Bytes of one group: the shared operand once ("data": the row tile's feature,
+        "weight": the kernel tile's weights; "none": a single tile reads both)."""
+        r0, j0 = tiles[0]
+        shared = self.wt[j0] if mode == "weight" else self.feat[r0][j0]
+        return shared + sum(self.other[r][j] + (self.feat[r][j] if mode == "weight" else self.wt[j])
+                            for r, j in tiles)
+
+
+def single_groups(plan: ConvPlan) -> tuple[Group, ...]:
+    """One job per tile, no operand kept (convs, and plans with nothing to share)."""
+    return tuple(("none", ((r, j),)) for r in range(len(plan.rows))
+                 for j in range(len(plan.kernels)))
+
+
 def _reuse_groups(plan: ConvPlan, profile: ChipProfile, images: int) -> tuple[Group, ...]:
     s = plan.shape
     nr, nn = len(plan.rows), len(plan.kernels)
-    single = tuple(("none", ((r, j),)) for r in range(nr) for j in range(nn))
+    single = single_groups(plan)
     p = profile.input(s.in_dtype)
     if s.depthwise or not p.chainable or nr * nn == 1:
         return single
-    esize = p.esize
-    ch = sum(c.size for c in plan.channels)
-    feat = [r.in_rows * s.width * ch * esize for r in plan.rows]
-    wt = [k.size * s.kh * s.kw * ch * esize for k in plan.kernels]
-    out_e = profile.output(s.in_dtype, s.out_dtype).esize
-    # the output, and the fp32 partials of a DPU K accumulation (each written and read back)
-    part = 2 * 4 * (plan.k_steps - 1) if plan.kacc == KACC_DPU else 0
-    other = [[r.out_rows * s.out_w * k.size * (out_e + part) for k in plan.kernels]
-             for r in plan.rows]
+    tb = TileBytes(plan, profile)
     job = profile.cbuf_bytes
+    # a group's load is the CBUF weight of its job plus TileBytes.group; the unshared part
+    # summed by prefix along each chain, so a grouping is priced without building it
+    pre = {"data": [_prefix([tb.other[r][j] + tb.wt[j] for j in range(nn)]) for r in range(nr)],
+           "weight": [_prefix([tb.other[r][j] + tb.feat[r][j] for r in range(nr)])
+                      for j in range(nn)]}
+    shared = {"data": [tb.feat[r][0] for r in range(nr)], "weight": tb.wt}
 
-    def load(mode: str, tiles: tuple[Tile, ...]) -> float:
-        shared = feat[tiles[0][0]] if mode == "data" else wt[tiles[0][1]]
-        rest = sum(other[r][j] + (wt[j] if mode == "data" else feat[r]) for r, j in tiles)
-        return job + shared + rest
-
-    best: tuple[tuple[float, float], tuple[Group, ...]] | None = None
+    best: tuple[tuple[float, float], str, int] | None = None
     for mode, chains, length in (("data", nr, nn), ("weight", nn, nr)):
         for g in range(1, length + 1):
-            groups: list[Group] = []
-            for c in range(chains):
-                for part_ in _parts(length, g):
-                    tiles = tuple((c, i) if mode == "data" else (i, c) for i in part_)
-                    groups.append((mode if len(tiles) > 1 else "none", tiles))
-            if len(groups) * images < min(profile.cores, nr * nn * images):
+            if chains * g * images < min(profile.cores, nr * nn * images):
                 continue        # placement keeps a job per core to spread where it can
-            loads = [load("data" if m == "none" else m, t) for m, t in groups]
+            parts = _parts(length, g)
+            loads = [job + shared[mode][c] + pre[mode][c][p_.stop] - pre[mode][c][p_.start]
+                     for c in range(chains) for p_ in parts]
             key = (_critical(loads * images, profile.cores), sum(loads))
             if best is None or key < best[0]:
-                best = (key, tuple(groups))
+                best = (key, mode, g)
     assert best is not None
-    return best[1]
+    _, mode, g = best
+    chains, length = (nr, nn) if mode == "data" else (nn, nr)
+    groups: list[Group] = []
+    for c in range(chains):
+        for part_ in _parts(length, g):
+            tiles = tuple((c, i) if mode == "data" else (i, c) for i in part_)
+            groups.append((mode if len(tiles) > 1 else "none", tiles))
+    return tuple(groups)
+
+
+def _prefix(xs: list[int]) -> list[int]:
+    out = [0]
+    for x in xs:
+        out.append(out[-1] + x)
+    return out

@@ -51,6 +51,7 @@ class TiledTasks:
 
     jobs: list[JobTasks] = field(default_factory=list)
     planned: int = 0   # tasks of the plans appended so far (checked against the compile bound)
+    choices: list = field(default_factory=list)   # each plan's tile_choice.TileChoice, once
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,8 @@ def build_tiled(plan: ConvPlan, profile: ChipProfile, *, feature: CubeRef, weigh
     outf = profile.output(s.in_dtype, s.out_dtype)
     c2_in = p.feature_c2
     nk = plan.k_steps
+    if plan.choice is not None and plan.choice not in into.choices:
+        into.choices.append(plan.choice)
     into.planned += len(plan.rows) * len(plan.kernels) * (1 if s.depthwise else len(plan.channels))
     check_tasks(into.planned, f"{name} ({s.in_dtype.value}, {s.height}x{s.width}x{s.channels} "
                               f"-> {s.kernels} channels)")
@@ -218,7 +221,7 @@ def assemble(profile: ChipProfile, tiled: TiledTasks, buffers: list[BufferSpec],
     bufs = list(buffers) + [BufferSpec(regcmd, "regcmd", round_up(max(end, 8), 64))]
     steps: list = [NpuStep(tuple(jobs))]
     steps.extend(host_steps)
-    return OpLowering(tuple(bufs), tuple(steps), macs=macs)
+    return OpLowering(tuple(bufs), tuple(steps), macs=macs, tile_choices=tuple(tiled.choices))
 
 
 KPART = "kpart"  # the scratch buffer of the int32 K partials (KACC_HOST)
