@@ -26,6 +26,7 @@ from ..cost.calibrate import calibrated
 from ..cost.description import CostHostStep, CostJob, CostNpuStep, CostProgram, CostTask
 from ..cost.model import estimate, mac_rate
 from .emitters.reuse import TileBytes, reuse_groups, single_groups
+from .bounds import MAX_TASKS_PER_OP
 from .compile_cache import memo
 from .profile import ChipProfile
 from .tiling import KACC_DPU, KACC_HOST, PARTIAL_ESIZE, ConvPlan, ConvShape, candidates, rule_choice
@@ -71,6 +72,11 @@ def plan_conv(shape: ConvShape, profile: ChipProfile, *, max_rows: int | None = 
 def _choose(plans: tuple[ConvPlan, ...], profile: ChipProfile, reuse: bool,
             images: int) -> ConvPlan:
     rule = rule_choice(plans)
+    if rule.tasks * images > MAX_TASKS_PER_OP:
+        # past the bound the op is refused (bounds.check_tasks, with its size and source line)
+        # right after planning: pricing ~10^5 tiles first made that refusal take minutes
+        return replace(rule, choice=TileChoice(rule.describe(), rule.describe(), float("nan"),
+                                               float("nan")))
     rule_ms = modelled_ms(rule, profile, reuse, images)
     best, best_ms = rule, rule_ms
     tall = [p for p in plans if _tall(p) and _same_k_pass(p, rule)]

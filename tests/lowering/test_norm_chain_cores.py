@@ -68,10 +68,10 @@ def test_layer_norm_chain_on_the_sim(t: int, h: int, spread: bool, row_split: st
     rows = _per_row_cores(f, p, x)
     assert len(rows) == 3, rows          # x - mean, c * t, c * k
     # x - mean and c * t feed the second reduce: split by its rows, one range per core (on
-    # main: one job, core 0); c * k feeds no reduce: kernel ranges where the cube is large
-    # enough to pay for a job per core
+    # main: one job, core 0); c * k feeds no reduce: kernel ranges over several cores where
+    # the cube is large enough to pay for them (placement prices how many)
     assert rows[0] == rows[1] == {0, 1, 2}, rows
-    assert rows[2] == ({0, 1, 2} if spread else {0}), rows
+    assert len(rows[2]) > 1 if spread else rows[2] == {0}, rows
     # [Sx, x 2^-s0, its square, r1] host [c, c t, its square, r2] host [c k, * g, + b]: each
     # reduce in the step of the passes that make its operand (main: 8 steps at [197, 768])
     assert st["npu_steps"] == 3, st
