@@ -198,9 +198,12 @@ ROW_SPLIT = flag(
     "on: the element-wise passes that make a feature reduce's operand (a norm's statistics) run "
     "split by the reduce's row ranges instead of the flat split, so each norm is 3 NPU steps "
     "(rockjit/lowering/rules/row_chain.py). Off by default: it runs one small self-chained task "
-    "per channel plane and row range (SigLIP-224: 3162 tasks per layer against 318) for a "
-    "modelled gain of ~0.5 % that assumes a chained task costs nothing, which no published "
-    "figure measures. On a board, compare both.",
+    "per channel plane and row range (SigLIP-224: ~3170 tasks per layer against ~330). The cost "
+    "model charges each task that reads operands a CBUF fill (fill_us, fitted on a CNN whose "
+    "tasks are convs) and models the row split at 397.5 against 208.4 ms per SigLIP-224 "
+    "forward; with chained tasks free (the model before fill_us) it was 205.4 against 206.5. "
+    "No published figure prices a small DPU-only task inside a chained kick: on a board, "
+    "compare both.",
     "0")
 
 NO_COMPILE_CACHE = "ROCKJIT_NO_COMPILE_CACHE"

@@ -11,10 +11,12 @@ the cube crosses cores once, into the row ranges, instead of before each reduce.
 Opt-in (``ROCKJIT_ROW_SPLIT=1``, debugflags.ROW_SPLIT): a row range of an NC1HWC2 cube is a
 piece of every channel plane, and the flying DPU task that runs a piece is validated only for
 one flat run (flying.py), so the split runs one self-chained task per plane and row range:
-SigLIP-224 3162 tasks per layer against 318 with the flat split, for 16 NPU steps against 20
-and a modelled 205.4 against 206.5 ms per forward (1024 tokens: 997.2 against 997.3). The cost
-model takes a task inside a self-chained kick as free (no published figure prices one), so the
-gain rests on that; at more than ~0.03 us per chained task the flat split is faster.
+SigLIP-224 ~3170 tasks per layer against ~330 with the flat split, for 16 NPU steps against
+20. What that costs rests on the price of a small DPU-only task inside a chained kick, which
+no published figure gives: with chained tasks free the model gave 205.4 against 206.5 ms per
+forward (1024 tokens: 997.2 against 997.3); charging every operand-reading task a CBUF fill
+(cost ``fill_us``, fitted on a CNN of conv tasks) it gives 397.5 against 208.4 (1232.0
+against 1045.3).
 
 A pass is split by rows when its result reaches a last-axis reduce_sum through at most
 ``DEPTH`` element-wise add / sub / mul nodes of the same shape, it is a single matrix cube,
