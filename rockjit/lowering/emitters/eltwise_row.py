@@ -60,20 +60,10 @@ def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, o
     if n_tile is None:
         raise LoweringError(f"a per-row operand over {r_max}-row tiles: no kernel tile fits "
                             f"the CBUF")
-    # row tiles: whole aligned tiles, then the aligned part of the rest, then one aligned tile
-    # ending at the last row (overlapping; positions >= 4 was checked above)
-    spans: list[tuple[int, int]] = []
-    m0 = 0
-    while positions - m0 >= align:
-        rows = min(r_max, (positions - m0) // align * align)
-        spans.append((m0, rows))
-        m0 += rows
-    if m0 < positions:
-        spans.append((positions - align, align))
     tasks = []
     for n0 in range(0, kernels, n_tile):
         nk = min(n_tile, kernels - n0)
-        for m0, rows in spans:
+        for m0, rows in _row_spans(positions, r_max, align):
             tasks.append(emit_conv_dpu(
                 f"{name}{len(tasks)}", profile, feature=Reloc(src, m0 * atom), rows=rows,
                 feature_surf_pitch=positions * atom,
@@ -83,13 +73,29 @@ def _bcast_tasks(profile: ChipProfile, src: str, positions: int, weights: str, o
     return tasks
 
 
+def _row_spans(rows: int, r_max: int, align: int) -> list[tuple[int, int]]:
+    """(first row, rows) of a broadcast's row tiles: whole aligned tiles of at most ``r_max``,
+    then the aligned part of the rest, then one aligned tile ending at the last row
+    (overlapping its predecessor; the callers checked rows >= the 4-row floor)."""
+    spans: list[tuple[int, int]] = []
+    m0 = 0
+    while rows - m0 >= align:
+        n = min(r_max, (rows - m0) // align * align)
+        spans.append((m0, n))
+        m0 += n
+    if m0 < rows:
+        spans.append((rows - align, align))
+    return spans
+
+
 def bcast_range_tasks(profile: ChipProfile, src: str, positions: int, r0: int, rows: int,
                       weights: str, out: str, at: int, name: str, kernels: int | None = None
                       ) -> list[EmittedTask]:
     """Tasks writing out[p - r0, c] = src[p, channel 0] * w[c] for rows p in [r0, r0 + rows)
     of the row-vector cube ``src`` (``positions`` rows), w the first ``kernels`` (default one
-    kernel group) of ``weights``: the cube at byte ``at`` of ``out``, dense over the range (surfaces rows * 16
-    B apart), so one surface of it is a flying EW operand lined up with the range's rows.
+    kernel group) of ``weights``: the cube at byte ``at`` of ``out``, dense over the range
+    (surfaces rows * 16 B apart), so one surface of it is a flying EW operand lined up with
+    the range's rows.
     Row tiles as ``_bcast_tasks`` (a ragged tail moved back to overlap its predecessor:
     scratch, rewritten with the same values)."""
     p = profile.input(DType.F16)
@@ -99,14 +105,7 @@ def bcast_range_tasks(profile: ChipProfile, src: str, positions: int, r0: int, r
         raise LoweringError(f"a per-row operand over {rows} rows: the broadcast conv needs at "
                             f"least {profile.min_feature_rows} feature rows (matmul-as-conv.md)")
     r_max = profile.max_feature_rows // align * align
-    spans: list[tuple[int, int]] = []
-    m0 = 0
-    while rows - m0 >= align:
-        n = min(r_max, (rows - m0) // align * align)
-        spans.append((m0, n))
-        m0 += n
-    if m0 < rows:
-        spans.append((rows - align, align))
+    spans = _row_spans(rows, r_max, align)
     return [emit_conv_dpu(f"{name}{i}", profile, feature=Reloc(src, (r0 + m0) * atom), rows=n,
                           feature_surf_pitch=positions * atom, weights=Reloc(weights),
                           kernels=kernels or p.n_align, out=Reloc(out, at + m0 * atom),
