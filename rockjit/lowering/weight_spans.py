@@ -6,7 +6,8 @@ over the cores by output columns reads only its columns' slice of the packed wei
 core, yet the whole buffer used to be uploaded to every context that runs any of its jobs: a
 SigLIP-B image held its 170 MB of fp16 weights nearly three times over. A context > 0 now gets
 the span of each buffer between the lowest byte its jobs address (a relocation into it) or
-read (a declared DMA stream, regcmd.Access) and the highest byte they read; the BO keeps its
+read (a declared DMA stream, regcmd.Access) and the highest byte they read -- the whole
+buffer where a job addresses it with no declared stream; the BO keeps its
 size and layout (no address changes: the regcmd words and relocations are the same), and the
 bytes outside the span are never written -- the simulator's BO pages there are never touched,
 and on silicon they read as the kernel's zero-filled pages, which no job of that context reads.
@@ -36,18 +37,27 @@ def context_spans(b: Any) -> dict[tuple[int, int], tuple[int, int]]:
             if jr.core == 0:
                 continue
             binding = b.calls[jr.call].binding
+            declared = set()
             for name, off, pieces, pitch, chunk in job_shape(b._shapes, jr.job).reads:
                 at = binding.get(name)
                 if at is None or b.bufs[at[0]].kind != "weights" or pieces <= 0 or chunk <= 0:
                     continue
+                declared.add(name)
                 lo = at[1] + off
                 cover((jr.core, at[0]), lo, lo + (pieces - 1) * pitch + chunk)
             for kick in jr.job.kicks:
                 for rel in kick.relocs.values():
                     at = binding.get(rel.buffer)
-                    if at is not None and b.bufs[at[0]].kind == "weights":
+                    if at is None or b.bufs[at[0]].kind != "weights":
+                        continue
+                    if rel.buffer in declared:
                         lo = at[1] + rel.offset
                         cover((jr.core, at[0]), lo, lo + 1)
+                    else:
+                        # addressed with no declared stream: how far the hardware reads from
+                        # there is not known here, so the context gets the whole buffer (as
+                        # coalesce counts such a name as all of it)
+                        cover((jr.core, at[0]), 0, b.bufs[at[0]].size)
     return spans
 
 

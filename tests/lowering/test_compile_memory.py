@@ -142,3 +142,28 @@ def test_a_forward_after_the_first_hands_no_heap_back(monkeypatch) -> None:
         np.testing.assert_allclose(np.asarray(f(w, x)), first, rtol=0, atol=0)
     assert not trims, f"{len(trims)} heap trims over 3 forwards"
     np.testing.assert_allclose(first, x @ w, rtol=2e-3, atol=2e-2)
+
+
+def test_a_weights_buffer_addressed_without_a_declared_read_goes_whole() -> None:
+    """weight_spans.context_spans: a declared stream gives its bytes; an address word into a
+    weights buffer with no declared stream gives the whole buffer (how far the hardware reads
+    from it is not known there), as coalesce counts such a name."""
+    from types import SimpleNamespace
+
+    from rockjit.lowering.op_lowering import NpuJob
+    from rockjit.lowering.regcmd import Access, Kick, Reloc
+    from rockjit.lowering.schedule import JobRef
+    from rockjit.lowering.weight_spans import context_spans
+
+    def job(relocs, reads):
+        return NpuJob((Kick("rc", 0, (), relocs, (0,), (1,), (0,), tuple(reads), ()),))
+
+    bufs = [SimpleNamespace(kind="weights", size=4096), SimpleNamespace(kind="weights", size=512)]
+    declared = job({0: Reloc("w", 256)}, [Access("w", 256, 128, 128)])
+    undeclared = job({0: Reloc("t", 64)}, [])
+    b = SimpleNamespace(
+        steps=[SimpleNamespace(jobs=[JobRef(0, declared, 1), JobRef(0, undeclared, 2),
+                                     JobRef(0, undeclared, 0)])],
+        calls=[SimpleNamespace(binding={"w": (0, 1024), "t": (1, 0)})], bufs=bufs, _shapes={})
+    spans = context_spans(b)
+    assert spans == {(1, 0): (1280, 1408), (2, 1): (0, 512)}, spans
