@@ -134,19 +134,6 @@ def job_list_touches(st: ScheduledStep, calls: Sequence,
             for jr in st.jobs]
 
 
-def step_touches(st: ScheduledStep, calls: Sequence) -> tuple[list[Touch], list[Touch]]:
-    return _union(job_list_touches(st, calls))
-
-
-def _union(per_job: Sequence[JobTouches]) -> tuple[list[Touch], list[Touch]]:
-    reads: list[Touch] = []
-    writes: list[Touch] = []
-    for _, r, w in per_job:
-        reads += r
-        writes += w
-    return reads, writes
-
-
 def dependencies(steps: Sequence[ScheduledStep], calls: Sequence,
                  touches: Sequence[list[JobTouches]] | None = None) -> list[set[int]]:
     """For every step, the earlier steps it must follow (RAW, WAR and WAW on overlapping bytes).
