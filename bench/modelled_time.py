@@ -1,6 +1,9 @@
 """Modelled NPU time per forward (rockjit.cost) for SigLIP-B/16 at 224 and at 1024 tokens,
 ModernBERT-base at 512 tokens and the Whisper-base encoder, with the model's buckets (dispatch,
-DMA, MAC, host). MODELLED, not measured: no board runs here. The published figures printed
+DMA, MAC, host). MODELLED, not measured: no board runs here. Under each forward, the model's
+own error band: the forward times the least and greatest published/modelled ratio of the
+figures the model was not fitted on (rockjit.cost.calibrate.error_band), over those that run
+fp16 or no MACs (the encoders run fp16) and over all of them. The published figures printed
 beside SigLIP-1024 are other programs (the seeds' hand-written library, the vendor stack) and
 are there for scale only.
 
@@ -17,6 +20,7 @@ from _encoders import ENCODERS, per_layer_and_forward
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 from rockjit.cost import calibrated  # noqa: E402
+from rockjit.cost.calibrate import error_band  # noqa: E402
 
 PUBLISHED = {
     "siglip-1024": "published, other programs: seeds library 1.39-2.71 s warm at 600 MHz "
@@ -41,6 +45,8 @@ def main() -> int:
         enc = ENCODERS[m]
         per, fwd, how = per_layer_and_forward(enc, args.full, log=lambda s: print(s, file=sys.stderr))
         rows.append((m, enc, per, fwd, how))
+    lo16, hi16 = error_band("fp16")
+    lo, hi = error_band()
     print("\nMODELLED ms per forward at 600 MHz (rockjit.cost)")
     print(f"{'':46s}{'modelled':>10s}{'dispatch':>10s}{'dma':>10s}{'mac':>10s}{'host':>10s}"
           f"{'steps':>8s}{'kicks':>8s}")
@@ -51,6 +57,10 @@ def main() -> int:
                   f"{s['modelled_mac_ms']:10.2f}{s['modelled_host_ms']:10.2f}"
                   f"{s['npu_steps'] + s['host_steps']:8.0f}{s['kicks']:8.0f}")
         print(f"{'':46s}({how})")
+        t = fwd["modelled_ms"]
+        print(f"{'':46s}error band: {t * lo16:.1f}-{t * hi16:.1f} ms (held-out fp16 and dispatch "
+              f"figures, x{lo16:.2f}-{hi16:.2f}); {t * lo:.1f}-{t * hi:.1f} ms (all held-out, "
+              f"x{lo:.2f}-{hi:.2f})")
         if m in PUBLISHED:
             print(f"{'':46s}[{PUBLISHED[m]}]")
     return 0

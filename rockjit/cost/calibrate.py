@@ -73,3 +73,35 @@ def fit(rounds: int = 50) -> Constants:
 def calibrated() -> Constants:
     """The constants fitted on the published figures, cached."""
     return fit()
+
+
+def precisions(fig: Figure) -> frozenset[str]:
+    """The datapath precisions a figure's program runs MACs at (empty: a dispatch probe)."""
+    prog = _program(fig)
+    return frozenset(p for step in prog.steps for job in getattr(step, "jobs", ())
+                     for task in job.tasks for p, n in task.macs.items() if n)
+
+
+def held_out_ratios(c: Constants | None = None) -> dict[str, float]:
+    """Published over modelled time for every figure the fit did not use: how far the model
+    missed on what it was not fitted to, the model's own error band."""
+    c = c or calibrated()
+    return {f.name: f.ms / modelled_ms(f, c) for f in FIGURES if not f.fits}
+
+
+def error_band(precision: str | None = None, c: Constants | None = None) -> tuple[float, float]:
+    """The least and greatest held-out ratio (``held_out_ratios``), over every held-out figure
+    or, with ``precision``, over those whose MACs run at that precision alone or that run none
+    (dispatch probes): multiply a modelled time by the two to bracket what the published
+    figures suggest silicon would take."""
+    c = c or calibrated()
+    ratios = held_out_ratios(c)
+    held = [f for f in FIGURES if not f.fits]
+    if precision is not None:
+        if not any(precisions(f) == {precision} for f in held):
+            raise ValueError(f"no held-out figure runs MACs at precision {precision!r}; "
+                             f"held-out precisions: "
+                             f"{sorted(set().union(*(precisions(f) for f in held)))}")
+        held = [f for f in held if precisions(f) <= {precision}]
+    keep = [ratios[f.name] for f in held]
+    return min(keep), max(keep)

@@ -78,3 +78,26 @@ def test_an_impossible_figure_stops_the_fit_and_names_it():
     # faster than its MACs at the datapath's peak rate: no DMA bandwidth can explain it
     with pytest.raises(ValueError, match="ResNet-18-224 int8, one kick"):
         _solve(dataclasses.replace(resnet, ms=1.0), calibrated())
+
+
+def test_error_band_brackets_the_held_out_misses():
+    """The band the benchmarks print beside a modelled time: published over modelled on the
+    held-out figures, by the precision their MACs run at (dispatch probes run none and count
+    for every precision)."""
+    from rockjit.cost.calibrate import error_band, held_out_ratios
+
+    c = calibrated()
+    ratios = held_out_ratios(c)
+    assert set(ratios) == {f.name for f in HELD_OUT}
+    for f in HELD_OUT:
+        assert ratios[f.name] == pytest.approx(f.ms / modelled_ms(f, c))
+    # by name: the fp16 matmuls and the dispatch probe are what an fp16 program is judged by
+    fp16 = [r for n, r in ratios.items() if "fp16" in n or "task job" in n]
+    assert len(fp16) == 3
+    assert error_band("fp16") == (pytest.approx(min(fp16)), pytest.approx(max(fp16)))
+    assert error_band() == (pytest.approx(min(ratios.values())),
+                            pytest.approx(max(ratios.values())))
+    int8 = [r for n, r in ratios.items() if "int8" in n or "task job" in n]
+    assert error_band("int8") == (pytest.approx(min(int8)), pytest.approx(max(int8)))
+    with pytest.raises(ValueError, match="no held-out figure runs MACs at precision 'bf16'"):
+        error_band("bf16")
