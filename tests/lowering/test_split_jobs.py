@@ -116,3 +116,23 @@ def test_softmax_over_heads_runs_its_exp_as_jobs_on_several_cores() -> None:
            if "exp" in str(calls[jr.call].node)]
     assert len(exp) == 6, [str(calls[jr.call].node) for jr in exp]
     assert len({jr.core for jr in exp}) > 1
+
+
+def _residual_projection(p, x):
+    return x + (x @ p["w"] + p["b"])
+
+
+def test_a_residual_add_runs_on_its_matmuls_cores_in_its_step() -> None:
+    """SigLIP-224's output projection and its residual add (196 x 768, 301 KB): the add's three
+    ranges are the matmul's three 256-channel tiles, so each runs on the core whose job wrote
+    its input, in the matmul's step (rules/eltwise_vectors.flat_parts; two ranges crossed the
+    tiles and needed a step and copies of their own). Against JAX on the simulator."""
+    from graphs_testutil import run_sim
+
+    rng = np.random.default_rng(5)
+    p = {"w": (rng.standard_normal((768, 768)) / 28).astype(np.float32),
+         "b": rng.standard_normal(768).astype(np.float32) / 4}
+    x = rng.standard_normal((196, 768)).astype(np.float32)
+    got, ref, bound, st, _ = run_sim(_residual_projection, p, x)
+    check_bound(got, ref, bound, "x + (x @ w + b)")
+    assert st["npu_ops"] == 2 and st["npu_steps"] == 1, st
