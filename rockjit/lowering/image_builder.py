@@ -33,8 +33,9 @@ where a value is current; outputs end in context 0. Op scratch that only one con
 
 Stats: ``device_bytes_read/written`` sum every task's declared DMA streams (what the task's
 registers make the hardware move, not whole buffers per job); ``macs`` counts the model's
-contractions (matmul/conv), ``device_macs`` everything the MAC array runs (the identity and
-broadcast convolutions of element-wise ops, the ones-vector sums).
+contractions (matmul/conv), ``device_macs`` everything the MAC array runs (the broadcast
+convolutions of per-row and run-time per-channel element-wise ops, the ones-vector sums; the
+two-cube element-wise passes run on the DPU alone and count none).
 """
 from __future__ import annotations
 

@@ -83,6 +83,7 @@ from ..ir.ops import Op
 from .fp16_range import FP16_MAX
 from .range_bounds import INF, ROW_TARGET, compute_bounds
 from .gain_fold import GainFoldSite, fold_norm_gains
+from .key_bias import drop_key_biases
 from .range_rewrites import NormSite, ProductSite, rewrite_matmul_inputs, rewrite_square_sums
 from .score_scales import ScoreScaleSite, rewrite_score_scales
 
@@ -114,6 +115,7 @@ class RangePlan:
     products: list[ProductSite] = field(default_factory=list)
     score_scales: list[ScoreScaleSite] = field(default_factory=list)
     gain_folds: list[GainFoldSite] = field(default_factory=list)
+    key_bias_drops: int = 0
 
     def counts(self) -> dict[str, int]:
         """Counts for Program.stats(): prescaled / fp32 / host-kept / assumed values."""
@@ -121,7 +123,8 @@ class RangePlan:
                "range_assumed": 0, "range_norm_rewrites": len(self.sites),
                "range_matmul_input_rewrites": len(self.products),
                "range_score_scale_rewrites": len(self.score_scales),
-               "range_gain_folds": len(self.gain_folds)}
+               "range_gain_folds": len(self.gain_folds),
+               "range_key_bias_drops": self.key_bias_drops}
         for r in self.records:
             key = ("range_prescaled" if "prescale" in r.action else f"range_{r.action}")
             if key in out:
@@ -145,6 +148,9 @@ def plan_ranges(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, 
     graph, gain_folds = fold_norm_gains(graph, folded)
     # the fold rewrites the graph only where it found a gain; otherwise its values stand
     consts = saturate_consts(fold_consts(graph, params) if gain_folds else folded, graph)
+    # a key bias a softmax cannot see (key_bias.py); it only removes nodes, so the constants
+    # of the graph that remains stand
+    graph, key_drops = drop_key_biases(graph, consts)
     bounds = compute_bounds(graph, consts)
     g2, sites = rewrite_square_sums(graph, consts, bounds)
     known = dict(bounds)
@@ -170,6 +176,7 @@ def plan_ranges(graph: Graph, params: Mapping[str, np.ndarray]) -> tuple[Graph, 
     plan.products = products
     plan.score_scales = scores
     plan.gain_folds = gain_folds
+    plan.key_bias_drops = key_drops
     return g4, plan
 
 

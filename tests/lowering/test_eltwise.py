@@ -8,14 +8,15 @@ import pytest
 
 from rockjit.ir.types import DType
 from rockjit.oracle import tolerance as T
-from rockjit.lowering.emitters.eltwise import (build_binary, build_binary_channel,
-                                               build_binary_scalar)
+from rockjit.lowering.emitters.eltwise import (EW_VIEW_CHANNELS, build_binary,
+                                               build_binary_channel, build_binary_scalar,
+                                               emit_conv_dpu)
 from rockjit.lowering.emitters.eltwise_row import (build_binary_channel_runtime, build_binary_row,
                                                    build_row_scale_wide, LO_SCALE,
                                                    pack_row_vector, row_vector_layout)
 from rockjit.lowering.layouts import output_layout, weight_layout
 from rockjit.lowering.layouts import CubeLayout, feature_layout
-from rockjit.lowering.regcmd import LoweringError
+from rockjit.lowering.regcmd import LoweringError, Reloc, link
 
 from test_eltwise_harness import (P, assert_register_agreement, blob, case_addresses, needs_sim,
                                   run_program)
@@ -65,15 +66,30 @@ DIFF_06: dict[tuple[str, str], str] = {}
 
 
 def test_conformance_06_words_and_weights() -> None:
-    prog = build_binary("mul", cube(16, 1, 32), P)
-    kick = prog.steps[0].jobs[0].kicks[0]
+    """The conv-fed EW task (an identity 1x1 conv of A, the EW stage multiplying by B read
+    through ERDMA): the per-row and per-channel one-pass forms' datapath (eltwise_row.py).
+    build_binary itself runs the DPU-only two-operand EW now (no conv)."""
+    w = weight_layout(P, F16, EW_VIEW_CHANNELS, EW_VIEW_CHANNELS).pack(
+        np.eye(EW_VIEW_CHANNELS, dtype=np.float16))
+    pitch = 16 * P.atom_bytes
+    task = emit_conv_dpu("ew0", P, feature=Reloc("a"), rows=16, feature_surf_pitch=pitch,
+                         weights=Reloc("weights"), kernels=EW_VIEW_CHANNELS, out=Reloc("out"),
+                         out_channels=EW_VIEW_CHANNELS, out_surf_stride=pitch,
+                         ew=("mul", Reloc("b")))
+    kick = link([task], P, "regcmd", 0)
     assert kick.task_number == 1
     a = case_addresses("06")
     words = kick.array({"a": a["input"], "b": a["operand"], "out": a["output"],
                         "weights": a["weight"], "regcmd": a["regcmd"]})
     assert_register_agreement(words, "06", DIFF_06)
-    w = prog.buffer("weights").data
     assert w.tobytes() == blob("06", "weight")[:w.size]
+
+
+def test_binary_runs_without_macs() -> None:
+    """Two full cubes combine on the DPU-only two-operand EW: no CNA/CORE task, no MACs."""
+    prog = build_binary("sub", cube(250, 1, 136), P)
+    assert prog.macs == 0
+    assert {b.name for b in prog.buffers} == {"a", "b", "out", "regcmd"}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -118,3 +118,64 @@ def test_feature_vector_of_broadcast_views() -> None:
         assert (got is not None) == want, c.strides
         if want:
             np.testing.assert_array_equal(got, c.reshape(-1, 8)[0])
+
+
+def _biased_norm_proj(p, x):
+    """SigLIP's / Whisper's shape: a LayerNorm with a bias read only by projections, one with
+    a bias of its own (q_proj) and one without (Whisper's k_proj)."""
+    h = L.layer_norm(x, p["g"], p["b"], 1e-5)
+    return L.linear(h, p["w1"], p["c1"]) * L.linear(h, p["w2"])
+
+
+def _biased_params() -> tuple[dict, np.ndarray]:
+    p, x = _params()
+    rng = np.random.default_rng(5)
+    p["b"] = (0.5 * rng.standard_normal(H)).astype(np.float32)
+    p["b"][7] = 6.0
+    p["c1"] = (0.3 * rng.standard_normal(H)).astype(np.float32)
+    return p, x
+
+
+def test_bias_fold_keeps_the_graph_meaning() -> None:
+    """n * g + b read by two projections: b @ W^T goes into the first projection's bias and
+    a new bias add after the second; the bias's pass is gone, the gain's stays (module
+    docstring: folding it too moved real Whisper the wrong way)."""
+    p, x = _biased_params()
+    g, g2, params, sites = _folds(_biased_norm_proj, p, x)
+    assert [(s.matmuls, s.bias) for s in sites] == [(2, True)]
+    verify(g2)
+    n_op = lambda gr, op: sum(n.op is op for n in gr.nodes)   # noqa: E731
+    assert n_op(g2, Op.MUL) == n_op(g, Op.MUL)
+    # the norm's bias add is gone; the bias-less projection gained one
+    assert n_op(g2, Op.ADD) == n_op(g, Op.ADD)
+    adds = [n for n in g2.nodes if n.op is Op.ADD]
+    assert not any(n.inputs[0].id == sites[0].product.id or n.inputs[1].id == sites[0].product.id
+                   for n in adds)
+    want = np.asarray(interpreter.run(g, [x], params)[0], np.float64)
+    got = np.asarray(interpreter.run(g2, [x], params)[0], np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_no_bias_fold_where_the_normed_value_is_read_otherwise() -> None:
+    def fn(p, x):
+        h = L.layer_norm(x, p["g"], p["b"], 1e-5)
+        return L.linear(h, p["w1"], p["c1"]), h
+
+    p, x = _biased_params()
+    _, _, _, sites = _folds(fn, p, x)
+    assert sites == []
+
+
+def test_bias_folded_program_on_the_simulator() -> None:
+    """Against numpy float64 on the original formula."""
+    p, x = _biased_params()
+    f = rockjit.compile(_biased_norm_proj, resident_argnums=0, backend="sim")
+    got = np.asarray(f(p, x), np.float64)
+    xd = x.astype(np.float64)
+    h = (xd - xd.mean(-1, keepdims=True)) / np.sqrt(xd.var(-1, keepdims=True) + 1e-5) * p["g"] \
+        + p["b"]
+    ref = (h @ p["w1"].T.astype(np.float64) + p["c1"]) * (h @ p["w2"].T.astype(np.float64))
+    cos = float(got.ravel() @ ref.ravel() / np.linalg.norm(got) / np.linalg.norm(ref))
+    assert cos > 0.99999, cos
+    assert np.abs(got - ref).max() / np.abs(ref).max() < 4e-3
+    assert f.compiled(p, x).stats()["range_gain_folds"] == 1

@@ -9,7 +9,7 @@ import numpy as np
 
 import rockjit
 from graphs_testutil import check_bound
-from rockjit.lowering.emitters.eltwise import ew_chunks, flying_chunks, part_bounds
+from rockjit.lowering.emitters.eltwise import flying_chunks, part_bounds
 from rockjit.lowering.emitters.jobs import split_by_range
 from rockjit.lowering.emitters.lut import activation_error, activation_table, build_activation
 from rockjit.lowering.layouts import CubeLayout
@@ -43,23 +43,19 @@ def test_ranges_split_in_pass_order_and_merge_where_passes_cross() -> None:
         [[["l0", "l1"], ["s0", "s1"]], [["l2"], ["s2"]]]
 
 
-def test_both_flat_chunkings_cut_at_the_part_bounds() -> None:
-    """The LUT pass (flying, over the padded EW span) and the EW pass (identity conv) of a
-    two-pass activation must start a task at every bound and never cross one, for sizes that
-    are not a multiple of anything, or the ranges would merge back into one job."""
+def test_flat_chunking_cuts_at_the_part_bounds() -> None:
+    """Both passes of a two-pass activation (the LUT and the two-operand EW, each flying over
+    the cube's bytes) must start a task at every bound and never cross one, for sizes that are
+    not a multiple of anything, or the ranges would merge back into one job."""
     for nbytes in (96 * 1024, 300_016, 1_572_864 + 48, 4_512_000):
         bounds = part_bounds(nbytes, P, 3)
         assert len(bounds) == 2 and 0 < bounds[0] < bounds[1] < nbytes
-        ew, span = ew_chunks(nbytes, P, bounds)
-        fly = flying_chunks(span, P, bounds)
-        ew_runs = [(off, off + rows * 64) for off, rows in ew]
-        fly_runs = [(off, off + n * 16) for off, n in fly]
-        for runs, end in ((ew_runs, span), (fly_runs, span)):
-            assert runs[0][0] == 0 and runs[-1][1] == end
-            assert all(a[1] == b[0] for a, b in zip(runs, runs[1:]))
-            starts = {lo for lo, _ in runs}
-            assert set(bounds) <= starts
-            assert not any(lo < b < hi for lo, hi in runs for b in bounds)
+        fly = flying_chunks(nbytes, P, bounds)
+        runs = [(off, off + n * 16) for off, n in fly]
+        assert runs[0][0] == 0 and runs[-1][1] == -(-nbytes // 16) * 16
+        assert all(a[1] == b[0] for a, b in zip(runs, runs[1:]))
+        assert set(bounds) <= {lo for lo, _ in runs}
+        assert not any(lo < b < hi for lo, hi in runs for b in bounds)
         lay = CubeLayout(nbytes // 16, 1, 8, 8, np.float16) if nbytes % 16 == 0 else None
         if lay is not None:
             assert len(build_activation("gelu", lay, (-8.0, 8.0), P, parts=3).steps[0].jobs) == 3

@@ -7,15 +7,15 @@ its ``nbytes`` as consecutive 16-byte atoms of 8 fp16 lanes, cut into task-sized
 
 Datapaths (the forms the notes validate):
 
-* two full cubes -> an identity 1x1 convolution feeds ``a`` to the DPU as its main input and the
-  DPU EW unit combines it with ``b`` read through DPU_RDMA/ERDMA (conformance 06; notes:
-  encodings/dpu-lut-activation.md "Two-operand EW", "Max / Min"; encodings/k-accumulation.md
-  for the operand transport). A flying DPU cannot take a second operand (the ERDMA reads 0,
-  same page), so the conv is load-bearing. Each chunk of P positions is viewed as a
-  P x 32-channel cube (4 surfaces of P atoms) so the 32x32 identity weight is the whole weight.
-  The hardware has no subtract: ``a - b`` runs the ADD datapath with the conv weights -I, so
-  the main feed is ``-b`` (an exact fp16 sign flip, the notes' "a-b == a+(-b)") and the ERDMA
-  operand is ``a``.
+* two full cubes -> the DPU-only two-operand EW (flying.emit_flying_ew): MRDMA streams ``a``,
+  ERDMA ``b``, the EW stage combines them in fp32 and the output rounds once (notes:
+  encodings/sdp-stage-precision.md "A two-buffer EW op needs no conv main feed", the
+  hardware-exact program; the older "ERDMA reads 0" finding of dpu-lut-activation.md is
+  superseded there). No CNA/CORE runs, so the pass costs no MACs; its tasks cover at most
+  FLYING_MAX_POSITIONS atoms of the flat view each. The hardware has no subtract: ``a - b``
+  streams ``b`` through the BS stage's MUL by -1 (an exact fp32 sign flip) and the EW stage
+  adds ``a`` -- the arithmetic of the identity-conv form this replaces (main feed -b, operand
+  a, one fp32 add, one rounding), so every output bit is the same.
 * a scalar constant -> a flying DPU pass (no conv): DPU_RDMA streams the cube (conformance 05's
   framing) and the BS stage applies the register operand: BS ALU (sum / max / min, fp32
   operand) or BS MUL (fp16 operand); ``c - x`` uses BN (MUL -1, then ALU + c).
@@ -28,11 +28,10 @@ Datapaths (the forms the notes validate):
   EW stage combines x in the same task where one task covers every position; else the
   broadcast is written as a full operand cube and combined in a second kick.
 
-Padding: the flat views cover whole chunks, so the buffers of the two-operand forms are padded
-past ``layout.nbytes`` (``BufferSpec.nbytes`` says by how much; the pipeline allocates that
-span). Lanes never mix, so padding lanes and pad bytes only ever produce padding output: a
-zero pad lane stays 0 under add/sub/mul/max/min of two zero pads; under a scalar op it holds
-``op(0, c)``; with a per-channel vector it holds ``op(0, 0)``.
+Padding: the flat views cover the cube's own bytes (whole atoms). Lanes never mix, so padding
+lanes only ever produce padding output: a zero pad lane stays 0 under add/sub/mul/max/min of
+two zero pads; under a scalar op it holds ``op(0, c)``; with a per-channel vector it holds
+``op(0, 0)``.
 
 Jobs: with ``parts`` > 1 a flat view is cut at ``part_bounds`` (whole aligned EW rows), every
 pass's chunking cuts there too, and each range becomes one job holding all passes over it
@@ -53,7 +52,7 @@ from typing import Sequence
 import numpy as np
 
 from ...ir.types import DType
-from ..layouts import CubeLayout, weight_layout
+from ..layouts import CubeLayout
 from ..op_lowering import BufferSpec, NpuStep, OpLowering
 from ..profile import ChipProfile, get_profile
 from ..regcmd import LoweringError, Reloc, EmittedTask
@@ -61,7 +60,7 @@ from ..compile_cache import memo, memoized
 from ..tiling import CbufSplit, ceil_div, round_up
 # the DPU stage records live in dpu_stages.py; LUT builders import them from here too
 from .dpu_stages import LutTables, OutCvt, SdpStage, ew_stage  # noqa: F401
-from .flying import FLYING_MAX_POSITIONS, emit_flying
+from .flying import FLYING_MAX_POSITIONS, emit_flying, emit_flying_ew
 from .jobs import JobTasks, assemble_jobs, split_by_range
 from .task import ConvTaskGeom, DpuStages, conv_task
 
@@ -120,8 +119,9 @@ def npu_program(buffers: list[BufferSpec], groups: Sequence[Sequence[EmittedTask
 def part_bounds(nbytes: int, profile: ChipProfile, parts: int) -> tuple[int, ...]:
     """The interior byte boundaries cutting a flat run of ``nbytes`` into at most ``parts``
     near-equal ranges (attention's heads: one range per head when the heads tile the run).
-    A boundary sits on a whole number of aligned EW-view rows (ew_chunks) and every range
-    holds at least the rows one EW task needs, so both flat chunkings can cut there."""
+    A boundary sits on a whole number of aligned 64-byte rows (32 fp16 lanes: the flat view
+    of the one-pass per-row forms' kernel groups, eltwise_row._kernel_parts) and every range
+    holds at least the EW stride floor's rows; the flying chunks (flying_chunks) cut there."""
     if parts <= 1:
         return ()
     per_row = profile.atom_bytes * EW_VIEW_CHANNELS // profile.input(DType.F16).feature_c2
@@ -242,41 +242,6 @@ def flying_chunks(nbytes: int, profile: ChipProfile,
     return out
 
 
-def ew_chunks(nbytes: int, profile: ChipProfile,
-              bounds: Sequence[int] = ()) -> tuple[list[tuple[int, int]], int]:
-    """(byte offset, rows) of the identity-conv EW tasks covering ``nbytes``, and the padded
-    span they touch. A chunk of R rows is R x 32 channels = 4 surfaces of R atoms = 64R bytes.
-    R is a multiple of the row alignment, at least the EW stride floor, and at most the
-    feature rows one conv task reads. No chunk crosses a boundary of ``bounds`` (part_bounds
-    puts them on aligned rows, each piece at least the floor)."""
-    atom = profile.atom_bytes
-    per_row = atom * EW_VIEW_CHANNELS // profile.input(DType.F16).feature_c2   # 64 bytes
-    align = profile.row_align
-    r_max = profile.max_feature_rows // align * align
-    r_min = round_up(max(profile.ew_min_positions, profile.min_feature_rows), align)
-    rows_total = round_up(max(ceil_div(nbytes, per_row), r_min), align)
-    out = []
-    for lo, hi in _segments(rows_total, bounds, per_row):
-        n_tasks = ceil_div(hi - lo, r_max)
-        # spread rows evenly so no task falls under the floor
-        base = round_up(ceil_div(hi - lo, n_tasks), align)
-        done = lo
-        while done < hi:
-            r = min(base, hi - done)
-            if r < r_min or r % align:       # cannot happen (even spreading, part_bounds)
-                raise LoweringError(f"internal: EW chunk of {r} rows under the floor {r_min} "
-                                    f"or off the {align}-row alignment")
-            out.append((done * per_row, r))
-            done += r
-    return out, rows_total * per_row
-
-
-def _identity_weights(profile: ChipProfile, sign: float) -> np.ndarray:
-    k = EW_VIEW_CHANNELS
-    wl = weight_layout(profile, DType.F16, k, k)
-    return wl.pack((sign * np.eye(k)).astype(np.float16))
-
-
 BINARY_OPS = ("add", "sub", "mul", "max", "min")
 
 
@@ -285,39 +250,32 @@ def _check_op(op: str) -> None:
         raise LoweringError(f"element-wise op {op!r} is not one of {', '.join(BINARY_OPS)}")
 
 
-def full_ew_tasks(op: str, a: str, b: str, out: str, weights: str, nbytes: int,
-                  profile: ChipProfile, prefix: str = "ew",
-                  bounds: tuple[int, ...] = ()) -> tuple[list[EmittedTask], int]:
+def full_ew_tasks(op: str, a: str, b: str, out: str, nbytes: int, profile: ChipProfile,
+                  prefix: str = "ew", bounds: tuple[int, ...] = ()
+                  ) -> tuple[list[EmittedTask], int]:
     """Tasks computing out = a OP b over the flat view of ``nbytes`` (none crossing
-    ``bounds``); returns (tasks, padded span). ``weights`` names a const buffer holding the
-    32x32 identity (-identity for sub). Emitted once per geometry in a compile
-    (compile_cache.py); each caller gets its own list."""
-    tasks, span = memo(("full_ew_tasks", op, a, b, out, weights, nbytes, profile, prefix, bounds),
-                       lambda: _full_ew_tasks(op, a, b, out, weights, nbytes, profile, prefix,
-                                              bounds))
+    ``bounds``); returns (tasks, the span they touch: ``nbytes`` in whole atoms). Each is a
+    DPU-only two-operand EW task (flying.emit_flying_ew): no CNA/CORE, no MACs. Emitted once
+    per geometry in a compile (compile_cache.py); each caller gets its own list."""
+    tasks, span = memo(("full_ew_tasks", op, a, b, out, nbytes, profile, prefix, bounds),
+                       lambda: _full_ew_tasks(op, a, b, out, nbytes, profile, prefix, bounds))
     return list(tasks), span
 
 
-def _full_ew_tasks(op: str, a: str, b: str, out: str, weights: str, nbytes: int,
-                   profile: ChipProfile, prefix: str,
-                   bounds: tuple[int, ...]) -> tuple[tuple[EmittedTask, ...], int]:
+# a - b on the flying EW: the BS stage multiplies the main stream b by -1 (an exact fp32 sign
+# flip; the float BS MUL alone, as a scalar mul runs it) and the EW stage adds a -- the
+# identity-conv form's arithmetic (main feed -b, operand a, one fp32 add, one rounding)
+_NEGATE = SdpStage(mul=fp16_bits(-1.0))
+
+
+def _full_ew_tasks(op: str, a: str, b: str, out: str, nbytes: int, profile: ChipProfile,
+                   prefix: str, bounds: tuple[int, ...]) -> tuple[tuple[EmittedTask, ...], int]:
     _check_op(op)
-    chunks, span = ew_chunks(nbytes, profile, bounds)
-    # sub: the conv main feed is -b, the ERDMA operand a, the EW unit adds them
-    main, opnd, ew_op = (b, a, "add") if op == "sub" else (a, b, op)
-    tasks = []
-    for i, (off, rows) in enumerate(chunks):
-        tasks.append(emit_conv_dpu(
-            f"{prefix}{i}", profile, feature=Reloc(main, off), rows=rows,
-            feature_surf_pitch=rows * profile.atom_bytes, weights=Reloc(weights),
-            kernels=EW_VIEW_CHANNELS, out=Reloc(out, off), out_channels=EW_VIEW_CHANNELS,
-            out_surf_stride=rows * profile.atom_bytes, ew=(ew_op, Reloc(opnd, off))))
-    return tuple(tasks), span
-
-
-def weights_buffer(op: str, profile: ChipProfile, name: str = "weights") -> BufferSpec:
-    data = _identity_weights(profile, -1.0 if op == "sub" else 1.0)
-    return BufferSpec(name, "const", data.size, data=data)
+    main, opnd, ew_op, bs = (b, a, "add", _NEGATE) if op == "sub" else (a, b, op, None)
+    tasks = tuple(emit_flying_ew(f"{prefix}{i}", profile, ew_op, Reloc(main, off),
+                                 Reloc(opnd, off), Reloc(out, off), n, bs=bs)
+                  for i, (off, n) in enumerate(flying_chunks(nbytes, profile, bounds)))
+    return tasks, ceil_div(nbytes, profile.atom_bytes) * profile.atom_bytes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,22 +288,17 @@ def build_binary(op: str, layout: CubeLayout, profile: ChipProfile | str | None 
     """out = a OP b for two fp16 cubes of the same dense ``layout``; ``parts`` > 1 offers
     that many jobs over byte ranges (part_bounds, npu_program).
 
-    Buffers: ``a`` (input 0), ``b`` (input 1), ``out`` (output 0), ``weights`` (const, the
-    32x32 +-identity), ``regcmd``. The input/output ``nbytes`` is the padded span the tasks
-    touch (>= layout.nbytes; bytes past the cube are read as anything and written with
-    padding results)."""
+    Buffers: ``a`` (input 0), ``b`` (input 1), ``out`` (output 0), ``regcmd``; one
+    DPU-only two-operand EW task per <= FLYING_MAX_POSITIONS atoms, no MACs."""
     profile = resolve_profile(profile)
     _check_op(op)
     check_fp16_cube(layout, profile, f"element-wise {op}")
     bounds = part_bounds(layout.nbytes, profile, parts)
-    tasks, span = full_ew_tasks(op, "a", "b", "out", "weights", layout.nbytes, profile,
-                                bounds=bounds)
+    tasks, span = full_ew_tasks(op, "a", "b", "out", layout.nbytes, profile, bounds=bounds)
     bufs = [BufferSpec("a", "input", span, layout=layout, bind=0),
             BufferSpec("b", "input", span, layout=layout, bind=1),
-            BufferSpec("out", "output", span, layout=layout, bind=0),
-            weights_buffer(op, profile)]
-    macs = span // 2 * EW_VIEW_CHANNELS
-    return npu_program(bufs, [tasks], profile, ("a", "b", "weights"), ("out",), macs, bounds)
+            BufferSpec("out", "output", span, layout=layout, bind=0)]
+    return npu_program(bufs, [tasks], profile, ("a", "b"), ("out",), bounds=bounds)
 
 
 def scalar_stages(op: str, value: float, reverse: bool) -> tuple[SdpStage | None, SdpStage | None]:
@@ -406,15 +359,12 @@ def build_binary_channel(op: str, layout: CubeLayout, vector: np.ndarray, revers
     ``regcmd``; x/out are padded as in build_binary."""
     profile = resolve_profile(profile)
     check_fp16_cube(layout, profile, f"element-wise {op} with a per-channel vector")
-    _, span = ew_chunks(layout.nbytes, profile)
-    data = np.zeros(span, np.uint8)
-    data[:layout.nbytes] = broadcast_channel_cube(layout, vector)
     a, b = ("bcast", "x") if reverse else ("x", "bcast")
     bounds = part_bounds(layout.nbytes, profile, parts)
-    tasks, span = full_ew_tasks(op, a, b, "out", "weights", layout.nbytes, profile, bounds=bounds)
+    tasks, span = full_ew_tasks(op, a, b, "out", layout.nbytes, profile, bounds=bounds)
+    data = np.zeros(span, np.uint8)
+    data[:layout.nbytes] = broadcast_channel_cube(layout, vector)
     bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
             BufferSpec("out", "output", span, layout=layout, bind=0),
-            BufferSpec("bcast", "const", span, layout=layout, data=data),
-            weights_buffer(op, profile)]
-    return npu_program(bufs, [tasks], profile, ("x", "bcast", "weights"), ("out",),
-                       span // 2 * EW_VIEW_CHANNELS, bounds)
+            BufferSpec("bcast", "const", span, layout=layout, data=data)]
+    return npu_program(bufs, [tasks], profile, ("x", "bcast"), ("out",), bounds=bounds)

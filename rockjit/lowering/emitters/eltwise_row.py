@@ -15,8 +15,8 @@ from ..profile import ChipProfile
 from ..regcmd import EmittedTask, LoweringError, Reloc
 from ..tiling import ceil_div, round_up
 from ..compile_cache import memoized
-from .eltwise import (EW_VIEW_CHANNELS, check_fp16_cube, emit_conv_dpu, ew_chunks, full_ew_tasks,
-                      npu_program, part_bounds, resolve_profile, weights_buffer)
+from .eltwise import (EW_VIEW_CHANNELS, check_fp16_cube, emit_conv_dpu, full_ew_tasks,
+                      npu_program, part_bounds, resolve_profile)
 
 
 def row_vector_layout(positions: int, profile: ChipProfile | str | None = None) -> CubeLayout:
@@ -319,8 +319,8 @@ def build_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
     value per position p = h * W + w (a matrix cube's rows).
 
     Buffers: ``x`` (input 0), ``s`` (input 1, ``row_vector_layout(H*W)``: s in channel 0),
-    ``out`` (output 0), ``bcast`` (scratch: the broadcast cube), ``ones`` and ``weights``
-    (const), ``regcmd``. Two passes: the broadcast conv tasks, then the EW tasks. ``parts``
+    ``out`` (output 0), ``bcast`` (scratch: the broadcast cube), ``ones`` (const),
+    ``regcmd``. Two passes: the broadcast conv tasks, then the flying EW tasks. ``parts``
     > 1 offers the one-pass form's kernel ranges as that many jobs (``_one_pass``); ``real``
     the value's channel count where the cube is padded past it (``_one_pass``)."""
     profile = resolve_profile(profile)
@@ -334,23 +334,20 @@ def build_binary_row(op: str, layout: CubeLayout, reverse: bool = False,
     # the broadcast cube holds whole kernel groups of surfaces: same strides as x, maybe one
     # more surface than x at the end
     bcast_bytes = (kernels // p.feature_c2) * positions * profile.atom_bytes
-    _, span = ew_chunks(layout.nbytes, profile)
     ones = np.zeros((kernels, EW_VIEW_CHANNELS), np.float16)
     ones[:real, 0] = 1.0       # padding lanes broadcast 0 (``_one_pass``)
     wl = weight_layout(profile, DType.F16, kernels, EW_VIEW_CHANNELS)
     ones_packed = wl.pack(ones)
     tasks = _bcast_tasks(profile, "s", positions, "ones", "bcast", layout.channels, "bcast")
     a, b = ("bcast", "x") if reverse else ("x", "bcast")
-    ew, span = full_ew_tasks(op, a, b, "out", "weights", layout.nbytes, profile)
+    ew, span = full_ew_tasks(op, a, b, "out", layout.nbytes, profile)
     s_lay = row_vector_layout(positions, profile)
     bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
             BufferSpec("s", "input", s_lay.nbytes, layout=s_lay, bind=1),
             BufferSpec("out", "output", span, layout=layout, bind=0),
-            # the EW pass reads bcast over x's padded span; past bcast_bytes no task writes
-            # it, and the flat view's identity conv would mix stale non-finite bytes there
-            # into real outputs (0 * NaN): zero-filled once
-            BufferSpec("bcast", "scratch", max(bcast_bytes, span), zero=span > bcast_bytes),
-            BufferSpec("ones", "const", ones_packed.size, data=ones_packed),
-            weights_buffer(op, profile)]
-    return npu_program(bufs, [tasks, ew], profile, ("x", "s", "ones", "weights"), ("out",),
-                       span // 2 * EW_VIEW_CHANNELS + positions * kernels * EW_VIEW_CHANNELS)
+            # the flying EW pass reads bcast over x's bytes only (span <= bcast_bytes), lane
+            # by lane: no stale byte reaches a real output
+            BufferSpec("bcast", "scratch", max(bcast_bytes, span)),
+            BufferSpec("ones", "const", ones_packed.size, data=ones_packed)]
+    return npu_program(bufs, [tasks, ew], profile, ("x", "s", "ones"), ("out",),
+                       positions * kernels * EW_VIEW_CHANNELS)

@@ -8,7 +8,7 @@ or two passes over the flat view of the cube (eltwise.py):
   sigmoid      one flying LUT pass, ``unit`` table of sigmoid
   exp          one flying LUT pass, ``shifted`` table
   exp_sq       softmax's exp (inputs <= 0 after the row max): a ``shifted`` table of exp(x/2),
-               then its square on the identity-conv EW multiply. The table's entries are Q0.15
+               then its square on the DPU-only two-operand EW multiply. The table's entries are Q0.15
                (absolute step 2^-15, floor 2^-15: QUIRK 4), so a one-pass exp is exact only
                near the row maximum: a key with exp = 1e-3 carries 1.5 % error, and every key
                below e^-10.4 counts as 2^-15 -- over 1500 Whisper keys that alone adds ~3 % to
@@ -19,7 +19,7 @@ or two passes over the flat view of the cube (eltwise.py):
   tanh         LUT pass of (1 + tanh x)/2 = sigmoid(2x) (unsigned decode: no QUIRK 2), then a
                flying affine pass 2g - 1 (BN: MUL 2, ALU -1)
   gelu_tanh    the same with the tanh-form gate sigmoid(2a(x + b x^3)) (jax.nn.gelu's default)
-  gelu         LUT pass of Phi (the Gaussian CDF), then x * Phi(x) on the identity-conv EW
+  gelu         LUT pass of Phi (the Gaussian CDF), then x * Phi(x) on the two-operand EW
                multiply -- the notes' accurate 2-pass GELU (dpu-lut-activation.md, "GELU -- the
                2-pass x*Phi(x) route"; single-pass GELU is unreliable, QUIRK 1)
   silu         LUT pass of sigmoid, then x * sigmoid(x) (same 2-pass form)
@@ -42,8 +42,7 @@ which oracle/tolerance.lut_bound adds. It is built from the table's ``abs_error`
 and the roundings of the intermediate fp16 gate.
 
 Buffers: ``x`` (input 0), ``out`` (output 0), ``regcmd``; two-pass kinds add ``gate``
-(scratch) and, for gelu/silu, ``weights`` (const identity); their x/out are padded to the EW
-span (eltwise.build_binary).
+(scratch). The multiply pass is the DPU-only two-operand EW (eltwise.full_ew_tasks): no MACs.
 """
 from __future__ import annotations
 
@@ -59,9 +58,8 @@ from ..regcmd import LoweringError, Reloc, EmittedTask
 from ...ir.activations import ACTIVATIONS, ActivationKind
 from .. import lut_tables as LT
 from ..fp16_range import U16
-from .eltwise import (EW_VIEW_CHANNELS, SdpStage, check_fp16_cube, emit_flying, ew_chunks,
-                      flying_chunks, fp16_bits, fp32_bits, full_ew_tasks, npu_program,
-                      part_bounds, resolve_profile, weights_buffer)
+from .eltwise import (SdpStage, check_fp16_cube, emit_flying, flying_chunks, fp16_bits,
+                      fp32_bits, full_ew_tasks, npu_program, part_bounds, resolve_profile)
 
 
 def _radius(lo: float, hi: float) -> float:
@@ -168,20 +166,17 @@ def build_activation(kind: str, layout: CubeLayout, x_range: tuple[float, float]
     bounds = part_bounds(layout.nbytes, profile, parts)
     if act.post in ("gate", "square"):
         # pass 1: g = table(x) over the EW span; pass 2: out = x * g for a gate (x * sigma(x),
-        # x * Phi(x)), g * g for a squared half-table (exp_sq); each an identity conv + EW
-        _, span = ew_chunks(layout.nbytes, profile)
+        # x * Phi(x)), g * g for a squared half-table (exp_sq); each a DPU-only two-operand EW
         gate = act.post == "gate"
         lut_tag, mul_tag = ("gate", "mul") if gate else ("lut", "sq")
-        lut_tasks = _lut_tasks(t, "x", "gate", span, profile, f"{kind}_{lut_tag}", bounds)
-        ew, span = full_ew_tasks("mul", "x" if gate else "gate", "gate", "out", "weights",
-                                 layout.nbytes, profile, prefix=f"{kind}_{mul_tag}",
-                                 bounds=bounds)
+        lut_tasks = _lut_tasks(t, "x", "gate", layout.nbytes, profile, f"{kind}_{lut_tag}",
+                               bounds)
+        ew, span = full_ew_tasks("mul", "x" if gate else "gate", "gate", "out", layout.nbytes,
+                                 profile, prefix=f"{kind}_{mul_tag}", bounds=bounds)
         bufs = [BufferSpec("x", "input", span, layout=layout, bind=0),
                 BufferSpec("out", "output", span, layout=layout, bind=0),
-                BufferSpec("gate", "scratch", span),
-                weights_buffer("mul", profile)]
-        return npu_program(bufs, [lut_tasks, ew], profile, ("x", "weights"), ("out",),
-                           span // 2 * EW_VIEW_CHANNELS, bounds)
+                BufferSpec("gate", "scratch", span)]
+        return npu_program(bufs, [lut_tasks, ew], profile, ("x",), ("out",), bounds=bounds)
     if act.post == "affine":
         a, b = act.affine
         lut_tasks = _lut_tasks(t, "x", "gate", layout.nbytes, profile, f"{kind}_lut", bounds)
