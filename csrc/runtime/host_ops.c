@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -933,6 +934,49 @@ static int take_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st
     return RJ_OK;
 }
 
+/* A row gather (an embedding lookup): one index per output row of rows dense on both sides.
+ * A block of indices is loaded and checked first, then each row moves with the rows a few
+ * ahead already requested, so the table's rows (anywhere in a large weights buffer, cold in the
+ * cache) arrive while earlier ones are copied instead of one memory latency per row. The same
+ * bytes move as take_row moves them, and the first bad index fails with take_row's message. */
+#define TAKE_AHEAD 8
+static int take_rows(run_ctx *c, const nd *it)
+{
+    const rj_host_op *op = c->op;
+    int64_t astride = op->iparam[0], size = op->iparam[1];
+    uint32_t es = c->es[0];
+    int64_t n0 = it->shape[0];
+    size_t row = (size_t)it->shape[1] * es;
+    int64_t *k = c->it[0];
+    for (int64_t r0 = 0; r0 < n0; r0 += CHUNK) {
+        int64_t m = n0 - r0 < CHUNK ? n0 - r0 : CHUNK;
+        int64_t ioff = it->off[2] + r0 * it->st[2][0];
+        load_i(c->dt[2], AT(c->base[2], ioff, c->es[2]), it->st[2][0], m, k);
+        for (int64_t i = 0; i < m; i++) {
+            if (k[i] < -size || k[i] >= size) {
+                char nm[32];
+                return rj_fail(c->err, RJ_EINVAL,
+                               "host op %s: index %lld (indices element %lld) is out of range "
+                               "for an axis of size %lld (valid: %lld..%lld)",
+                               op_name(op, nm, sizeof nm), (long long)k[i],
+                               (long long)(ioff + i * it->st[2][0]), (long long)size,
+                               (long long)-size, (long long)(size - 1));
+            }
+            k[i] = it->off[1] + (r0 + i) * it->st[1][0] + (k[i] < 0 ? k[i] + size : k[i]) * astride;
+        }
+        for (int64_t i = 0; i < m; i++) {
+            if (i + TAKE_AHEAD < m) {
+                const uint8_t *q = AT(c->base[1], k[i + TAKE_AHEAD], es);
+                for (size_t b = 0; b < row; b += 64)
+                    __builtin_prefetch(q + b, 0, 0);
+            }
+            memmove(AT(c->base[0], it->off[0] + (r0 + i) * it->st[0][0], es),
+                    AT(c->base[1], k[i], es), row);
+        }
+    }
+    return RJ_OK;
+}
+
 /* ---- IOTA ----------------------------------------------------------------------------------------- */
 
 /* View 1 is virtual: its "element offset" is the coordinate along the iota dimension. */
@@ -1444,7 +1488,7 @@ static uint64_t footprint(const rj_host_view *vw, const int64_t *shape, uint32_t
 
 /* How one op runs, from its descriptor (and the buffers' bases, NULL when only planning):
  * the outer iteration, the walker, the bytes it moves. Building it touches no data. */
-enum { W_ROWS, W_TRANSPOSED, W_SHORT_ROWS, W_CONVERT_SHORT_ROWS };
+enum { W_ROWS, W_TRANSPOSED, W_SHORT_ROWS, W_CONVERT_SHORT_ROWS, W_TAKE_ROWS };
 
 typedef struct op_plan {
     const rj_host_op *op;
@@ -1513,6 +1557,10 @@ static void op_plan_build(op_plan *p, const rj_host_op *op, const rj_host_buf *b
     case RJ_HOST_TAKE:
         nd_build(it, (int)op->rank, op->shape, nv, st, off);
         p->fn = take_row;
+        /* rows of one index each, dense in the table and the output: a row gather */
+        if (!it->empty && it->rank == 2 && it->st[2][1] == 0 && it->st[0][1] == 1 &&
+            it->st[1][1] == 1)
+            p->walk = W_TAKE_ROWS;
         break;
     case RJ_HOST_IOTA:
         /* a virtual view 1 whose offset is the coordinate along the iota dimension */
@@ -1586,6 +1634,7 @@ static int walk_plan(const op_plan *p, const nd *it, rj_err *err)
     case W_TRANSPOSED: copy_transposed(c, it); return RJ_OK;
     case W_SHORT_ROWS: copy_short_rows(c, it); return RJ_OK;
     case W_CONVERT_SHORT_ROWS: convert_short_rows(c, it); return RJ_OK;
+    case W_TAKE_ROWS: return take_rows(c, it);
     default: return nd_walk(c, it, p->fn);
     }
 }
@@ -1660,6 +1709,24 @@ static int split_item(void *ctx, uint32_t item, rj_err *err)
     return walk_plan(j->p, &sub, err);
 }
 
+/* Run a built plan on up to `threads` threads (the plan is only read: split ranges share it). */
+static int plan_run(const op_plan *p, uint32_t threads, uint64_t *bytes, uint32_t *used,
+                    rj_err *err)
+{
+    int rc;
+    uint32_t n = plan_threads(p, threads);
+    if (n > 1) {
+        split_job j = {p, split_of(&p->it, n), 0};
+        j.nitems = rj_host_split_items(j.s.units, n);
+        rc = rj_host_parallel(j.nitems, n, split_item, &j, used, err);
+    } else {
+        rc = walk_plan(p, &p->it, err);
+    }
+    if (!rc && bytes)
+        *bytes = p->moved;
+    return rc;
+}
+
 int rj_host_op_run_threads(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs,
                            uint32_t threads, uint64_t *bytes, uint32_t *used, rj_err *err)
 {
@@ -1672,17 +1739,7 @@ int rj_host_op_run_threads(const rj_host_op *op, const rj_host_buf *bufs, uint32
         return rc;
     op_plan p;
     op_plan_build(&p, op, bufs);
-    uint32_t n = plan_threads(&p, threads);
-    if (n > 1) {
-        split_job j = {&p, split_of(&p.it, n), 0};
-        j.nitems = rj_host_split_items(j.s.units, n);
-        rc = rj_host_parallel(j.nitems, n, split_item, &j, used, err);
-    } else {
-        rc = walk_plan(&p, &p.it, err);
-    }
-    if (!rc && bytes)
-        *bytes = p.moved;
-    return rc;
+    return plan_run(&p, threads, bytes, used, err);
 }
 
 int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs,
@@ -1725,13 +1782,10 @@ static int step_operand(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos,
     return RJ_OK;
 }
 
-static int step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, int check_only,
-                     uint32_t threads, uint64_t *bytes, uint32_t *used, rj_err *err)
+/* The step's descriptor (copied out of its BO into *op) and its operands' buffers. */
+static int step_resolve(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, rj_host_op *out,
+                        rj_host_buf *bufs, uint32_t *nbufs, rj_err *err)
 {
-    if (bytes)
-        *bytes = 0;
-    if (used)
-        *used = 1;
     if (!s)
         return FAIL(RJ_EINVAL, "host step: NULL step");
     const char *kname = rj_host_op_kind_name(s->kind);
@@ -1750,6 +1804,7 @@ static int step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, in
     if (rc)
         return rc;
     rj_host_op op;
+    memset(bufs, 0, RJ_HOST_MAX_OPERANDS * sizeof(*bufs));
     if (db.size < sizeof op)
         return FAIL(RJ_EFAULT, "host step %s: the descriptor at BO %u offset %llu needs %zu bytes, "
                     "the BO has %llu left", kname, s->aux.bo, (unsigned long long)s->aux.offset,
@@ -1763,7 +1818,6 @@ static int step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, in
         return FAIL(RJ_EINVAL, "host step %s: its descriptor describes a %s op", kname,
                     rj_host_op_kind_name(op.kind));
     uint32_t nin = op.ninputs < RJ_HOST_MAX_OPERANDS ? op.ninputs : RJ_HOST_MAX_OPERANDS - 1;
-    rj_host_buf bufs[RJ_HOST_MAX_OPERANDS] = {{NULL, 0}};
     const uint32_t in_bo[3] = {s->src.bo, s->param[0], s->param[1]};
     const uint64_t in_off[3] = {s->src.offset, s->param64[0], s->param64[1]};
     static const char *const in_name[3] = {"src (input 1)", "param[0] (input 2)",
@@ -1779,9 +1833,27 @@ static int step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, in
                         "RJ_NO_BO with offset 0", kname, in_name[i], op.ninputs);
         }
     }
+    *out = op;
+    *nbufs = nin + 1;
+    return RJ_OK;
+}
+
+static int step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, int check_only,
+                     uint32_t threads, uint64_t *bytes, uint32_t *used, rj_err *err)
+{
+    if (bytes)
+        *bytes = 0;
+    if (used)
+        *used = 1;
+    rj_host_op op;
+    rj_host_buf bufs[RJ_HOST_MAX_OPERANDS];
+    uint32_t nbufs = 0;
+    int rc = step_resolve(s, bos, nbos, &op, bufs, &nbufs, err);
+    if (rc)
+        return rc;
     if (check_only)
-        return rj_host_op_check(&op, bufs, nin + 1, err);
-    return rj_host_op_run_threads(&op, bufs, nin + 1, threads, bytes, used, err);
+        return rj_host_op_check(&op, bufs, nbufs, err);
+    return rj_host_op_run_threads(&op, bufs, nbufs, threads, bytes, used, err);
 }
 
 int rj_host_op_step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, int check_only,
@@ -1795,3 +1867,43 @@ int rj_host_op_step_run_threads(const rj_host_step *s, rj_bo *const *bos, uint32
 {
     return step_exec(s, bos, nbos, 0, threads, bytes, used, err);
 }
+
+/* ---- prepared steps: resolved, checked and planned once (at program load) ------------------ */
+
+struct rj_host_prepared {
+    rj_host_op op; /* the descriptor as checked; plan.op points here */
+    op_plan plan;
+};
+
+int rj_host_op_step_prepare(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos,
+                            rj_host_prepared **out, rj_err *err)
+{
+    *out = NULL;
+    rj_host_prepared *p = malloc(sizeof(*p));
+    if (!p)
+        return FAIL(RJ_ENOMEM, "host step: out of memory preparing a step");
+    rj_host_buf bufs[RJ_HOST_MAX_OPERANDS];
+    uint32_t nbufs = 0;
+    int rc = step_resolve(s, bos, nbos, &p->op, bufs, &nbufs, err);
+    if (!rc)
+        rc = rj_host_op_check(&p->op, bufs, nbufs, err);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    op_plan_build(&p->plan, &p->op, bufs);
+    *out = p;
+    return RJ_OK;
+}
+
+int rj_host_prepared_run(const rj_host_prepared *p, uint32_t threads, uint64_t *bytes,
+                         uint32_t *used, rj_err *err)
+{
+    if (bytes)
+        *bytes = 0;
+    if (used)
+        *used = 1;
+    return plan_run(&p->plan, threads, bytes, used, err);
+}
+
+void rj_host_prepared_free(rj_host_prepared *p) { free(p); }
