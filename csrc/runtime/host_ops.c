@@ -1141,17 +1141,18 @@ static int reduce_row_outer(run_ctx *c, const int64_t *off, int64_t n, const int
     return RJ_OK;
 }
 
-/* A float max whose kept row and innermost reduced dim interleave contiguously: the kept
- * positions are L elements apart and the reduced run of L between them (a cube's row max:
- * rows 8 lanes apart, the 8 lanes of an atom reduced). Each outer reduced position is then one
- * contiguous load of m x L elements for m outputs, not one call per 8-element run. A max is
- * exact in any order, so the result is the same bits as the row walk. */
+/* A float max whose kept row and innermost reduced dim interleave: the kept positions are
+ * S >= L elements apart and each one's reduced run of L starts there (a cube's row max: rows 8
+ * lanes apart, the 8 lanes of an atom reduced, or the first 4 of them). Each outer reduced
+ * position is then one contiguous load of (m - 1) x S + L elements for m outputs, not one call
+ * per short run. Each output folds its elements in the row walk's order, from -inf, so the
+ * result is the same bits (signed zeros and NaN included). */
 static int reduce_max_interleaved(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st)
 {
     const nd *in = c->inner;
     int r = in->rank;
-    int64_t L = in->shape[r - 1];
-    int64_t per = CHUNK / L;
+    int64_t L = in->shape[r - 1], S = st[1];
+    int64_t per = (CHUNK - L) / S + 1;
     float *facc = c->ft[0];
     for (int64_t j0 = 0; j0 < n; j0 += per) {
         int64_t m = n - j0 < per ? n - j0 : per;
@@ -1160,10 +1161,10 @@ static int reduce_max_interleaved(run_ctx *c, const int64_t *off, int64_t n, con
         int64_t idx[RJ_HOST_MAX_RANK] = {0};
         int64_t o = off[1] + j0 * st[1] + in->off[0];
         do {
-            const float *a = src_f(c, 1, o, 1, m * L);
+            const float *a = src_f(c, 1, o, 1, (m - 1) * S + L);
             for (int64_t i = 0; i < m; i++)
                 for (int64_t l = 0; l < L; l++)
-                    facc[i] = NAN_MAX(facc[i], a[i * L + l]);
+                    facc[i] = NAN_MAX(facc[i], a[i * S + l]);
         } while (nd_next(in, r - 2, 1, idx, &o));
         store_f(c->dt[0], AT(c->base[0], off[0] + j0 * st[0], c->es[0]), st[0], m, facc);
     }
@@ -1600,8 +1601,9 @@ static void op_plan_build(op_plan *p, const rj_host_op *op, const rj_host_buf *b
         int outer = it->shape[it->rank - 1] > 1 && kin < rin;
         int64_t L = red->shape[red->rank - 1];
         int interleaved = !red->empty && DT[p->dt[1]].is_float && op->code == RJ_RED_MAX &&
-                          red->st[0][red->rank - 1] == 1 && it->st[1][it->rank - 1] == L &&
-                          it->shape[it->rank - 1] > 1 && L <= 64;
+                          red->st[0][red->rank - 1] == 1 && it->st[1][it->rank - 1] >= L &&
+                          it->st[1][it->rank - 1] <= 64 && it->shape[it->rank - 1] > 1 &&
+                          L <= 64;
         p->fn = interleaved ? reduce_max_interleaved : outer ? reduce_row_outer : reduce_row_inner;
         break;
     }

@@ -191,6 +191,27 @@ def test_row_max_over_a_cube_view_reads_whole_atoms(heads, rows, groups, nan):
     np.testing.assert_array_equal(out, want)
 
 
+@pytest.mark.parametrize("lanes,rows", [(4, 700), (1, 300), (7, 65), (3, 2)])
+def test_row_max_over_the_first_lanes_of_each_atom(lanes, rows):
+    """A max over the first ``lanes`` of each 8-lane atom and the groups (Whisper's 1500 rows x
+    4 of 8 lanes): the interleaved path loads whole spans and skips each atom's other lanes;
+    bits equal numpy's max, NaN propagating, the trailing unreduced lanes left unread in
+    effect (they hold NaN and +inf here, which must not show)."""
+    x = RNG.standard_normal((2, 3, rows, 8)).astype(np.float16)
+    x[..., lanes:] = np.float16(np.inf)
+    x[1, 1, rows // 2, lanes:] = np.nan
+    x[0, 2, rows - 1, 0] = np.nan
+    x[1, :, 0, :lanes] = -0.0
+    out = np.zeros((2, rows), np.float32)
+    e = x.strides
+    run_desc("reduce", (2, rows, 3, lanes), out, HostView("o", F32, 0, (rows, 1, 0, 0)),
+             [(x, HostView("x", DType.F16, 0, (e[0] // 2, e[2] // 2, e[1] // 2, 1)))],
+             code=2, axis_mask=0b1100)
+    want = x[..., :lanes].astype(np.float32).max(axis=(1, 3))
+    np.testing.assert_array_equal(out, want)
+    assert np.array_equal(np.signbit(out), np.signbit(want))
+
+
 def test_row_gather_wider_than_a_chunk_loads_one_index_per_chunk():
     """Rows of 700 (more than one 512-element chunk): each chunk's one index is loaded and
     checked once; a bad index is still named."""
