@@ -720,6 +720,81 @@ static void nd_widest_to_block(nd *it)
     }
 }
 
+/* Move dims a and b of 0..rank-2 to rank-3 and rank-2 (a outer), the rest keeping their order. */
+static void nd_pair_to_tile(nd *it, int a, int b)
+{
+    int r = it->rank, order[RJ_HOST_MAX_RANK], n = 0;
+    for (int d = 0; d < r - 1; d++)
+        if (d != a && d != b)
+            order[n++] = d;
+    order[n++] = a;
+    order[n++] = b;
+    order[n++] = r - 1;
+    nd t = *it;
+    for (int d = 0; d < r; d++) {
+        it->shape[d] = t.shape[order[d]];
+        for (int v = 0; v < it->nv; v++)
+            it->st[v][d] = t.st[v][order[d]];
+    }
+}
+
+static int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }
+
+/* A same-dtype copy of short rows (a cube's 16-byte atoms) between two layouts that order
+ * them differently (a re-tiling of attention heads): the atoms that fill one output line come
+ * from the dim with the smallest output stride, those that fill one input line from the dim
+ * with the smallest input stride. Walking that pair as a 2-D tile uses every line it touches
+ * whole on both sides; walking only the widest dim (copy_short_rows) wrote 16 bytes per
+ * line 2 KiB apart. Chosen when each of the two dims is short of a whole line on its side
+ * and the tile has at least 16 rows to amortize the odometer step. */
+static int short_rows_tile(nd *it, uint32_t es)
+{
+    int r = it->rank;
+    if (r < 3)
+        return 0;
+    int64_t row = it->shape[r - 1];
+    int b = 0, a = -1;
+    for (int d = 1; d < r - 1; d++)
+        if (iabs64(it->st[0][d]) < iabs64(it->st[0][b]))
+            b = d;
+    for (int d = 0; d < r - 1; d++)
+        if (d != b && (a < 0 || iabs64(it->st[1][d]) < iabs64(it->st[1][a])))
+            a = d;
+    /* the pair must be each side's contiguous neighbour of the row, and not both the same
+     * side's (then the widest-dim walk reads and writes whole runs already) */
+    if (iabs64(it->st[0][b]) != row || iabs64(it->st[1][a]) != row ||
+        iabs64(it->st[1][b]) == row || it->shape[a] * it->shape[b] < 16 ||
+        (uint64_t)(row * es) >= 64)
+        return 0;
+    nd_pair_to_tile(it, a, b);
+    return 1;
+}
+
+/* copy_short_rows over a 2-D tile of rows (short_rows_tile arranged dims rank-3, rank-2). */
+static void copy_short_rows_tile(run_ctx *c, const nd *it)
+{
+    int r = it->rank;
+    uint32_t es = c->es[0];
+    int64_t na = it->shape[r - 3], nb = it->shape[r - 2];
+    int64_t da = it->st[0][r - 3] * es, db = it->st[0][r - 2] * es;
+    int64_t sa = it->st[1][r - 3] * es, sb = it->st[1][r - 2] * es;
+    size_t row = (size_t)it->shape[r - 1] * es;
+    int64_t idx[RJ_HOST_MAX_RANK] = {0}, off[MAXV] = {it->off[0], it->off[1]};
+    do {
+        uint8_t *d = AT(c->base[0], off[0], es);
+        const uint8_t *s = AT(c->base[1], off[1], es);
+        if (row == 16) {
+            for (int64_t i = 0; i < na; i++)
+                for (int64_t j = 0; j < nb; j++)
+                    memmove(d + i * da + j * db, s + i * sa + j * sb, 16);
+        } else {
+            for (int64_t i = 0; i < na; i++)
+                for (int64_t j = 0; j < nb; j++)
+                    memmove(d + i * da + j * db, s + i * sa + j * sb, row);
+        }
+    } while (nd_next(it, r - 4, 2, idx, off));
+}
+
 /* A same-dtype copy whose two innermost dims are swapped between input and output (a true
  * transpose, e.g. a cube's 8 lanes to a row-major row): walk tiles so both sides stay in cache
  * lines, with one walker per element size so every move is one fixed-size load and store.
@@ -1489,7 +1564,7 @@ static uint64_t footprint(const rj_host_view *vw, const int64_t *shape, uint32_t
 
 /* How one op runs, from its descriptor (and the buffers' bases, NULL when only planning):
  * the outer iteration, the walker, the bytes it moves. Building it touches no data. */
-enum { W_ROWS, W_TRANSPOSED, W_SHORT_ROWS, W_CONVERT_SHORT_ROWS, W_TAKE_ROWS };
+enum { W_ROWS, W_TRANSPOSED, W_SHORT_ROWS, W_SHORT_ROWS_TILE, W_CONVERT_SHORT_ROWS, W_TAKE_ROWS };
 
 typedef struct op_plan {
     const rj_host_op *op;
@@ -1538,9 +1613,12 @@ static void op_plan_build(op_plan *p, const rj_host_op *op, const rj_host_buf *b
          * callback and odometer step the block walkers save */
         int short_rows = !it->empty && r >= 2 && it->st[0][r - 1] == 1 && it->st[1][r - 1] == 1 &&
                          it->shape[r - 1] <= 256 / p->es[0];
-        if (short_rows && (same || f16_f32))
+        int tiled = short_rows && same && short_rows_tile(it, p->es[0]);
+        if (short_rows && (same || f16_f32) && !tiled)
             nd_widest_to_block(it);
-        if (same && !it->empty && r >= 2 && it->st[0][r - 1] == 1 && it->st[1][r - 2] == 1 &&
+        if (tiled)
+            p->walk = W_SHORT_ROWS_TILE;
+        else if (same && !it->empty && r >= 2 && it->st[0][r - 1] == 1 && it->st[1][r - 2] == 1 &&
             it->st[1][r - 1] != 1 && it->shape[r - 1] >= 8 && it->shape[r - 2] >= 4)
             p->walk = W_TRANSPOSED;
         else if (same && short_rows && it->shape[r - 2] >= 4)
@@ -1635,6 +1713,7 @@ static int walk_plan(const op_plan *p, const nd *it, rj_err *err)
     switch (p->walk) {
     case W_TRANSPOSED: copy_transposed(c, it); return RJ_OK;
     case W_SHORT_ROWS: copy_short_rows(c, it); return RJ_OK;
+    case W_SHORT_ROWS_TILE: copy_short_rows_tile(c, it); return RJ_OK;
     case W_CONVERT_SHORT_ROWS: convert_short_rows(c, it); return RJ_OK;
     case W_TAKE_ROWS: return take_rows(c, it);
     default: return nd_walk(c, it, p->fn);

@@ -172,6 +172,22 @@ def test_reduce_general_axes_with_strided_input():
     np.testing.assert_allclose(out, t.sum(axis=(1, 3)), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("k,p,q,lanes", [(3, 5, 7, 8), (1, 16, 1, 8), (2, 4, 4, 4), (2, 9, 3, 8),
+                                         (2, 6, 5, 16)])
+def test_atom_retiling_copy_equals_numpy(k, p, q, lanes):
+    """A copy of 16-byte atoms between two orders of them ([k][p][q] atoms -> [k][q][p], the
+    re-tiling of attention heads between cube layouts): the 2-D tile walker where it applies
+    (p x q >= 16, atoms shorter than a line), the widest-dim walker elsewhere; bits equal
+    numpy's transpose (NaN payloads kept: the bytes are random)."""
+    x = RNG.integers(0, 65536, (k, p, q, lanes), dtype=np.uint16).view(np.float16)
+    out = np.zeros((k, q, p, lanes), np.float16)
+    a = lanes
+    run_desc("copy", (k, p, q, lanes), out,
+             HostView("o", DType.F16, 0, (q * p * a, a, p * a, 1)),
+             [(x, HostView("x", DType.F16, 0, (p * q * a, q * a, a, 1)))])
+    assert np.array_equal(out.view(np.uint16), x.transpose(0, 2, 1, 3).view(np.uint16))
+
+
 @pytest.mark.parametrize("heads,rows,groups,nan", [(2, 700, 5, False), (1, 3, 1, False),
                                                     (3, 130, 4, True)])
 def test_row_max_over_a_cube_view_reads_whole_atoms(heads, rows, groups, nan):
