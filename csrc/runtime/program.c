@@ -101,23 +101,40 @@ static void unprepare(rj_program *p)
 
 /* Resolve, check and plan every host-op step once, so a run only walks: per-step checks and
  * plans cost a large share of a forward's ~10^3 mostly small host steps. A step that does not
- * prepare (its descriptor was refused) is left to the unprepared path, which reports why. */
+ * prepare (its descriptor was refused), or whose descriptor lies in a BO some step or job
+ * writes (its bytes may change during a run), is left to the unprepared path, which reads the
+ * descriptor when the step runs and reports what is wrong with it. */
 static int prepare_host_steps(rj_program *p, rj_err *err)
 {
     unprepare(p);
     p->prep = calloc(p->nsteps ? p->nsteps : 1, sizeof(*p->prep));
-    if (!p->prep)
+    uint8_t *written = calloc(p->nbos ? p->nbos : 1, 1);
+    if (!p->prep || !written) {
+        free(written);
         return rj_fail(err, RJ_ENOMEM, "program: out of memory for %u prepared steps", p->nsteps);
+    }
     p->nprep = p->nsteps;
     for (uint32_t i = 0; i < p->nsteps; i++) {
         const prog_step *s = &p->steps[i];
+        if (s->kind == STEP_HOST && s->host.dst.bo < p->nbos)
+            written[s->host.dst.bo] = 1;
+        for (uint32_t k = 0; s->kind == STEP_NPU && k < s->count; k++) {
+            const prog_job *j = &p->jobs[p->step_jobs[s->first + k]];
+            for (uint32_t o = 0; o < j->n_out; o++)
+                written[j->out[o]] = 1;
+        }
+    }
+    for (uint32_t i = 0; i < p->nsteps; i++) {
+        const prog_step *s = &p->steps[i];
         if (s->kind != STEP_HOST || s->host.kind < RJ_HOST_OPS_FIRST ||
-            s->host.kind >= RJ_HOST_OPS_END)
+            s->host.kind >= RJ_HOST_OPS_END || s->host.aux.bo >= p->nbos ||
+            written[s->host.aux.bo])
             continue;
         rj_err ignored;
         if (rj_host_op_step_prepare(&s->host, p->bo_ptrs, p->nbos, &p->prep[i], &ignored) == RJ_OK)
             p->bos[s->host.aux.bo].holds_desc = 1;
     }
+    free(written);
     p->prepared = 1;
     return RJ_OK;
 }

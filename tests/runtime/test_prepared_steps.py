@@ -69,3 +69,29 @@ def test_a_descriptor_reaching_past_its_buffer_after_a_rewrite_is_refused():
         with pytest.raises(AddressError, match="reaches element 75"):
             p.run()
         p.close()
+
+
+def test_a_descriptor_a_step_writes_during_the_run_is_read_when_its_step_runs():
+    """A host step that writes another step's descriptor BO: that step is not prepared (its
+    descriptor can change within a run) and runs with the bytes written before it."""
+    x = np.arange(64, dtype=np.float32) * 0.5
+    new = _copy_desc(3, 5)
+    with NullDevice() as dev:
+        b = ProgramBuilder(dev)
+        src, dst = b.add_bo(64 * 4, "io"), b.add_bo(16 * 4, "io")
+        desc, staged, mover = b.add_bo(512, "weights"), b.add_bo(512, "io"), b.add_bo(512, "weights")
+        b.upload(desc, _copy_desc(1))
+        b.upload(staged, new)
+        b.upload(mover, encode_descriptor("copy", (new.nbytes,), [HostView("o", DType.U8, 0, (1,)),
+                                                                  HostView("i", DType.U8, 0, (1,))],
+                                          0, 0, ()))
+        b.add_host_step(host_steps.HOST_STEPS["copy"](dst=Operand(desc), src=Operand(staged),
+                                                      desc=Operand(mover)))
+        b.add_host_step(host_steps.HOST_STEPS["copy"](dst=Operand(dst), src=Operand(src),
+                                                      desc=Operand(desc)))
+        p = b.build()
+        p.write(src, x)
+        for _ in range(2):
+            p.run()
+            np.testing.assert_array_equal(p.read_array(dst, np.float32, (16,)), x[5::3][:16])
+        p.close()
