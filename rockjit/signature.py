@@ -221,8 +221,9 @@ _DTYPE_MEMO: dict[tuple[Any, bool], np.dtype | None] = {}
 def _fast_leaf(leaf: Any, resident: bool) -> tuple[tuple[int, ...], str] | None:
     """(shape, dtype.str) of a leaf as ``make_signature`` records it, or None when only the
     full path can say (an unsupported dtype or leaf type: it raises the error)."""
-    scalar = _python_scalar(leaf)
-    if scalar is not None:
+    if type(leaf) is np.ndarray:       # the common leaf first: no scalar tests
+        shape, dt = leaf.shape, leaf.dtype
+    elif (scalar := _python_scalar(leaf)) is not None:
         shape, dt = scalar
     else:
         try:

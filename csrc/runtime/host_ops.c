@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -719,6 +720,81 @@ static void nd_widest_to_block(nd *it)
     }
 }
 
+/* Move dims a and b of 0..rank-2 to rank-3 and rank-2 (a outer), the rest keeping their order. */
+static void nd_pair_to_tile(nd *it, int a, int b)
+{
+    int r = it->rank, order[RJ_HOST_MAX_RANK], n = 0;
+    for (int d = 0; d < r - 1; d++)
+        if (d != a && d != b)
+            order[n++] = d;
+    order[n++] = a;
+    order[n++] = b;
+    order[n++] = r - 1;
+    nd t = *it;
+    for (int d = 0; d < r; d++) {
+        it->shape[d] = t.shape[order[d]];
+        for (int v = 0; v < it->nv; v++)
+            it->st[v][d] = t.st[v][order[d]];
+    }
+}
+
+static int64_t iabs64(int64_t x) { return x < 0 ? -x : x; }
+
+/* A same-dtype copy of short rows (a cube's 16-byte atoms) between two layouts that order
+ * them differently (a re-tiling of attention heads): the atoms that fill one output line come
+ * from the dim with the smallest output stride, those that fill one input line from the dim
+ * with the smallest input stride. Walking that pair as a 2-D tile uses every line it touches
+ * whole on both sides; walking only the widest dim (copy_short_rows) wrote 16 bytes per
+ * line 2 KiB apart. Chosen when each of the two dims is short of a whole line on its side
+ * and the tile has at least 16 rows to amortize the odometer step. */
+static int short_rows_tile(nd *it, uint32_t es)
+{
+    int r = it->rank;
+    if (r < 3)
+        return 0;
+    int64_t row = it->shape[r - 1];
+    int b = 0, a = -1;
+    for (int d = 1; d < r - 1; d++)
+        if (iabs64(it->st[0][d]) < iabs64(it->st[0][b]))
+            b = d;
+    for (int d = 0; d < r - 1; d++)
+        if (d != b && (a < 0 || iabs64(it->st[1][d]) < iabs64(it->st[1][a])))
+            a = d;
+    /* the pair must be each side's contiguous neighbour of the row, and not both the same
+     * side's (then the widest-dim walk reads and writes whole runs already) */
+    if (iabs64(it->st[0][b]) != row || iabs64(it->st[1][a]) != row ||
+        iabs64(it->st[1][b]) == row || it->shape[a] * it->shape[b] < 16 ||
+        (uint64_t)(row * es) >= 64)
+        return 0;
+    nd_pair_to_tile(it, a, b);
+    return 1;
+}
+
+/* copy_short_rows over a 2-D tile of rows (short_rows_tile arranged dims rank-3, rank-2). */
+static void copy_short_rows_tile(run_ctx *c, const nd *it)
+{
+    int r = it->rank;
+    uint32_t es = c->es[0];
+    int64_t na = it->shape[r - 3], nb = it->shape[r - 2];
+    int64_t da = it->st[0][r - 3] * es, db = it->st[0][r - 2] * es;
+    int64_t sa = it->st[1][r - 3] * es, sb = it->st[1][r - 2] * es;
+    size_t row = (size_t)it->shape[r - 1] * es;
+    int64_t idx[RJ_HOST_MAX_RANK] = {0}, off[MAXV] = {it->off[0], it->off[1]};
+    do {
+        uint8_t *d = AT(c->base[0], off[0], es);
+        const uint8_t *s = AT(c->base[1], off[1], es);
+        if (row == 16) {
+            for (int64_t i = 0; i < na; i++)
+                for (int64_t j = 0; j < nb; j++)
+                    memmove(d + i * da + j * db, s + i * sa + j * sb, 16);
+        } else {
+            for (int64_t i = 0; i < na; i++)
+                for (int64_t j = 0; j < nb; j++)
+                    memmove(d + i * da + j * db, s + i * sa + j * sb, row);
+        }
+    } while (nd_next(it, r - 4, 2, idx, off));
+}
+
 /* A same-dtype copy whose two innermost dims are swapped between input and output (a true
  * transpose, e.g. a cube's 8 lanes to a row-major row): walk tiles so both sides stay in cache
  * lines, with one walker per element size so every move is one fixed-size load and store.
@@ -933,6 +1009,49 @@ static int take_row(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st
     return RJ_OK;
 }
 
+/* A row gather (an embedding lookup): one index per output row of rows dense on both sides.
+ * A block of indices is loaded and checked first, then each row moves with the rows a few
+ * ahead already requested, so the table's rows (anywhere in a large weights buffer, cold in the
+ * cache) arrive while earlier ones are copied instead of one memory latency per row. The same
+ * bytes move as take_row moves them, and the first bad index fails with take_row's message. */
+#define TAKE_AHEAD 8
+static int take_rows(run_ctx *c, const nd *it)
+{
+    const rj_host_op *op = c->op;
+    int64_t astride = op->iparam[0], size = op->iparam[1];
+    uint32_t es = c->es[0];
+    int64_t n0 = it->shape[0];
+    size_t row = (size_t)it->shape[1] * es;
+    int64_t *k = c->it[0];
+    for (int64_t r0 = 0; r0 < n0; r0 += CHUNK) {
+        int64_t m = n0 - r0 < CHUNK ? n0 - r0 : CHUNK;
+        int64_t ioff = it->off[2] + r0 * it->st[2][0];
+        load_i(c->dt[2], AT(c->base[2], ioff, c->es[2]), it->st[2][0], m, k);
+        for (int64_t i = 0; i < m; i++) {
+            if (k[i] < -size || k[i] >= size) {
+                char nm[32];
+                return rj_fail(c->err, RJ_EINVAL,
+                               "host op %s: index %lld (indices element %lld) is out of range "
+                               "for an axis of size %lld (valid: %lld..%lld)",
+                               op_name(op, nm, sizeof nm), (long long)k[i],
+                               (long long)(ioff + i * it->st[2][0]), (long long)size,
+                               (long long)-size, (long long)(size - 1));
+            }
+            k[i] = it->off[1] + (r0 + i) * it->st[1][0] + (k[i] < 0 ? k[i] + size : k[i]) * astride;
+        }
+        for (int64_t i = 0; i < m; i++) {
+            if (i + TAKE_AHEAD < m) {
+                const uint8_t *q = AT(c->base[1], k[i + TAKE_AHEAD], es);
+                for (size_t b = 0; b < row; b += 64)
+                    __builtin_prefetch(q + b, 0, 0);
+            }
+            memmove(AT(c->base[0], it->off[0] + (r0 + i) * it->st[0][0], es),
+                    AT(c->base[1], k[i], es), row);
+        }
+    }
+    return RJ_OK;
+}
+
 /* ---- IOTA ----------------------------------------------------------------------------------------- */
 
 /* View 1 is virtual: its "element offset" is the coordinate along the iota dimension. */
@@ -1097,17 +1216,18 @@ static int reduce_row_outer(run_ctx *c, const int64_t *off, int64_t n, const int
     return RJ_OK;
 }
 
-/* A float max whose kept row and innermost reduced dim interleave contiguously: the kept
- * positions are L elements apart and the reduced run of L between them (a cube's row max:
- * rows 8 lanes apart, the 8 lanes of an atom reduced). Each outer reduced position is then one
- * contiguous load of m x L elements for m outputs, not one call per 8-element run. A max is
- * exact in any order, so the result is the same bits as the row walk. */
+/* A float max whose kept row and innermost reduced dim interleave: the kept positions are
+ * S >= L elements apart and each one's reduced run of L starts there (a cube's row max: rows 8
+ * lanes apart, the 8 lanes of an atom reduced, or the first 4 of them). Each outer reduced
+ * position is then one contiguous load of (m - 1) x S + L elements for m outputs, not one call
+ * per short run. Each output folds its elements in the row walk's order, from -inf, so the
+ * result is the same bits (signed zeros and NaN included). */
 static int reduce_max_interleaved(run_ctx *c, const int64_t *off, int64_t n, const int64_t *st)
 {
     const nd *in = c->inner;
     int r = in->rank;
-    int64_t L = in->shape[r - 1];
-    int64_t per = CHUNK / L;
+    int64_t L = in->shape[r - 1], S = st[1];
+    int64_t per = (CHUNK - L) / S + 1;
     float *facc = c->ft[0];
     for (int64_t j0 = 0; j0 < n; j0 += per) {
         int64_t m = n - j0 < per ? n - j0 : per;
@@ -1116,10 +1236,10 @@ static int reduce_max_interleaved(run_ctx *c, const int64_t *off, int64_t n, con
         int64_t idx[RJ_HOST_MAX_RANK] = {0};
         int64_t o = off[1] + j0 * st[1] + in->off[0];
         do {
-            const float *a = src_f(c, 1, o, 1, m * L);
+            const float *a = src_f(c, 1, o, 1, (m - 1) * S + L);
             for (int64_t i = 0; i < m; i++)
                 for (int64_t l = 0; l < L; l++)
-                    facc[i] = NAN_MAX(facc[i], a[i * L + l]);
+                    facc[i] = NAN_MAX(facc[i], a[i * S + l]);
         } while (nd_next(in, r - 2, 1, idx, &o));
         store_f(c->dt[0], AT(c->base[0], off[0] + j0 * st[0], c->es[0]), st[0], m, facc);
     }
@@ -1444,7 +1564,7 @@ static uint64_t footprint(const rj_host_view *vw, const int64_t *shape, uint32_t
 
 /* How one op runs, from its descriptor (and the buffers' bases, NULL when only planning):
  * the outer iteration, the walker, the bytes it moves. Building it touches no data. */
-enum { W_ROWS, W_TRANSPOSED, W_SHORT_ROWS, W_CONVERT_SHORT_ROWS };
+enum { W_ROWS, W_TRANSPOSED, W_SHORT_ROWS, W_SHORT_ROWS_TILE, W_CONVERT_SHORT_ROWS, W_TAKE_ROWS };
 
 typedef struct op_plan {
     const rj_host_op *op;
@@ -1493,9 +1613,12 @@ static void op_plan_build(op_plan *p, const rj_host_op *op, const rj_host_buf *b
          * callback and odometer step the block walkers save */
         int short_rows = !it->empty && r >= 2 && it->st[0][r - 1] == 1 && it->st[1][r - 1] == 1 &&
                          it->shape[r - 1] <= 256 / p->es[0];
-        if (short_rows && (same || f16_f32))
+        int tiled = short_rows && same && short_rows_tile(it, p->es[0]);
+        if (short_rows && (same || f16_f32) && !tiled)
             nd_widest_to_block(it);
-        if (same && !it->empty && r >= 2 && it->st[0][r - 1] == 1 && it->st[1][r - 2] == 1 &&
+        if (tiled)
+            p->walk = W_SHORT_ROWS_TILE;
+        else if (same && !it->empty && r >= 2 && it->st[0][r - 1] == 1 && it->st[1][r - 2] == 1 &&
             it->st[1][r - 1] != 1 && it->shape[r - 1] >= 8 && it->shape[r - 2] >= 4)
             p->walk = W_TRANSPOSED;
         else if (same && short_rows && it->shape[r - 2] >= 4)
@@ -1513,6 +1636,10 @@ static void op_plan_build(op_plan *p, const rj_host_op *op, const rj_host_buf *b
     case RJ_HOST_TAKE:
         nd_build(it, (int)op->rank, op->shape, nv, st, off);
         p->fn = take_row;
+        /* rows of one index each, dense in the table and the output: a row gather */
+        if (!it->empty && it->rank == 2 && it->st[2][1] == 0 && it->st[0][1] == 1 &&
+            it->st[1][1] == 1)
+            p->walk = W_TAKE_ROWS;
         break;
     case RJ_HOST_IOTA:
         /* a virtual view 1 whose offset is the coordinate along the iota dimension */
@@ -1552,8 +1679,9 @@ static void op_plan_build(op_plan *p, const rj_host_op *op, const rj_host_buf *b
         int outer = it->shape[it->rank - 1] > 1 && kin < rin;
         int64_t L = red->shape[red->rank - 1];
         int interleaved = !red->empty && DT[p->dt[1]].is_float && op->code == RJ_RED_MAX &&
-                          red->st[0][red->rank - 1] == 1 && it->st[1][it->rank - 1] == L &&
-                          it->shape[it->rank - 1] > 1 && L <= 64;
+                          red->st[0][red->rank - 1] == 1 && it->st[1][it->rank - 1] >= L &&
+                          it->st[1][it->rank - 1] <= 64 && it->shape[it->rank - 1] > 1 &&
+                          L <= 64;
         p->fn = interleaved ? reduce_max_interleaved : outer ? reduce_row_outer : reduce_row_inner;
         break;
     }
@@ -1585,7 +1713,9 @@ static int walk_plan(const op_plan *p, const nd *it, rj_err *err)
     switch (p->walk) {
     case W_TRANSPOSED: copy_transposed(c, it); return RJ_OK;
     case W_SHORT_ROWS: copy_short_rows(c, it); return RJ_OK;
+    case W_SHORT_ROWS_TILE: copy_short_rows_tile(c, it); return RJ_OK;
     case W_CONVERT_SHORT_ROWS: convert_short_rows(c, it); return RJ_OK;
+    case W_TAKE_ROWS: return take_rows(c, it);
     default: return nd_walk(c, it, p->fn);
     }
 }
@@ -1660,6 +1790,24 @@ static int split_item(void *ctx, uint32_t item, rj_err *err)
     return walk_plan(j->p, &sub, err);
 }
 
+/* Run a built plan on up to `threads` threads (the plan is only read: split ranges share it). */
+static int plan_run(const op_plan *p, uint32_t threads, uint64_t *bytes, uint32_t *used,
+                    rj_err *err)
+{
+    int rc;
+    uint32_t n = plan_threads(p, threads);
+    if (n > 1) {
+        split_job j = {p, split_of(&p->it, n), 0};
+        j.nitems = rj_host_split_items(j.s.units, n);
+        rc = rj_host_parallel(j.nitems, n, split_item, &j, used, err);
+    } else {
+        rc = walk_plan(p, &p->it, err);
+    }
+    if (!rc && bytes)
+        *bytes = p->moved;
+    return rc;
+}
+
 int rj_host_op_run_threads(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs,
                            uint32_t threads, uint64_t *bytes, uint32_t *used, rj_err *err)
 {
@@ -1672,17 +1820,7 @@ int rj_host_op_run_threads(const rj_host_op *op, const rj_host_buf *bufs, uint32
         return rc;
     op_plan p;
     op_plan_build(&p, op, bufs);
-    uint32_t n = plan_threads(&p, threads);
-    if (n > 1) {
-        split_job j = {&p, split_of(&p.it, n), 0};
-        j.nitems = rj_host_split_items(j.s.units, n);
-        rc = rj_host_parallel(j.nitems, n, split_item, &j, used, err);
-    } else {
-        rc = walk_plan(&p, &p.it, err);
-    }
-    if (!rc && bytes)
-        *bytes = p.moved;
-    return rc;
+    return plan_run(&p, threads, bytes, used, err);
 }
 
 int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs,
@@ -1725,13 +1863,10 @@ static int step_operand(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos,
     return RJ_OK;
 }
 
-static int step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, int check_only,
-                     uint32_t threads, uint64_t *bytes, uint32_t *used, rj_err *err)
+/* The step's descriptor (copied out of its BO into *op) and its operands' buffers. */
+static int step_resolve(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, rj_host_op *out,
+                        rj_host_buf *bufs, uint32_t *nbufs, rj_err *err)
 {
-    if (bytes)
-        *bytes = 0;
-    if (used)
-        *used = 1;
     if (!s)
         return FAIL(RJ_EINVAL, "host step: NULL step");
     const char *kname = rj_host_op_kind_name(s->kind);
@@ -1750,6 +1885,7 @@ static int step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, in
     if (rc)
         return rc;
     rj_host_op op;
+    memset(bufs, 0, RJ_HOST_MAX_OPERANDS * sizeof(*bufs));
     if (db.size < sizeof op)
         return FAIL(RJ_EFAULT, "host step %s: the descriptor at BO %u offset %llu needs %zu bytes, "
                     "the BO has %llu left", kname, s->aux.bo, (unsigned long long)s->aux.offset,
@@ -1763,7 +1899,6 @@ static int step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, in
         return FAIL(RJ_EINVAL, "host step %s: its descriptor describes a %s op", kname,
                     rj_host_op_kind_name(op.kind));
     uint32_t nin = op.ninputs < RJ_HOST_MAX_OPERANDS ? op.ninputs : RJ_HOST_MAX_OPERANDS - 1;
-    rj_host_buf bufs[RJ_HOST_MAX_OPERANDS] = {{NULL, 0}};
     const uint32_t in_bo[3] = {s->src.bo, s->param[0], s->param[1]};
     const uint64_t in_off[3] = {s->src.offset, s->param64[0], s->param64[1]};
     static const char *const in_name[3] = {"src (input 1)", "param[0] (input 2)",
@@ -1779,9 +1914,27 @@ static int step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, in
                         "RJ_NO_BO with offset 0", kname, in_name[i], op.ninputs);
         }
     }
+    *out = op;
+    *nbufs = nin + 1;
+    return RJ_OK;
+}
+
+static int step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, int check_only,
+                     uint32_t threads, uint64_t *bytes, uint32_t *used, rj_err *err)
+{
+    if (bytes)
+        *bytes = 0;
+    if (used)
+        *used = 1;
+    rj_host_op op;
+    rj_host_buf bufs[RJ_HOST_MAX_OPERANDS];
+    uint32_t nbufs = 0;
+    int rc = step_resolve(s, bos, nbos, &op, bufs, &nbufs, err);
+    if (rc)
+        return rc;
     if (check_only)
-        return rj_host_op_check(&op, bufs, nin + 1, err);
-    return rj_host_op_run_threads(&op, bufs, nin + 1, threads, bytes, used, err);
+        return rj_host_op_check(&op, bufs, nbufs, err);
+    return rj_host_op_run_threads(&op, bufs, nbufs, threads, bytes, used, err);
 }
 
 int rj_host_op_step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, int check_only,
@@ -1795,3 +1948,43 @@ int rj_host_op_step_run_threads(const rj_host_step *s, rj_bo *const *bos, uint32
 {
     return step_exec(s, bos, nbos, 0, threads, bytes, used, err);
 }
+
+/* ---- prepared steps: resolved, checked and planned once (at program load) ------------------ */
+
+struct rj_host_prepared {
+    rj_host_op op; /* the descriptor as checked; plan.op points here */
+    op_plan plan;
+};
+
+int rj_host_op_step_prepare(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos,
+                            rj_host_prepared **out, rj_err *err)
+{
+    *out = NULL;
+    rj_host_prepared *p = malloc(sizeof(*p));
+    if (!p)
+        return FAIL(RJ_ENOMEM, "host step: out of memory preparing a step");
+    rj_host_buf bufs[RJ_HOST_MAX_OPERANDS];
+    uint32_t nbufs = 0;
+    int rc = step_resolve(s, bos, nbos, &p->op, bufs, &nbufs, err);
+    if (!rc)
+        rc = rj_host_op_check(&p->op, bufs, nbufs, err);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    op_plan_build(&p->plan, &p->op, bufs);
+    *out = p;
+    return RJ_OK;
+}
+
+int rj_host_prepared_run(const rj_host_prepared *p, uint32_t threads, uint64_t *bytes,
+                         uint32_t *used, rj_err *err)
+{
+    if (bytes)
+        *bytes = 0;
+    if (used)
+        *used = 1;
+    return plan_run(&p->plan, threads, bytes, used, err);
+}
+
+void rj_host_prepared_free(rj_host_prepared *p) { free(p); }

@@ -19,6 +19,7 @@ typedef struct prog_bo {
     rj_bo *bo;
     uint32_t role;
     uint32_t cpu_dirty;  /* CPU wrote it since the last hand-over to the device */
+    uint32_t holds_desc; /* a prepared host step's descriptor lives here */
     uint64_t place_end;  /* end of the highest placed region */
 } prog_bo;
 
@@ -62,6 +63,9 @@ struct rj_program {
     prog_step *steps;
     uint32_t nsteps, cap_steps;
     rj_job *scratch;         /* per-step job descriptors */
+    rj_host_prepared **prep; /* per step (host-op steps; NULL: run the unprepared way) */
+    uint32_t nprep;
+    int prepared;            /* prep matches the steps and the descriptors' bytes */
     uint32_t cap_scratch;
     int loaded;
     int trace;               /* RJ_TRACE_STEPS, read once per load, not per step */
@@ -84,6 +88,56 @@ static int grow(void **arr, uint32_t *cap, uint32_t n, size_t size, rj_err *err)
     return RJ_OK;
 }
 #define GROW(arr, cap, n, err) grow((void **)&(arr), &(cap), (n), sizeof(*(arr)), (err))
+
+static void unprepare(rj_program *p)
+{
+    for (uint32_t i = 0; i < p->nprep; i++)
+        rj_host_prepared_free(p->prep[i]);
+    free(p->prep);
+    p->prep = NULL;
+    p->nprep = 0;
+    p->prepared = 0;
+}
+
+/* Resolve, check and plan every host-op step once, so a run only walks: per-step checks and
+ * plans cost a large share of a forward's ~10^3 mostly small host steps. A step that does not
+ * prepare (its descriptor was refused), or whose descriptor lies in a BO some step or job
+ * writes (its bytes may change during a run), is left to the unprepared path, which reads the
+ * descriptor when the step runs and reports what is wrong with it. */
+static int prepare_host_steps(rj_program *p, rj_err *err)
+{
+    unprepare(p);
+    p->prep = calloc(p->nsteps ? p->nsteps : 1, sizeof(*p->prep));
+    uint8_t *written = calloc(p->nbos ? p->nbos : 1, 1);
+    if (!p->prep || !written) {
+        free(written);
+        return rj_fail(err, RJ_ENOMEM, "program: out of memory for %u prepared steps", p->nsteps);
+    }
+    p->nprep = p->nsteps;
+    for (uint32_t i = 0; i < p->nsteps; i++) {
+        const prog_step *s = &p->steps[i];
+        if (s->kind == STEP_HOST && s->host.dst.bo < p->nbos)
+            written[s->host.dst.bo] = 1;
+        for (uint32_t k = 0; s->kind == STEP_NPU && k < s->count; k++) {
+            const prog_job *j = &p->jobs[p->step_jobs[s->first + k]];
+            for (uint32_t o = 0; o < j->n_out; o++)
+                written[j->out[o]] = 1;
+        }
+    }
+    for (uint32_t i = 0; i < p->nsteps; i++) {
+        const prog_step *s = &p->steps[i];
+        if (s->kind != STEP_HOST || s->host.kind < RJ_HOST_OPS_FIRST ||
+            s->host.kind >= RJ_HOST_OPS_END || s->host.aux.bo >= p->nbos ||
+            written[s->host.aux.bo])
+            continue;
+        rj_err ignored;
+        if (rj_host_op_step_prepare(&s->host, p->bo_ptrs, p->nbos, &p->prep[i], &ignored) == RJ_OK)
+            p->bos[s->host.aux.bo].holds_desc = 1;
+    }
+    free(written);
+    p->prepared = 1;
+    return RJ_OK;
+}
 
 int rj_program_create(rj_device *dev, rj_program **out, rj_err *err)
 {
@@ -114,6 +168,7 @@ void rj_program_destroy(rj_program *p)
     /* BOs go in reverse order of creation. */
     for (uint32_t i = p->nbos; i-- > 0;)
         rj_bo_destroy(p->dev, p->bos[i].bo);
+    unprepare(p);
     free(p->scratch);
     free(p->steps);
     free(p->step_jobs);
@@ -236,6 +291,8 @@ int rj_program_write(rj_program *p, uint32_t bo, uint64_t offset, const void *da
         return rc;
     memcpy(p->bos[bo].bo->host + offset, data, size);
     p->bos[bo].cpu_dirty = 1;
+    if (p->bos[bo].holds_desc)
+        p->prepared = 0; /* a descriptor may have changed */
     if (p->bos[bo].role == RJ_BO_REGCMD)
         p->loaded = 0; /* relocated words may have been overwritten */
     p->stats.upload_bytes += size;
@@ -291,6 +348,8 @@ static int convert_io(rj_program *p, uint32_t bo, uint64_t offset, uint32_t bo_d
         return rc;
     if (to_bo) {
         p->bos[bo].cpu_dirty = 1;
+        if (p->bos[bo].holds_desc)
+            p->prepared = 0;
         if (p->bos[bo].role == RJ_BO_REGCMD)
             p->loaded = 0;
         p->stats.upload_bytes += count * bes;
@@ -484,6 +543,7 @@ int rj_program_add_host_step(rj_program *p, const rj_host_step *step, rj_err *er
     if ((rc = GROW(p->steps, p->cap_steps, p->nsteps, err)))
         return rc;
     p->steps[p->nsteps++] = (prog_step){.kind = STEP_HOST, .host = *step};
+    p->prepared = 0;
     return RJ_OK;
 }
 
@@ -732,6 +792,7 @@ int rj_program_load(rj_program *p, rj_err *err)
     if ((rc = rj_env_switch(RJ_ENV_TRACE_STEPS, &trace, err)))
         return rc;
     p->trace = trace;
+    p->prepared = 0; /* prepared again by the next run, against what load checked */
     p->loaded = 1;
     return RJ_OK;
 }
@@ -803,7 +864,10 @@ static int run_host_step(rj_program *p, uint32_t si, const prog_step *s, uint32_
     uint64_t bytes = 0;
     uint32_t used = 1;
     int64_t t0 = p->trace ? rj_now_ns() : 0;
-    int rc = rj_host_step_run_threads(&s->host, p->bo_ptrs, p->nbos, threads, &bytes, &used, err);
+    const rj_host_prepared *prep = si < p->nprep ? p->prep[si] : NULL;
+    int rc = prep ? rj_host_prepared_run(prep, threads, &bytes, &used, err)
+                  : rj_host_step_run_threads(&s->host, p->bo_ptrs, p->nbos, threads, &bytes, &used,
+                                             err);
     if (rc) {
         char where[32];
         snprintf(where, sizeof(where), "step %u: ", si);
@@ -827,6 +891,8 @@ int rj_program_run(rj_program *p, rj_err *err)
     if (!p)
         return rj_fail(err, RJ_EINVAL, "rj_program_run: NULL program");
     if (!p->loaded && (rc = rj_program_load(p, err)))
+        return rc;
+    if (!p->prepared && (rc = prepare_host_steps(p, err)))
         return rc;
     uint32_t threads = 1; /* read once per run: the setting may change between runs */
     if ((rc = rj_host_threads_get(&threads, err)))

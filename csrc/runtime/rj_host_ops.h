@@ -138,4 +138,15 @@ struct rj_bo;
 int rj_host_op_step_exec(const struct rj_host_step *step, struct rj_bo *const *bos, uint32_t nbos,
                          int check_only, uint64_t *bytes, rj_err *err);
 
+/* A host-op step resolved once (descriptor copied out of its BO, operands' pointers, checks,
+ * the walk plan), for a program that runs its step list many times: the run then only walks.
+ * The descriptor bytes are those of the prepare; a program re-prepares after any write to a
+ * BO holding a descriptor, and a BO's memory never moves while the program lives. */
+typedef struct rj_host_prepared rj_host_prepared;
+int rj_host_op_step_prepare(const struct rj_host_step *step, struct rj_bo *const *bos,
+                            uint32_t nbos, rj_host_prepared **out, rj_err *err);
+int rj_host_prepared_run(const rj_host_prepared *p, uint32_t threads, uint64_t *bytes,
+                         uint32_t *used, rj_err *err);
+void rj_host_prepared_free(rj_host_prepared *p);
+
 #endif /* RJ_HOST_OPS_H */

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -39,12 +40,21 @@ PROGRAM_STATS_FIELDS = ("runs", "steps", "npu_steps", "jobs", "tasks", "kicks", 
 _FLOAT_CODES = {np.dtype(np.float32): lib.RJ_DT_F32, np.dtype(np.float16): lib.RJ_DT_F16}
 
 
+@lru_cache(maxsize=64)
 def _convert_codes(data: np.dtype, stored: np.dtype) -> tuple[int, int] | None:
-    """(data code, stored code) when C converts exactly as numpy would: float <-> float."""
+    """(data code, stored code) when C converts exactly as numpy would: float <-> float.
+    Memoized: numpy's dtype names cost microseconds, asked for every input and output of
+    every call."""
     if data.name == "bfloat16" or stored.name == "bfloat16":
         return None          # ml_dtypes' own rounding; kept on numpy's path
     a, b = _FLOAT_CODES.get(data), _FLOAT_CODES.get(stored)
     return None if a is None or b is None else (a, b)
+
+
+@lru_cache(maxsize=64)
+def _dtype(name) -> np.dtype:
+    """np.dtype of a name (a signature's dtype strings), memoized for the per-call paths."""
+    return np.dtype(name)
 
 
 @dataclass(frozen=True)
@@ -114,7 +124,7 @@ class _Access:
         float -> f16/bf16 rounds to nearest even, as ``astype`` does. Other pairs than float to
         float or same to same go through numpy's ``astype``, whose semantics they keep."""
         src = np.ascontiguousarray(data)
-        codes = _convert_codes(src.dtype, np.dtype(storage_dtype))
+        codes = _convert_codes(src.dtype, _dtype(storage_dtype))
         if codes is None:
             self.write(bo, src.astype(storage_dtype), offset)
             return
@@ -126,10 +136,10 @@ class _Access:
         """A fresh array of ``dtype`` from ``shape`` elements stored as ``storage_dtype``,
         converted in one C pass (``rj_program_read_as``) where ``write_as`` would (f16 -> f32
         is exact; a signalling NaN comes back quiet, its payload kept)."""
-        codes = _convert_codes(np.dtype(dtype), np.dtype(storage_dtype))
+        codes = _convert_codes(_dtype(dtype), _dtype(storage_dtype))
         if codes is None:
             return self.read_array(bo, storage_dtype, shape, offset).astype(dtype)
-        out = np.empty(tuple(int(d) for d in shape), dtype)
+        out = np.empty(shape if type(shape) is tuple else tuple(int(d) for d in shape), dtype)
         call(lib.rj_program_read_as, self._h.get(), bo, offset, codes[1], ffi.from_buffer(out),
              codes[0], out.size, out.nbytes)
         return out
@@ -344,6 +354,9 @@ class LoadedImage:
                                f"{type(e).__name__}: {e}") from None
         self._in_sig = image.signature("input")
         self._out_sig = image.signature("output")
+        # each boundary tensor with its shape as the tuple numpy reports (compared per call)
+        self._in_io = [(s, tuple(int(d) for d in s.shape)) for s in image.inputs]
+        self._out_io = [(s, tuple(int(d) for d in s.shape)) for s in self._out_sig]
         # write inputs -> run -> read outputs goes through one arena and one C step list (its
         # job scratch included), so two calls at once would mix their tensors: one at a time
         self._run_lock = threading.Lock()
@@ -379,22 +392,21 @@ class LoadedImage:
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Write the inputs (cast to the dtype the image stores them in), run the whole step
         list in one C call, read the outputs (cast back to their logical dtypes)."""
-        img = self.image
         n = len(self._in_sig)
         if len(inputs) != n:
             raise ProgramError(f"the program takes {n} input(s), got {len(inputs)}")
-        for sig in img.inputs:
-            x = np.asarray(inputs[sig.index])
-            if x.shape != tuple(sig.shape):
-                raise ProgramError(f"input {sig.name!r}: expected shape {tuple(sig.shape)}, "
-                                   f"got {x.shape}")
+        xs = [np.asarray(x) for x in inputs]
+        for sig, shape in self._in_io:
+            if xs[sig.index].shape != shape:
+                raise ProgramError(f"input {sig.name!r}: expected shape {shape}, "
+                                   f"got {xs[sig.index].shape}")
+        prog = self.program
         with self._run_lock:
-            for sig in img.inputs:
-                self.program.write_as(sig.bo, np.asarray(inputs[sig.index]), sig.storage_dtype,
-                                      sig.offset)
-            self.program.run()
-            return [self.program.read_as(s.bo, s.storage_dtype, s.dtype, s.shape, s.offset)
-                    for s in self._out_sig]
+            for sig, _ in self._in_io:
+                prog.write_as(sig.bo, xs[sig.index], sig.storage_dtype, sig.offset)
+            prog.run()
+            return [prog.read_as(s.bo, s.storage_dtype, s.dtype, shape, s.offset)
+                    for s, shape in self._out_io]
 
     __call__ = run
 

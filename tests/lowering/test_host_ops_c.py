@@ -172,6 +172,22 @@ def test_reduce_general_axes_with_strided_input():
     np.testing.assert_allclose(out, t.sum(axis=(1, 3)), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("k,p,q,lanes", [(3, 5, 7, 8), (1, 16, 1, 8), (2, 4, 4, 4), (2, 9, 3, 8),
+                                         (2, 6, 5, 16)])
+def test_atom_retiling_copy_equals_numpy(k, p, q, lanes):
+    """A copy of 16-byte atoms between two orders of them ([k][p][q] atoms -> [k][q][p], the
+    re-tiling of attention heads between cube layouts): the 2-D tile walker where it applies
+    (p x q >= 16, atoms shorter than a line), the widest-dim walker elsewhere; bits equal
+    numpy's transpose (NaN payloads kept: the bytes are random)."""
+    x = RNG.integers(0, 65536, (k, p, q, lanes), dtype=np.uint16).view(np.float16)
+    out = np.zeros((k, q, p, lanes), np.float16)
+    a = lanes
+    run_desc("copy", (k, p, q, lanes), out,
+             HostView("o", DType.F16, 0, (q * p * a, a, p * a, 1)),
+             [(x, HostView("x", DType.F16, 0, (p * q * a, q * a, a, 1)))])
+    assert np.array_equal(out.view(np.uint16), x.transpose(0, 2, 1, 3).view(np.uint16))
+
+
 @pytest.mark.parametrize("heads,rows,groups,nan", [(2, 700, 5, False), (1, 3, 1, False),
                                                     (3, 130, 4, True)])
 def test_row_max_over_a_cube_view_reads_whole_atoms(heads, rows, groups, nan):
@@ -189,6 +205,27 @@ def test_row_max_over_a_cube_view_reads_whole_atoms(heads, rows, groups, nan):
              code=2, axis_mask=0b1100)
     want = x.astype(np.float32).max(axis=(1, 3))
     np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("lanes,rows", [(4, 700), (1, 300), (7, 65), (3, 2)])
+def test_row_max_over_the_first_lanes_of_each_atom(lanes, rows):
+    """A max over the first ``lanes`` of each 8-lane atom and the groups (Whisper's 1500 rows x
+    4 of 8 lanes): the interleaved path loads whole spans and skips each atom's other lanes;
+    bits equal numpy's max, NaN propagating, the trailing unreduced lanes left unread in
+    effect (they hold NaN and +inf here, which must not show)."""
+    x = RNG.standard_normal((2, 3, rows, 8)).astype(np.float16)
+    x[..., lanes:] = np.float16(np.inf)
+    x[1, 1, rows // 2, lanes:] = np.nan
+    x[0, 2, rows - 1, 0] = np.nan
+    x[1, :, 0, :lanes] = -0.0
+    out = np.zeros((2, rows), np.float32)
+    e = x.strides
+    run_desc("reduce", (2, rows, 3, lanes), out, HostView("o", F32, 0, (rows, 1, 0, 0)),
+             [(x, HostView("x", DType.F16, 0, (e[0] // 2, e[2] // 2, e[1] // 2, 1)))],
+             code=2, axis_mask=0b1100)
+    want = x[..., :lanes].astype(np.float32).max(axis=(1, 3))
+    np.testing.assert_array_equal(out, want)
+    assert np.array_equal(np.signbit(out), np.signbit(want))
 
 
 def test_row_gather_wider_than_a_chunk_loads_one_index_per_chunk():

@@ -65,6 +65,27 @@ def test_cube_c_matches_numpy(h, w, c, esize, extra_line, extra_surf, seed) -> N
     assert np.array_equal(back, py.unpack(packed).reshape(-1).view(np.uint8))
 
 
+@pytest.mark.parametrize("h,w,c,parts", [(150, 1, 40, 1), (150, 1, 40, 4), (70, 3, 24, 2),
+                                         (300, 1, 512, 3), (9, 40, 100, 1)])
+def test_cube_blocks_of_many_lines_match_numpy(h, w, c, parts) -> None:
+    """Heights past one block of lines (a block spans up to 64 lines, 64 KiB of rows), with a
+    partial last block, whole and split into parts; both directions byte-exact."""
+    py = CubeLayout(h, w, c, 8, np.float16)
+    cl = ffi.new("rj_cube_layout *", dict(height=h, width=w, channels=c, c2=8, esize=2))
+    x = _random((h, w, c), np.float16, h * 1000 + c)
+    packed = np.full(py.nbytes, 0xA5, np.uint8)
+    back = np.full(x.nbytes, 0xA5, np.uint8)
+    for part in range(parts):
+        for pack, src, dst in ((1, x, packed), (0, py.pack(x), back)):
+            src = np.ascontiguousarray(src)
+            err = _err()
+            rc = lib.rj_cube_convert_part(cl, pack, ffi.from_buffer(src), src.nbytes,
+                                          ffi.from_buffer(dst), dst.nbytes, part, parts, err)
+            assert rc == 0, ffi.string(err.msg).decode()
+    assert np.array_equal(packed, py.pack(x))
+    assert np.array_equal(back, x.reshape(-1).view(np.uint8))
+
+
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 70), k=st.integers(1, 80), kh=st.integers(1, 3), kw=st.integers(1, 3),
        groups=st.sampled_from([(16, 32, 2), (32, 32, 1), (16, 16, 4)]), seed=st.integers(0, 2**31))
