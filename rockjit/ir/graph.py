@@ -7,7 +7,6 @@ text never carries weight bytes. Every node keeps the user's source location.
 from __future__ import annotations
 
 import functools
-import operator
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -105,30 +104,14 @@ class Graph:
         return {n.attrs["name"]: n.out.type for n in self.nodes if n.op is Op.PARAM}
 
     def producers(self) -> dict[int, Node]:
-        """Value id -> the node defining it (a fresh dict)."""
-        return dict(self._index()[0])
+        return {v.id: n for n in self.nodes for v in n.outputs}
 
     def users(self) -> dict[int, list[Node]]:
-        """Value id -> the nodes using it, in node order (fresh lists)."""
-        return {k: list(ns) for k, ns in self._index()[1].items()}
-
-    def _index(self) -> tuple[dict[int, Node], dict[int, list[Node]]]:
-        """(producers, users) of the node list as it is now. The passes and the lowering ask
-        about 20 times per compile for the same few graphs (building users took ~4 ms for a
-        22-layer ModernBERT, copying it a tenth of that), so the index is kept with the
-        nodes it was made from and made again when ``nodes`` no longer holds exactly those
-        node objects in that order (``nodes`` is a plain list: a caller may change it)."""
-        nodes = tuple(self.nodes)
-        hit = self.__dict__.get("_indexed")
-        if hit is not None and len(hit[0]) == len(nodes) and all(map(operator.is_, hit[0], nodes)):
-            return hit[1], hit[2]
-        prod = {v.id: n for n in nodes for v in n.outputs}
-        users: dict[int, list[Node]] = {}
-        for n in nodes:
+        out: dict[int, list[Node]] = {}
+        for n in self.nodes:
             for v in n.inputs:
-                users.setdefault(v.id, []).append(n)
-        self.__dict__["_indexed"] = (nodes, prod, users)
-        return prod, users
+                out.setdefault(v.id, []).append(n)
+        return out
 
     def op_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
