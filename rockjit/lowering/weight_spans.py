@@ -32,33 +32,55 @@ def context_spans(b: Any) -> dict[tuple[int, int], tuple[int, int]]:
         old = spans.get(key)
         spans[key] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
 
+    # per job (the layers' calls share their jobs, compile_cache.py; only bindings differ):
+    # each name's hull of what it reads or addresses relative to the name, or None where
+    # it is addressed with no declared stream; a hull of hulls is the hull of the pieces
+    hulls: dict[int, tuple[Any, dict[str, tuple[int, int] | None]]] = {}
     for st in b.steps:
         for jr in st.jobs:
             if jr.core == 0:
                 continue
+            hit = hulls.get(id(jr.job))
+            if hit is None:
+                hit = hulls[id(jr.job)] = (jr.job, _job_hulls(b, jr.job))
             binding = b.calls[jr.call].binding
-            declared = set()
-            for name, off, pieces, pitch, chunk in job_shape(b._shapes, jr.job).reads:
+            for name, rel in hit[1].items():
                 at = binding.get(name)
-                if at is None or b.bufs[at[0]].kind != "weights" or pieces <= 0 or chunk <= 0:
+                if at is None or b.bufs[at[0]].kind != "weights":
                     continue
-                declared.add(name)
-                lo = at[1] + off
-                cover((jr.core, at[0]), lo, lo + (pieces - 1) * pitch + chunk)
-            for kick in jr.job.kicks:
-                for rel in kick.relocs.values():
-                    at = binding.get(rel.buffer)
-                    if at is None or b.bufs[at[0]].kind != "weights":
-                        continue
-                    if rel.buffer in declared:
-                        lo = at[1] + rel.offset
-                        cover((jr.core, at[0]), lo, lo + 1)
-                    else:
-                        # addressed with no declared stream: how far the hardware reads from
-                        # there is not known here, so the context gets the whole buffer (as
-                        # coalesce counts such a name as all of it)
-                        cover((jr.core, at[0]), 0, b.bufs[at[0]].size)
+                if rel is None:
+                    # addressed with no declared stream: how far the hardware reads from
+                    # there is not known here, so the context gets the whole buffer (as
+                    # coalesce counts such a name as all of it)
+                    cover((jr.core, at[0]), 0, b.bufs[at[0]].size)
+                else:
+                    cover((jr.core, at[0]), at[1] + rel[0], at[1] + rel[1])
     return spans
+
+
+def _job_hulls(b: Any, job: Any) -> dict[str, tuple[int, int] | None]:
+    """A job's names -> the hull of the bytes it reads (declared streams) or addresses
+    (relocations) relative to the name; None: a relocation with no declared stream."""
+    out: dict[str, tuple[int, int] | None] = {}
+
+    def add(name: str, lo: int, hi: int) -> None:
+        old = out.get(name, (lo, hi))
+        if old is not None:
+            out[name] = (min(old[0], lo), max(old[1], hi))
+
+    declared = set()
+    for name, off, pieces, pitch, chunk in job_shape(b._shapes, job).reads:
+        if pieces <= 0 or chunk <= 0:
+            continue
+        declared.add(name)
+        add(name, off, off + (pieces - 1) * pitch + chunk)
+    for kick in job.kicks:
+        for rel in kick.relocs.values():
+            if rel.buffer in declared:
+                add(rel.buffer, rel.offset, rel.offset + 1)
+            else:
+                out[rel.buffer] = None
+    return out
 
 
 def buffer_pieces(size: int, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

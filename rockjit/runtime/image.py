@@ -183,16 +183,21 @@ class ProgramImage:
         """Every index in range, every named array present with the right dtype: a loader
         never hands the C runtime an image it would have to guess about."""
         nb = len(self.bos)
+        sizes = [b.size for b in self.bos]
+        # the loops below run once per upload, job, task and host operand (~10^4 each on a
+        # whole model, twice per compile: built, then loaded): the BO test is inlined and
+        # the dtypes made once
+        u8, u64 = np.dtype("uint8"), np.dtype("uint64")
 
         def bo(i: Any, what: str) -> None:
             if not isinstance(i, int) or not 0 <= i < nb:
                 raise ImageError(f"{what} names BO {i!r}; the image has {nb}")
 
-        def arr(name: str, dtype: str, what: str) -> np.ndarray:
+        def arr(name: str, dtype: np.dtype, what: str) -> np.ndarray:
             a = self.arrays.get(name)
             if a is None:
                 raise ImageError(f"{what} names array {name!r}, which the image lacks")
-            if a.dtype != np.dtype(dtype):
+            if a.dtype != dtype:
                 raise ImageError(f"{what}: array {name!r} is {a.dtype}, expected {dtype}")
             return a
 
@@ -200,10 +205,15 @@ class ProgramImage:
             if b.role not in BO_ROLES or not isinstance(b.size, int) or b.size <= 0 \
                     or not isinstance(b.core, int) or not 0 <= b.core < max(self.contexts, 1):
                 raise ImageError(f"BO {k} ({b}) has a bad role, size or context")
+        arrays = self.arrays
         for u in self.uploads:
-            bo(u.bo, "an upload")
-            a = arr(u.array, "uint8", "an upload")
-            if u.offset < 0 or u.offset + a.size > self.bos[u.bo].size:
+            i = u.bo
+            if not isinstance(i, int) or not 0 <= i < nb:
+                bo(i, "an upload")
+            a = arrays.get(u.array)
+            if a is None or a.dtype != u8:
+                a = arr(u.array, u8, "an upload")
+            if u.offset < 0 or u.offset + a.size > sizes[i]:
                 raise ImageError(f"upload {u.array!r} ({a.size} bytes at {u.offset}) does not "
                                  f"fit BO {u.bo} ({self.bos[u.bo].size} bytes)")
         for z in self.zero_fills:
@@ -212,27 +222,31 @@ class ProgramImage:
                 raise ImageError(f"zero fill {z} does not fit its BO")
         for w in self.words:
             bo(w.bo, "regcmd words")
-            a = arr(w.array, "uint64", "regcmd words")
+            a = arr(w.array, u64, "regcmd words")
             if w.word_index < 0 or 8 * (w.word_index + a.size) > self.bos[w.bo].size:
                 raise ImageError(f"regcmd words {w.array!r} do not fit BO {w.bo}")
-        r = arr(self.relocs, "uint64", "the relocation table")
+        r = arr(self.relocs, u64, "the relocation table")
         if r.ndim != 2 or r.shape[1] != RELOC_FIELDS:
             raise ImageError(f"the relocation table has shape {r.shape}, expected (n, 5)")
+        ncontexts, nsources, njobs = max(self.contexts, 1), len(self.sources), len(self.jobs)
         for j, job in enumerate(self.jobs):
-            if not 0 <= job.core < max(self.contexts, 1):
+            if not 0 <= job.core < ncontexts:
                 raise ImageError(f"job {j} runs on context {job.core} of {self.contexts}")
             for t in job.tasks:
-                bo(t[0], f"a task of job {j}")
-                if t[1] < 0 or t[2] <= 0 or t[1] + 8 * t[2] > self.bos[t[0]].size:
+                i = t[0]
+                if not isinstance(i, int) or not 0 <= i < nb:
+                    bo(i, f"a task of job {j}")
+                if t[1] < 0 or t[2] <= 0 or t[1] + 8 * t[2] > sizes[i]:
                     raise ImageError(f"task {t} of job {j} does not fit its regcmd BO")
             for b in (*job.reads, *job.writes):
-                bo(b, f"job {j}'s BO list")
-            if job.source != -1 and not 0 <= job.source < len(self.sources):
+                if not isinstance(b, int) or not 0 <= b < nb:
+                    bo(b, f"job {j}'s BO list")
+            if job.source != -1 and not 0 <= job.source < nsources:
                 raise ImageError(f"job {j}'s source {job.source} is out of range")
         for s in self.steps:
             if s.kind == "npu":
                 for j in s.jobs:
-                    if not isinstance(j, int) or not 0 <= j < len(self.jobs):
+                    if not isinstance(j, int) or not 0 <= j < njobs:
                         raise ImageError(f"an NPU step names job {j!r} of {len(self.jobs)}")
             elif s.kind == "host":
                 if s.host is None:
@@ -240,13 +254,15 @@ class ProgramImage:
                 for name, op in s.host.operands.items():
                     if len(op) != OPERAND_FIELDS:
                         raise ImageError(f"host step operand {name!r} is {op!r}")
-                    bo(op[0], f"host step {s.host.kind} operand {name!r}")
-                    if not 0 <= op[1] <= self.bos[op[0]].size or not 0 <= op[3] < 1 << 32:
+                    i = op[0]
+                    if not isinstance(i, int) or not 0 <= i < nb:
+                        bo(i, f"host step {s.host.kind} operand {name!r}")
+                    if not 0 <= op[1] <= sizes[i] or not 0 <= op[3] < 1 << 32:
                         raise ImageError(f"host step {s.host.kind} operand {name!r} {op} is "
                                          f"outside its BO")
             else:
                 raise ImageError(f"step kind {s.kind!r} is neither 'npu' nor 'host'")
-            if s.source != -1 and not 0 <= s.source < len(self.sources):
+            if s.source != -1 and not 0 <= s.source < nsources:
                 raise ImageError(f"a step's source {s.source} is out of range")
         for which, sigs in (("input", self.inputs), ("output", self.outputs)):
             logical = self.signature(which)

@@ -167,3 +167,33 @@ def test_a_weights_buffer_addressed_without_a_declared_read_goes_whole() -> None
         calls=[SimpleNamespace(binding={"w": (0, 1024), "t": (1, 0)})], bufs=bufs, _shapes={})
     spans = context_spans(b)
     assert spans == {(1, 0): (1280, 1408), (2, 1): (0, 512)}, spans
+
+
+def test_weight_spans_of_one_job_shared_by_two_calls_follow_each_binding() -> None:
+    """context_spans takes each job apart once (the layers' calls share their jobs) and
+    applies every call's own binding: the same job under two bindings, on two contexts, and
+    under a binding that puts its weights name in the arena, gives each call's own span."""
+    from types import SimpleNamespace
+
+    from rockjit.lowering.op_lowering import NpuJob
+    from rockjit.lowering.regcmd import Access, Kick, Reloc
+    from rockjit.lowering.schedule import JobRef
+    from rockjit.lowering.weight_spans import context_spans
+
+    def kick(relocs, reads):
+        return Kick("rc", 0, (), relocs, (0,), (1,), (0,), tuple(reads), ())
+
+    # read [256, 384) of "w" in the first kick, an address of "w" at 500 in the second
+    shared = NpuJob((kick({0: Reloc("w", 300)}, [Access("w", 256, 128, 128)]),
+                     kick({0: Reloc("w", 500)}, [])))
+    bufs = [SimpleNamespace(kind="weights", size=4096), SimpleNamespace(kind="weights", size=4096),
+            SimpleNamespace(kind="arena", size=4096)]
+    calls = [SimpleNamespace(binding={"w": (0, 1000)}), SimpleNamespace(binding={"w": (1, 2000)}),
+             SimpleNamespace(binding={"w": (2, 0)})]
+    b = SimpleNamespace(
+        steps=[SimpleNamespace(jobs=[JobRef(0, shared, 1), JobRef(1, shared, 1)]),
+               SimpleNamespace(jobs=[JobRef(1, shared, 2), JobRef(2, shared, 2),
+                                     JobRef(0, shared, 0)])],
+        calls=calls, bufs=bufs, _shapes={})
+    spans = context_spans(b)
+    assert spans == {(1, 0): (1256, 1501), (1, 1): (2256, 2501), (2, 1): (2256, 2501)}, spans
