@@ -89,20 +89,17 @@ class _Plan:
     bias: bool
 
 
-def _bias_add(n: Node, users: Mapping[int, list[Node]], outputs: set[int],
-              consts: Mapping[int, np.ndarray]) -> tuple[Node, np.ndarray] | None:
-    """``n``'s only user when it is ``n.out + b`` with b a resident feature vector (a norm's
-    bias), and b."""
+def _vector_add(n: Node, users: Mapping[int, list[Node]], consts: Mapping[int, np.ndarray]
+                ) -> tuple[Node, Value, np.ndarray] | None:
+    """``n``'s only user when it is ``n.out + v`` (v a resident feature vector: a norm's or a
+    projection's bias), its operand v and v's vector, or None."""
     us = users.get(n.out.id, [])
-    if len(us) != 1 or us[0].op is not Op.ADD or us[0].out.id in outputs or \
-            us[0].out.type != n.out.type:
+    if len(us) != 1 or us[0].op is not Op.ADD or us[0].out.type != n.out.type:
         return None
     a = us[0]
     other = a.inputs[1] if a.inputs[0].id == n.out.id else a.inputs[0]
-    if other.id == n.out.id:
-        return None
-    vec = feature_vector(other, consts)
-    return None if vec is None else (a, vec)
+    vec = None if other.id == n.out.id else feature_vector(other, consts)
+    return None if vec is None else (a, other, vec)
 
 
 def _projections(prod: Value, users: Mapping[int, list[Node]],
@@ -155,10 +152,10 @@ def fold_norm_gains(graph: Graph, consts: Mapping[int, np.ndarray]
             if folds is not None:
                 plans[id(n)] = _Plan(x, folds, [n], False)
                 break
-            ba = _bias_add(n, users, outputs, consts)
-            if ba is None:
+            ba = _vector_add(n, users, consts)
+            if ba is None or ba[0].out.id in outputs:
                 continue
-            a, b = ba
+            a, _, b = ba
             # the gain stays a pass (n * g); only the bias moves into the projections
             folds = _projections(a.out, users, consts, None, b)
             if folds is not None and _biases_fit(folds, users, consts):
@@ -169,22 +166,9 @@ def fold_norm_gains(graph: Graph, consts: Mapping[int, np.ndarray]
     return _rewrite(graph, plans, users, consts)
 
 
-def _dot_bias(u: Node, users: Mapping[int, list[Node]], consts: Mapping[int, np.ndarray]
-              ) -> tuple[Node, Value, np.ndarray] | None:
-    """The projection's own bias add ``u.out + v`` (v a resident feature vector, u's only
-    user), its operand v and v's vector, or None."""
-    us = users.get(u.out.id, [])
-    if len(us) != 1 or us[0].op is not Op.ADD or us[0].out.type != u.out.type:
-        return None
-    a = us[0]
-    other = a.inputs[1] if a.inputs[0].id == u.out.id else a.inputs[0]
-    vec = None if other.id == u.out.id else feature_vector(other, consts)
-    return None if vec is None else (a, other, vec)
-
-
 def _biases_fit(folds, users, consts) -> bool:
     for u, _, c in folds:
-        db = _dot_bias(u, users, consts)
+        db = _vector_add(u, users, consts)
         total = c + (db[2].astype(np.float64) if db is not None else 0.0)
         if not np.isfinite(total).all() or np.abs(total).max(initial=0.0) > FP16_MAX:
             return False
@@ -203,7 +187,7 @@ def _rewrite(graph: Graph, plans: Mapping[int, _Plan], users: Mapping[int, list[
         if id(n) in plans:
             pl = plans[id(n)]
             for u, w, c in pl.folds:
-                db = _dot_bias(u, users, consts) if c is not None else None
+                db = _vector_add(u, users, consts) if c is not None else None
                 if db is not None:
                     a, _, vec = db
                     rebias[id(a)] = (u.out, vec.astype(np.float64) + c)
