@@ -195,11 +195,16 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
     def _place(self, node: Node, res: RuleResult) -> None:
         # Only a rule's independent calls (``parallel``) share a group, whose steps the
         # scheduler merges; dependent calls each get their own, so they run in order.
+        # The group is taken before placing: the first call's input conversion (a host pack
+        # placed in front of it) takes a group of its own, and the calls after it must still
+        # share the first one's, or a head's job splits off the others' step.
         out_tensors: dict[int, Tensor] = {}
+        group = self.group
         for i, call in enumerate(res.calls):
             if i == 0 or not res.parallel:
                 self.group += 1
-            self._place_call(call, self.group, f"%{node.out.id} = {node.op.text}", out_tensors)
+                group = self.group
+            self._place_call(call, group, f"%{node.out.id} = {node.op.text}", out_tensors)
         for v, holder, form, off in res.also:
             t = self.tensors[holder.id][-1]
             full = F.reshape(form, v.type.shape)

@@ -132,3 +132,33 @@ def test_a_residual_add_runs_on_its_matmuls_cores_in_its_step() -> None:
     got, ref, bound, st, _ = run_sim(_residual_projection, p, x)
     check_bound(got, ref, bound, "x + (x @ w + b)")
     assert st["npu_ops"] == 2 and st["npu_steps"] == 1, st
+
+
+@needs_sim
+def test_max_subtraction_joins_the_exp_step_head_by_head() -> None:
+    """The softmax's max subtraction is one call per head; the first call's host pack of the
+    row max (placed in front of it) once took a schedule group of its own, so head 0's job
+    split off the others' step, the 5 left were dealt over the cores out of line with the exp's
+    ranges, and the exp had to wait for a copy in a step of its own. Every head's subtraction
+    must run in one step with the rest, on the core of the exp range that reads it, and the
+    two ops must share an NPU step. Against JAX on the simulator."""
+    rng = np.random.default_rng(93)
+    params = {n: (rng.standard_normal((192, 192)) / 14).astype(np.float32) for n in ("wq", "wk")}
+    x = rng.standard_normal((48, 192)).astype(np.float32)
+    f = rockjit.compile(_heads, resident_argnums=0, backend="sim")
+    got = np.asarray(f(params, x), np.float64)
+    c = f.compiled(params, x)
+    ref = np.asarray(_heads(params, x), np.float64)      # JAX on CPU
+    check_bound(got, ref, T.graph_bound(c.graph, c.params, [x])[0] + 2.0 ** -23 * np.abs(ref),
+                "softmax over 6 heads")
+    prog = c._runner.loaded_graph
+    calls = prog.lowered.calls
+
+    def jobs(op: str) -> list[tuple[int, int]]:
+        return [(si, jr.core) for si, st in enumerate(prog.steps) if st.kind == "npu"
+                for jr in st.jobs if f"= {op}" in str(calls[jr.call].node)]
+
+    sub, exp = jobs("sub"), jobs("exp")
+    assert len(sub) == 6 and len(exp) == 6, (sub, exp)
+    assert len({si for si, _ in sub + exp}) == 1, (sub, exp)
+    assert [c for _, c in sub] == [c for _, c in exp]
