@@ -158,8 +158,8 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         node = guard_bounds(node, self.consts, self.tensors, self.fresh_value, self.fp16_ids)
         ctx = self.ctx(node)
         res, why = lower_node(ctx)
-        if fused:
-            self._prescale_read(node, fused[0], res)
+        if fused and self._prescale_read(node, fused[0], res):
+            res, why = lower_node(self.ctx(node))   # again, with the prescale's own form known
         label = f"%{node.out.id} = {node.op.text}"
         if res.view is not None:
             if self._apply_view(node, res):
@@ -176,14 +176,16 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         self.decisions.append(Decision(label, str(node.loc), where, how, why or res.note
                                        if where == "host" else why))
 
-    def _prescale_read(self, node: Node, v: Value, res: RuleResult) -> None:
-        """Lower a matched square's prescale ``v`` where the chosen calls still read it."""
+    def _prescale_read(self, node: Node, v: Value, res: RuleResult) -> bool:
+        """Whether the chosen calls of a matched square still read its prescale ``v`` (then
+        lowered now); else records that v is not computed."""
         if any(u.value.id == v.id for c in res.calls for u in c.operands):
             self.demand(v)
-        else:
-            self.decisions.append(Decision(f"%{v.id} = mul", str(node.loc), "npu",
-                                           f"read by %{node.out.id}'s one-pass square from its "
-                                           f"operand (rules/scaled_square.py)"))
+            return True
+        self.decisions.append(Decision(f"%{v.id} = mul", str(node.loc), "npu",
+                                       f"read by %{node.out.id}'s one-pass square from its "
+                                       f"operand (rules/scaled_square.py)"))
+        return False
 
     def demand(self, v: Value) -> None:
         if v.id in self.tensors or v.id in self.consts:
