@@ -217,6 +217,9 @@ def _joined(prev: Run, run: Run) -> Run | None:
     if n == 1 and c2 == chunk and a - lo > chunk and (m == 1 or p2 == a - lo):
         # a second piece sets the pitch
         return (lo, 1 + m, a - lo, chunk)
+    if n > 1 and m == n and p2 == pitch and a == lo + chunk and chunk + c2 <= pitch:
+        # the next bytes of every piece: wider pieces (the next row tile of each plane)
+        return (lo, n, pitch, chunk + c2)
     return None
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from rockjit.lowering.context_copies import ResidencyWalk
 
-ARENA = 512
+ARENA = 2048
 
 
 def _bytes(run) -> np.ndarray:
@@ -33,7 +33,7 @@ def _queued(copies) -> list:
     return w._pending
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", range(25))
 def test_joined_copies_leave_the_arenas_as_one_by_one(seed) -> None:
     rng = np.random.default_rng(seed)
     pitch = int(rng.choice([16, 24, 32]))
@@ -51,6 +51,8 @@ def test_joined_copies_leave_the_arenas_as_one_by_one(seed) -> None:
         nxt = lo + n * (p if n > 1 else pitch)
         if nxt + c <= ARENA:
             copies.append((s, d, (nxt, 1, c, c)))
+        if n > 1 and 2 * c <= p:
+            copies.append((s, d, (lo + c, n, p, c)))      # the next bytes of every piece
     q = _queued(copies)
     assert np.array_equal(_apply(q, 3), _apply(copies, 3))
 
@@ -64,6 +66,17 @@ def test_alternating_sources_become_one_copy_per_pair() -> None:
         copies.append((1, 2, (plane * 128 + 40, 1, 40, 40)))
     q = _queued(copies)
     assert q == [(0, 2, (0, 4, 128, 40)), (1, 2, (40, 4, 128, 40))]
+    assert np.array_equal(_apply(q, 3), _apply(copies, 3))
+
+
+def test_next_row_tiles_widen_the_pieces() -> None:
+    # a reader's row tiles, each a strided run over 4 planes, alternating two sources
+    copies = []
+    for tile in range(3):
+        copies.append((0, 2, (tile * 16, 4, 256, 16)))
+        copies.append((1, 2, (1024 + tile * 16, 4, 256, 16)))
+    q = _queued(copies)
+    assert q == [(0, 2, (0, 4, 256, 48)), (1, 2, (1024, 4, 256, 48))]
     assert np.array_equal(_apply(q, 3), _apply(copies, 3))
 
 
