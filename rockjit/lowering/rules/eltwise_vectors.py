@@ -201,7 +201,6 @@ def recip_rows(ctx: RuleContext, srow, form: CubeForm, shape: tuple[int, ...]):
     written straight into the row-vector cube(s) the per-row multiply reads: one host-op
     binary divide, fp32 in, fp16 out. Returns (host OpCall, r value, the form r is in)."""
     from ..host_rules import BINARY_CODES, HostView, host_op_step
-    from ...runtime import host_abi as ABI
 
     items = form.batch_items()
     rows_total = math.prod(shape[:-1])
