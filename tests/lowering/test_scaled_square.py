@@ -7,6 +7,9 @@ import zlib
 import numpy as np
 import pytest
 
+import rockjit
+from models import layers as L
+from rockjit.cost import program_of
 from rockjit.ir.types import DType
 from rockjit.lowering.emitters.eltwise import build_scaled_square
 from rockjit.lowering.layouts import feature_layout
@@ -53,3 +56,26 @@ def test_scaled_square_is_one_rounding(shape, shift) -> None:
 def test_scaled_square_refuses_a_subnormal_factor() -> None:
     with pytest.raises(LoweringError, match="normal fp16"):
         build_scaled_square(feature_layout(P, F16, 16, 1, 32), 15, P)
+
+
+def _layer_norm(p, x):
+    return L.layer_norm(x, p["g"], p["b"], 1e-6)
+
+
+def test_layer_norm_runs_its_first_square_from_x_on_the_simulator() -> None:
+    """A residual stream in the hundreds (the range plan prescales x by 2^-s before squaring):
+    the prescale is not computed, the square reads x, and the norm matches float64 numpy."""
+    rng = np.random.default_rng(5)
+    t, h = 40, 96
+    x = (rng.standard_normal((t, h)) * 60 + rng.standard_normal((t, 1)) * 300).astype(np.float32)
+    p = {"g": (1 + 0.1 * rng.standard_normal(h)).astype(np.float32),
+         "b": (0.1 * rng.standard_normal(h)).astype(np.float32)}
+    f = rockjit.compile(_layer_norm, resident_argnums=0, backend="sim")
+    got = np.asarray(f(p, x), np.float64)
+    xd = x.astype(np.float64)
+    c = xd - xd.mean(-1, keepdims=True)
+    ref = c / np.sqrt((c * c).mean(-1, keepdims=True) + 1e-6) * p["g"] + p["b"]
+    assert np.abs(got - ref).max() < 4e-3 * np.abs(ref).max()
+    decisions = program_of(f.compiled(p, x)).lowered.decisions
+    assert any(d.how == "eltwise.build_scaled_square" for d in decisions)
+    assert any("one-pass square" in d.how for d in decisions)
