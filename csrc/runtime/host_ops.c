@@ -77,7 +77,7 @@ const char *rj_host_op_kind_name(uint32_t kind)
 
 static const char *const UN_NAMES[RJ_UN_COUNT] = {
     NULL, "neg", "abs", "exp", "log", "tanh", "logistic", "erf", "sqrt", "rsqrt", "sin", "cos",
-    "integer_pow",
+    "integer_pow", "recip_lo",
 };
 static const char *const BIN_NAMES[RJ_BIN_COUNT] = {NULL, "add", "sub", "mul", "div", "max", "min",
                                                     "pow"};
@@ -430,6 +430,15 @@ static void unary_f(uint32_t code, int64_t y, int64_t m, const float *a, float *
         }
         break;
     }
+    case RJ_UN_RECIP_LO:
+        /* t = 1/a, hi = f16(t) as a store to f16 rounds it; t - hi is exact in f32 (hi is
+         * within half an f16 ulp of t) and so is the power-of-two scale: the same bits as the
+         * binary div, f16 store, sub and mul it replaces */
+        for (int64_t i = 0; i < m; i++) {
+            float t = 1.0f / a[i];
+            o[i] = ldexpf(t - rj_h2f(rj_f2h(t)), (int)y);
+        }
+        break;
     default: break;
     }
 }
@@ -1358,7 +1367,8 @@ static int check_kind(const rj_host_op *op, rj_err *err)
         return FAIL(RJ_EINVAL, "host op %s: axis_mask 0x%x is only meaningful for reduce; set 0",
                     NM, op->axis_mask);
     /* iparams each kind reads; the rest must be zero */
-    uint32_t used = op->kind == RJ_HOST_UNARY && op->code == RJ_UN_IPOW ? 1u
+    uint32_t used = op->kind == RJ_HOST_UNARY && (op->code == RJ_UN_IPOW ||
+                                                  op->code == RJ_UN_RECIP_LO) ? 1u
                     : op->kind == RJ_HOST_SELECT || op->kind == RJ_HOST_TAKE ? 3u
                     : op->kind == RJ_HOST_IOTA ? 1u : 0u;
     for (int i = 0; i < 4; i++)
@@ -1369,7 +1379,7 @@ static int check_kind(const rj_host_op *op, rj_err *err)
     switch (op->kind) {
     case RJ_HOST_UNARY:
         if (op->code == 0 || op->code >= RJ_UN_COUNT)
-            return FAIL(RJ_EINVAL, "host op unary: unknown code %u (RJ_UN_NEG 1 .. RJ_UN_IPOW %u)",
+            return FAIL(RJ_EINVAL, "host op unary: unknown code %u (RJ_UN_NEG 1 .. RJ_UN_RECIP_LO %u)",
                         op->code, RJ_UN_COUNT - 1);
         if (a->dtype == RJ_DT_BOOL)
             return FAIL(RJ_EINVAL, "host op %s: needs a numeric input, got bool", NM);

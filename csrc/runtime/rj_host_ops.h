@@ -49,7 +49,9 @@ enum {
 enum {
     RJ_HOST_COPY = 16,    /* out = in (converting when the dtypes differ): transpose,
                              broadcast, slice, reshape, concat piece, pad fill, convert */
-    RJ_HOST_UNARY = 17,   /* out = f(in); code RJ_UN_*; IPOW: iparam[0] = exponent */
+    RJ_HOST_UNARY = 17,   /* out = f(in); code RJ_UN_*; IPOW: iparam[0] = exponent;
+                             RECIP_LO: (t - f16(t)) * 2^iparam[0] with t = 1/in (f32), the low
+                             part of t split into two f16 */
     RJ_HOST_BINARY = 18,  /* out = f(a, b); code RJ_BIN_*; a and b share one dtype */
     RJ_HOST_COMPARE = 19, /* out = (a op b) as 0/1; code RJ_CMP_* */
     RJ_HOST_SELECT = 20,  /* inputs: which, case c0 [, c1]. iparam[0] = first case number f,
@@ -69,7 +71,7 @@ enum {
 enum {
     RJ_UN_NEG = 1, RJ_UN_ABS = 2, RJ_UN_EXP = 3, RJ_UN_LOG = 4, RJ_UN_TANH = 5,
     RJ_UN_LOGISTIC = 6, RJ_UN_ERF = 7, RJ_UN_SQRT = 8, RJ_UN_RSQRT = 9, RJ_UN_SIN = 10,
-    RJ_UN_COS = 11, RJ_UN_IPOW = 12, RJ_UN_COUNT = 13,
+    RJ_UN_COS = 11, RJ_UN_IPOW = 12, RJ_UN_RECIP_LO = 13, RJ_UN_COUNT = 14,
 };
 enum {
     RJ_BIN_ADD = 1, RJ_BIN_SUB = 2, RJ_BIN_MUL = 3, RJ_BIN_DIV = 4, RJ_BIN_MAX = 5,

@@ -116,23 +116,24 @@ class ResidencyWalk:
             self._queue(src, ctx, r)
 
     def _queue(self, src: int, dst: int, run: Run) -> None:
-        """A copy joins the one queued just before it when it continues it (same contexts,
-        the next bytes or the next pieces at the same pitch): one host step, not two. Only
-        the last is merged, so the copies keep their order (a later one may read bytes an
-        earlier one brought)."""
-        if self._pending:
-            s, d, (lo, n, pitch, chunk) = self._pending[-1]
-            a, m, p2, c2 = run
-            contiguous = (n == 1 or pitch == chunk) and (m == 1 or p2 == c2)
+        """A copy joins a queued one between the same contexts when it continues it (the
+        next bytes, or the next pieces at the same pitch): one host step, not two -- the
+        pieces of a row range that alternate between source contexts (a cube split by rows
+        read by a pass split by planes) become one strided copy per pair of contexts. Joining
+        an earlier copy runs this one before the copies queued after that one, so it only
+        joins across copies that neither write into its source context (it may need their
+        bytes), nor read from its target context (they saw it before this copy), nor write
+        bytes of it into the same target (the later write must stay the later)."""
+        for i in range(len(self._pending) - 1, max(-1, len(self._pending) - 1 - _JOIN_BACK), -1):
+            s, d, prev = self._pending[i]
             if (s, d) == (src, dst):
-                if contiguous and a == lo + n * chunk:
-                    size = n * chunk + m * c2
-                    self._pending[-1] = (s, d, (lo, 1, size, size))
+                joined = _joined(prev, run)
+                if joined is not None:
+                    self._pending[i] = (s, d, joined)
                     return
-                if n > 1 and m >= 1 and c2 == chunk and (m == 1 or p2 == pitch) \
-                        and a == lo + n * pitch and pitch != chunk:
-                    self._pending[-1] = (s, d, (lo, n + m, pitch, chunk))
-                    return
+                break
+            if d == src or s == dst or (d == dst and not _disjoint(prev, run)):
+                break
         self._pending.append((src, dst, run))
 
     def _flush(self) -> None:
@@ -180,6 +181,46 @@ class ResidencyWalk:
             if (run := boundary_run(self.b, bd)) is not None:
                 self.bring(run, 0)
         self._flush()
+
+
+# how many queued copies a new one looks back over for one to join (compile time stays linear)
+_JOIN_BACK = 8
+
+
+def _disjoint(a: Run, b: Run) -> bool:
+    """Whether two runs surely share no byte (False where that is not plain: conservative)."""
+    (lo1, n1, p1, c1), (lo2, n2, p2, c2) = a, b
+    hi1, hi2 = lo1 + (n1 - 1) * p1 + c1, lo2 + (n2 - 1) * p2 + c2
+    if hi1 <= lo2 or hi2 <= lo1:
+        return True
+    pitch = p1 if n1 > 1 else p2
+    if (n1 > 1 and n2 > 1 and p1 != p2) or pitch < max(c1, c2):
+        return False
+    # both runs repeat at one pitch: their pieces' offsets within the pitch must not meet
+    r1, r2 = lo1 % pitch, lo2 % pitch
+    return all(not (x < y + cy and y < x + cx)
+               for x, cx in ((r1, c1), (r1 - pitch, c1), (r1 + pitch, c1))
+               for y, cy in ((r2, c2),))
+
+
+def _joined(prev: Run, run: Run) -> Run | None:
+    """``prev`` and ``run`` as one run where ``run`` continues ``prev``, else None."""
+    lo, n, pitch, chunk = prev
+    a, m, p2, c2 = run
+    contiguous = (n == 1 or pitch == chunk) and (m == 1 or p2 == c2)
+    if contiguous and a == lo + n * chunk:
+        size = n * chunk + m * c2
+        return (lo, 1, size, size)
+    if n > 1 and m >= 1 and c2 == chunk and (m == 1 or p2 == pitch) and \
+            a == lo + n * pitch and pitch != chunk:
+        return (lo, n + m, pitch, chunk)
+    if n == 1 and c2 == chunk and a - lo > chunk and (m == 1 or p2 == a - lo):
+        # a second piece sets the pitch
+        return (lo, 1 + m, a - lo, chunk)
+    if n > 1 and m == n and p2 == pitch and a == lo + chunk and chunk + c2 <= pitch:
+        # the next bytes of every piece: wider pieces (the next row tile of each plane)
+        return (lo, n, pitch, chunk + c2)
+    return None
 
 
 def eager_copies(b: "ImageBuilder", st: ScheduledStep) -> tuple[list, list]:

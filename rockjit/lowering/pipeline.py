@@ -45,6 +45,7 @@ from .residency import Residency
 from .rules import forms as F
 from .rules.base import CubeForm, RowForm, RuleContext, RuleResult, Tensor
 from .rules.row_sum import row_sum_columns
+from .rules.scaled_square import prescaled_squares
 
 __all__ = ["Buf", "Boundary", "LoweredGraph", "Lowerer", "PlacedCall", "fold_consts", "lower_graph"]
 
@@ -83,13 +84,17 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         # is lowered first, whichever comes first in the graph (rules/row_sum.py)
         self.row_sums = row_sum_columns(graph)
         self.row_sum_dots = {s.id: self.producers[d] for d, s in self.row_sums.items()}
+        # squares of a power-of-two prescale read from the unscaled value: the prescale is
+        # lowered only if something still reads it (rules/scaled_square.py)
+        self.prescaled = prescaled_squares(graph, self.consts)
+        self.absorbed = {v.id: sq for sq, (v, _, _) in self.prescaled.items()}
 
     def ctx(self, node: Node) -> RuleContext:
         return RuleContext(self.profile, node, self.producers, self.consts, self.forms,
                            fresh=self.fresh_value, graph_inputs=self.graph.inputs,
                            sliced=lambda v: v.id in self.slots and self._slot_open(v),
                            fp32_values=self.fp32_values, row_sums=self.row_sums,
-                           users=self.users)
+                           users=self.users, prescaled=self.prescaled)
 
     def fresh_value(self, t) -> Value:
         """A value id no graph node uses, for a rule's private intermediate."""
@@ -112,7 +117,7 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
                 self.decisions.append(Decision(f"%{node.out.id} = {node.op.text}", str(node.loc),
                                                "const", "compile time"))
                 continue
-            if self._deferred(node, users):
+            if self._deferred(node, users) or node.out.id in self.absorbed:
                 continue
             self.lower(node)
 
@@ -144,7 +149,8 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
                     f"%{node.out.id} = {node.op.text}", str(node.loc), "npu",
                     f"ones column of %{dot.out.id}'s value product (rules/row_sum.py)"))
                 return
-        for v in node.inputs:
+        fused = self.prescaled.get(node.out.id)
+        for v in ((fused[1],) if fused else node.inputs):
             p = self.producers.get(v.id)
             if p is None or not self._deferred(p, {}):
                 self.demand(v)
@@ -152,6 +158,8 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         node = guard_bounds(node, self.consts, self.tensors, self.fresh_value, self.fp16_ids)
         ctx = self.ctx(node)
         res, why = lower_node(ctx)
+        if fused and self._prescale_read(node, fused[0], res):
+            res, why = lower_node(self.ctx(node))   # again, with the prescale's own form known
         label = f"%{node.out.id} = {node.op.text}"
         if res.view is not None:
             if self._apply_view(node, res):
@@ -167,6 +175,17 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
         how = " + ".join(dict.fromkeys(c.emitter for c in res.calls))
         self.decisions.append(Decision(label, str(node.loc), where, how, why or res.note
                                        if where == "host" else why))
+
+    def _prescale_read(self, node: Node, v: Value, res: RuleResult) -> bool:
+        """Whether the chosen calls of a matched square still read its prescale ``v`` (then
+        lowered now); else records that v is not computed."""
+        if any(u.value.id == v.id for c in res.calls for u in c.operands):
+            self.demand(v)
+            return True
+        self.decisions.append(Decision(f"%{v.id} = mul", str(node.loc), "npu",
+                                       f"read by %{node.out.id}'s one-pass square from its "
+                                       f"operand (rules/scaled_square.py)"))
+        return False
 
     def demand(self, v: Value) -> None:
         if v.id in self.tensors or v.id in self.consts:

@@ -48,6 +48,7 @@ UNARY: dict[str, int] = {
     'sin': 10,
     'cos': 11,
     'ipow': 12,
+    'recip_lo': 13,
 }
 
 BINARY: dict[str, int] = {'add': 1, 'sub': 2, 'mul': 3, 'div': 4, 'max': 5, 'min': 6, 'pow': 7}

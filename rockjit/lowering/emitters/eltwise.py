@@ -301,6 +301,40 @@ def build_binary(op: str, layout: CubeLayout, profile: ChipProfile | str | None 
     return npu_program(bufs, [tasks], profile, ("a", "b"), ("out",), bounds=bounds)
 
 
+# the largest shift whose 2^-shift is a normal fp16 register operand (fp16's least normal is
+# 2^-14; a subnormal MUL operand is nowhere documented)
+SQUARE_MAX_SHIFT = 14
+
+
+@memoized
+def build_scaled_square(layout: CubeLayout, shift: int, profile: ChipProfile | str | None = None,
+                        parts: int = 1) -> OpLowering:
+    """out = (x 2^-shift)^2 in one DPU-only two-operand pass, where ``x * 2^-shift`` and its
+    square are otherwise two passes (a LayerNorm's first statistics pass,
+    range_rewrites._pass1): MRDMA streams x through the BS and BN MULs by 2^-shift each, ERDMA
+    streams x again, the EW stage multiplies. Exact up to the one output rounding: fp32 holds
+    x 4^-shift exactly (a power of two, far inside fp32's exponents) and the product of two
+    11-bit significands exactly, so the result is fp16((x 2^-shift)^2) -- the two-pass form's
+    value wherever x 2^-shift is a normal fp16, and nearer where the two-pass form rounded a
+    subnormal x 2^-shift first. The factor is split over BS and BN because 4^-shift is no
+    normal fp16 past shift 7. Buffers and jobs as build_binary (``a`` and ``b`` both x)."""
+    profile = resolve_profile(profile)
+    check_fp16_cube(layout, profile, "scaled square")
+    if not 1 <= shift <= SQUARE_MAX_SHIFT:
+        raise LoweringError(f"scaled square: 2^-{shift} is not a normal fp16 register operand "
+                            f"(shift 1..{SQUARE_MAX_SHIFT})")
+    half = SdpStage(mul=fp16_bits(2.0 ** -shift))
+    bounds = part_bounds(layout.nbytes, profile, parts)
+    tasks = [emit_flying_ew(f"sqs{i}", profile, "mul", Reloc("a", off), Reloc("b", off),
+                            Reloc("out", off), n, bs=half, bn=half)
+             for i, (off, n) in enumerate(flying_chunks(layout.nbytes, profile, bounds))]
+    span = ceil_div(layout.nbytes, profile.atom_bytes) * profile.atom_bytes
+    bufs = [BufferSpec("a", "input", span, layout=layout, bind=0),
+            BufferSpec("b", "input", span, layout=layout, bind=1),
+            BufferSpec("out", "output", span, layout=layout, bind=0)]
+    return npu_program(bufs, [tasks], profile, ("a", "b"), ("out",), bounds=bounds)
+
+
 def scalar_stages(op: str, value: float, reverse: bool) -> tuple[SdpStage | None, SdpStage | None]:
     """BS/BN register operands for ``x OP c`` (``c OP x`` when ``reverse``). The constant is
     the fp16 value of ``value`` (the tensor's dtype), held exactly as the fp32 ALU operand."""

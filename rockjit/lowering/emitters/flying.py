@@ -59,14 +59,20 @@ def emit_flying(name: str, profile: ChipProfile, src: Reloc, dst: Reloc, positio
 
 
 def emit_flying_ew(name: str, profile: ChipProfile, op: str, src: Reloc, operand: Reloc,
-                   dst: Reloc, positions: int, *, bs: SdpStage | None = None) -> EmittedTask:
+                   dst: Reloc, positions: int, *, bs: SdpStage | None = None,
+                   bn: SdpStage | None = None) -> EmittedTask:
     """A DPU-only task out = src OP operand over ``positions`` consecutive atoms of one fp16
-    surface each (op add / max / min / mul): MRDMA streams ``src`` (through the BS stage, if
-    given), ERDMA the operand, the EW stage combines them in fp32 and the output converter
-    rounds once -- the conv-fed EW's arithmetic, with no CNA/CORE pass (task.write_dpu_rdma)."""
+    surface each (op add / max / min / mul): MRDMA streams ``src`` (through the BS and then the
+    BN stage, if given: the SDP's X1 -> X2 -> Y order, notes: sdp-stage-precision.md "SDP
+    read-modify-write stages"), ERDMA the operand, the EW stage combines them in fp32 and the
+    output converter rounds once -- the conv-fed EW's arithmetic, with no CNA/CORE pass
+    (task.write_dpu_rdma)."""
     if not 1 <= positions <= FLYING_MAX_POSITIONS:
         raise LoweringError(f"{name}: a flying DPU task covers 1..{FLYING_MAX_POSITIONS} positions "
                             f"(QUIRK 3 keeps it well under the 13-bit width), got {positions}")
-    st = DpuStages(bs=bs, ew=ew_stage(op))
+    if any(s is not None and s.alu_src for s in (bs, bn)):
+        raise LoweringError(f"{name}: a flying task's BS/BN operands are registers (no memory "
+                            f"vector is read on this path)")
+    st = DpuStages(bs=bs, bn=bn, ew=ew_stage(op))
     tpl = cached_template(profile, ("flying", positions, st), lambda: _build(profile, positions, st))
     return tpl.bind(name, {"src": src, "ew": operand, "out": dst})

@@ -228,6 +228,9 @@ class RuleContext:
     row_sums: Mapping[int, Value] = field(default_factory=dict)
     # value id -> the nodes reading it (row-split passes look for the reduce they feed)
     users: Mapping[int, list[Node]] = field(default_factory=dict)
+    # square value id -> (v, x, s): v * v with v = x * 2^-s, squared from x in one pass
+    # (rules/scaled_square.py)
+    prescaled: Mapping[int, tuple[Value, Value, int]] = field(default_factory=dict)
 
     def const(self, v: Value) -> np.ndarray | None:
         return self.consts.get(v.id)

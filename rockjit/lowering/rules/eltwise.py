@@ -213,11 +213,34 @@ def lower_neg(ctx: RuleContext) -> RuleResult:
                               forms_out=(form,))])
 
 
+def _scaled_square(ctx: RuleContext) -> RuleResult | None:
+    """``(x 2^-s)^2`` read from x in one pass (rules/scaled_square.py), or None: the square
+    of its operand as usual (the pipeline then lowers the prescale too)."""
+    from ..emitters import eltwise as ew
+
+    _, x, s = ctx.prescaled[ctx.node.out.id]
+    form, flat = _dense_f16_operand(ctx, x)
+    if row_split_cuts(ctx, form):
+        return None
+    try:
+        prog = ew.build_scaled_square(flat, s, ctx.profile, flat_parts(ctx, form))
+    except LoweringError:
+        return None
+    return RuleResult([OpCall(prog, (Use(x), Use(x)), (Use(ctx.node.out),), "scaled square",
+                              emitter="eltwise.build_scaled_square", forms_in=(form, form),
+                              forms_out=(form,))],
+                      note=f"(x 2^-{s})^2 from x in one pass")
+
+
 def lower_binary_op(ctx: RuleContext) -> RuleResult:
     from ..emitters import eltwise as ew
     from ..emitters import eltwise_rows as ew_rows
 
     node = ctx.node
+    if node.out.id in ctx.prescaled:
+        res = _scaled_square(ctx)
+        if res is not None:
+            return res
     op = BINARY[node.op]
     x, y = node.inputs
     prefer_host(ctx, x, y)

@@ -239,11 +239,12 @@ def deferred_division_calls(ctx: RuleContext, x, srow, shape: tuple[int, ...]) -
     """(e @ v) / s per row for a deferred softmax (ir/passes/softmax_dot.py): x is the fp32
     cube form the value product wrote, s the fp32 row sums on the host. The host splits
     r = 1/s into two fp16 channels of the row-vector cube (hi = fp16(r), lo = fp16((r - hi) /
-    LO_SCALE)) and one NPU pass per cube (a head) scales x by hi + lo * LO_SCALE (exact in
+    LO_SCALE), one host step each) and one NPU pass per cube (a head) scales x by hi + lo * LO_SCALE (exact in
     fp32) into the fp16 cube the next op reads: one rounding of the quotient, as on the host,
     without the fp32 tensor crossing to the CPU (eltwise_row.build_row_scale_wide)."""
     from ..emitters import eltwise_row as ewr
     from ..host_rules import BINARY_CODES, HostView, host_op_step
+    from ...runtime import host_abi as ABI
     from ..layouts import feature_layout
 
     form = next((f for f in ctx.forms(x) if isinstance(f, CubeForm)), None)
@@ -270,24 +271,22 @@ def deferred_division_calls(ctx: RuleContext, x, srow, shape: tuple[int, ...]) -
         raise NoNpuForm("the row sums do not match the product's rows")
     r, r_form, vlay, item, n_out = _row_vector_out(ctx, lay16.height, tuple(shape[:nb]), rows)
     s_rows = RowForm(DType.F32, tuple(srow.type.shape))
-    sizes = {"s": s_rows.nbytes, "one": 4, "t": 4 * batch * rows, "d": 4 * batch * rows,
-             "h": 4 * batch * rows, "k": 4, "out": n_out}
+    sizes = {"s": s_rows.nbytes, "one": 4, "out": n_out}
     hv = ((batch, rows), (rows, 1))
     ov = (item // 2, vlay.line_stride // 2)
     f32, f16 = DType.F32, DType.F16
-    plan = [  # t = 1 / s; hi = fp16(t); d = t - f32(hi); lo = fp16(d / LO_SCALE)
-        ("binary", BINARY_CODES[Op.DIV], HostView("t", f32, 0, hv[1]),
-         [HostView("one", f32, 0, (0, 0)), HostView("s", f32, 0, hv[1])]),
-        ("copy", 0, HostView("out", f16, 0, ov), [HostView("t", f32, 0, hv[1])]),
-        ("copy", 0, HostView("h", f32, 0, hv[1]), [HostView("out", f16, 0, ov)]),
-        ("binary", BINARY_CODES[Op.SUB], HostView("d", f32, 0, hv[1]),
-         [HostView("t", f32, 0, hv[1]), HostView("h", f32, 0, hv[1])]),
-        ("binary", BINARY_CODES[Op.MUL], HostView("out", f16, 1, ov),
-         [HostView("d", f32, 0, hv[1]), HostView("k", f32, 0, (0, 0))])]
+    lo_shift = -int(np.log2(ewr.LO_SCALE))
+    plan = [  # hi = fp16(1 / s); lo = fp16((1 / s - f32(hi)) / LO_SCALE): two steps, each
+              # reading s once (csrc/runtime/host_ops.c RJ_UN_RECIP_LO)
+        ("binary", BINARY_CODES[Op.DIV], HostView("out", f16, 0, ov),
+         [HostView("one", f32, 0, (0, 0)), HostView("s", f32, 0, hv[1])], ()),
+        ("unary", ABI.UNARY["recip_lo"], HostView("out", f16, 1, ov),
+         [HostView("s", f32, 0, hv[1])], (lo_shift,))]
     steps, descs = [], []
-    for j, (kind, code, out_v, ins) in enumerate(plan):
+    for j, (kind, code, out_v, ins, iparams) in enumerate(plan):
         st, desc = host_op_step(kind, hv[0], out_v, ins, {**sizes, f"rdesc{j}": 0},
-                                f"rdesc{j}", code=code, what="split per-row reciprocal")
+                                f"rdesc{j}", code=code, iparams=iparams,
+                                what="split per-row reciprocal")
         # O(rows) elements through strided views, not the row-vector cubes' whole bytes
         moved = batch * rows * sum(v.dtype.to_numpy().itemsize for v in (out_v, *ins))
         steps.append(HostStep(st.kind, st.operands, {"bytes": moved}))
@@ -295,9 +294,6 @@ def deferred_division_calls(ctx: RuleContext, x, srow, shape: tuple[int, ...]) -
     prog = OpLowering((BufferSpec("s", "input", s_rows.nbytes, dtype="f32", shape=s_rows.shape,
                                   bind=0),
                        BufferSpec("one", "const", 4, data=np.ones(1, np.float32).view(np.uint8)),
-                       BufferSpec("k", "const", 4, data=np.array([1.0 / ewr.LO_SCALE],
-                                                                 np.float32).view(np.uint8)),
-                       *[BufferSpec(n, "scratch", sizes[n]) for n in ("t", "d", "h")],
                        # padding rows of the row vector are read by the pass: zero, finite
                        BufferSpec("out", "output", n_out, layout=vlay, bind=0, zero=True),
                        *descs), tuple(steps))
