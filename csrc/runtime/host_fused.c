@@ -104,9 +104,10 @@ static int fused_resolve(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos
                                       : "names a slot that is not set";
         }
         if (why) {
+            rc = FAIL(RJ_EINVAL, "host step fused: op %u of %u (kind %s) %s", k, h.nops,
+                      rj_host_op_kind_name(op->kind), why);
             free(rec);
-            return FAIL(RJ_EINVAL, "host step fused: op %u of %u (kind %s) %s", k, h.nops,
-                        rj_host_op_kind_name(op->kind), why);
+            return rc;
         }
         rj_host_buf b[RJ_HOST_MAX_OPERANDS];
         for (uint32_t v = 0; v <= op->ninputs; v++)
