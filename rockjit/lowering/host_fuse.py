@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..runtime import host_abi as ABI
-from ..runtime.image import HostStepSpec, StepSpec, Upload
+from ..runtime.image import HostStepSpec, Source, StepSpec, Upload
 from .host_descriptor import DTYPE_CODES
 
 FUSABLE = ("copy", "unary", "binary", "compare")
@@ -93,20 +93,26 @@ def plan_groups(specs: Sequence[StepSpec], descs: Sequence[bytes | None],
                 continue
         rec, bos = m
         g.slots = slots
-        r = np.zeros((), ABI.FUSED_OP_DTYPE)
-        r["op"] = rec
-        r["slot"][:len(bos)] = [slots.index(bo) for bo in bos]
         g.members.append(i)
-        g.records.append(r)
+        g.records.append(record(rec.tobytes(), [slots.index(bo) for bo in bos]))
     close()
     return out
 
 
-def descriptor(group: _Group) -> np.ndarray:
-    """The fused step's descriptor bytes: the header, then one record per op."""
+def record(desc: bytes | np.ndarray, slots: Sequence[int]) -> np.ndarray:
+    """One op of a fused step: its ``rj_host_op`` bytes (element offsets counted from its
+    slots' bases) and the slot of each view (output first)."""
+    r = np.zeros((), ABI.FUSED_OP_DTYPE)
+    r["op"] = np.frombuffer(bytes(desc), ABI.DESC_DTYPE)[0]
+    r["slot"][:len(slots)] = slots
+    return r
+
+
+def descriptor(records: Sequence[np.ndarray]) -> np.ndarray:
+    """A fused step's descriptor bytes: the header, then one record per op."""
     h = np.zeros((), ABI.FUSED_DTYPE)
-    h["magic"], h["version"], h["nops"] = ABI.FUSED_MAGIC, ABI.FUSED_VERSION, len(group.records)
-    recs = np.array(group.records, ABI.FUSED_OP_DTYPE)
+    h["magic"], h["version"], h["nops"] = ABI.FUSED_MAGIC, ABI.FUSED_VERSION, len(records)
+    recs = np.array(records, ABI.FUSED_OP_DTYPE)
     return np.concatenate([np.frombuffer(h.tobytes(), np.uint8),
                            np.frombuffer(recs.tobytes(), np.uint8)])
 
@@ -116,8 +122,13 @@ def fuse_host_steps(b: Any, specs: list[StepSpec], members: list[tuple[int, Any]
     when the lowering made it (None for NPU steps and cross-context copies). Returns the step
     list with each group fused; adds the descriptors' BO and uploads to ``b`` and corrects
     its counts (``host``) and ``folded_packs``."""
+    from .. import debugflags
     from ..runtime.host_threads import plan_threads
     from .host_rules import DESC_BYTES
+
+    b.folded_packs = 0
+    if debugflags.enabled(debugflags.NO_HOST_FUSE.name):
+        return specs
 
     descs: list[bytes | None] = []
     small: list[bool] = []
@@ -131,10 +142,9 @@ def fuse_host_steps(b: Any, specs: list[StepSpec], members: list[tuple[int, Any]
         descs.append(d)
         small.append(d is not None and plan_threads(spec.host, d, _ANY_THREADS) == 1)
     groups = plan_groups(specs, descs, small)
-    b.folded_packs = 0
     if not groups:
         return specs
-    blobs = [descriptor(g) for g in groups]
+    blobs = [descriptor(g.records) for g in groups]
     offs = np.cumsum([0] + [(x.size + 63) // 64 * 64 for x in blobs])
     bo = b._add_bo(int(offs[-1]), "weights", 0)
     first = {}
@@ -146,7 +156,7 @@ def fuse_host_steps(b: Any, specs: list[StepSpec], members: list[tuple[int, Any]
         for name, sbo in zip(("src", "src1", "src2"), g.slots[1:]):
             ops[name] = (sbo, 0, "u8", 0)
         first[g.members[0]] = (g, StepSpec("host", (), HostStepSpec("fused", ops, {}),
-                                           specs[g.members[0]].source))
+                                           _source(b, [specs[i].source for i in g.members])))
     b._count["host"] -= sum(len(g.members) - 1 for g in groups)
     b.folded_packs = _folded_packs(b, groups, members)
     out, skip = [], set()
@@ -158,6 +168,15 @@ def fuse_host_steps(b: Any, specs: list[StepSpec], members: list[tuple[int, Any]
         elif i not in skip:
             out.append(spec)
     return out
+
+
+def _source(b: Any, members: Sequence[int]) -> int:
+    """A fused step's source: its ops' labels in order, the first user location among them
+    (a failing step names every op it runs)."""
+    srcs = [b.sources[i] for i in dict.fromkeys(members)]
+    loc = next((s.loc for s in srcs if s.loc), "")
+    b.sources.append(Source("; ".join(s.node for s in srcs), loc, "host_fuse"))
+    return len(b.sources) - 1
 
 
 def _folded_packs(b: Any, groups: list[_Group], members: list) -> int:
