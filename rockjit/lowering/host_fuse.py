@@ -158,6 +158,8 @@ def fuse_host_steps(b: Any, specs: list[StepSpec], members: list[tuple[int, Any]
         first[g.members[0]] = (g, StepSpec("host", (), HostStepSpec("fused", ops, {}),
                                            _source(b, [specs[i].source for i in g.members])))
     b._count["host"] -= sum(len(g.members) - 1 for g in groups)
+    b._count["fused_steps"] = len(groups)
+    b._count["fused_ops"] = sum(len(g.members) for g in groups)
     b.folded_packs = _folded_packs(b, groups, members)
     out, skip = [], set()
     for i, spec in enumerate(specs):
