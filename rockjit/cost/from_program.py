@@ -61,7 +61,7 @@ def describe(prog: Any, host_threads: int | None = None) -> CostProgram:
     (runtime/host_threads.py: rj_host_step_plan_threads). Steps are listed in the image's order,
     the cross-context copies where the program runs them, each with its own bytes."""
     from ..runtime.host_threads import (DEFAULT_HOST_THREADS, ImageUploads, descriptor_bytes_moved,
-                                        fused_ops, image_host_threads, step_descriptor)
+                                        image_host_threads, step_descriptor)
 
     calls = prog.lowered.calls
     ncores = max(1, prog.ncores)
@@ -77,8 +77,8 @@ def describe(prog: Any, host_threads: int | None = None) -> CostProgram:
             steps.append(CostHostStep("copy", nbytes, "cross-context copy", thr))
             continue
         if spec.kind == "host" and spec.host.kind == "fused":
-            # one step running k of the schedule's host steps in order (lowering/host_fuse.py)
-            parts = [next(sched)[1].host for _ in range(fused_ops(ups, spec.host))]
+            # one step running the schedule's next ``steps`` host steps (lowering/host_fuse.py)
+            parts = [next(sched)[1].host for _ in range(int(spec.host.params["steps"]))]
             steps.append(CostHostStep("gather", sum(int(hs.moved_bytes) for _, hs in parts),
                                       f"fused: {calls[parts[0][0]].node} .. "
                                       f"{calls[parts[-1][0]].node}", thr))

@@ -144,6 +144,8 @@ def fuse_host_steps(b: Any, specs: list[StepSpec], members: list[tuple[int, Any]
     groups = plan_groups(specs, descs, small)
     if not groups:
         return specs
+    b.folded_packs = _folded_packs(b, groups, members)
+    direct = _write_npu_form_directly(b, groups, members)
     blobs = [descriptor(g.records) for g in groups]
     offs = np.cumsum([0] + [(x.size + 63) // 64 * 64 for x in blobs])
     bo = b._add_bo(int(offs[-1]), "weights", 0)
@@ -155,12 +157,11 @@ def fuse_host_steps(b: Any, specs: list[StepSpec], members: list[tuple[int, Any]
         ops = {"dst": (g.slots[0], 0, "u8", 0), "desc": (bo, int(offs[k]), "u8", 0)}
         for name, sbo in zip(("src", "src1", "src2"), g.slots[1:]):
             ops[name] = (sbo, 0, "u8", 0)
-        first[g.members[0]] = (g, StepSpec("host", (), HostStepSpec("fused", ops, {}),
+        first[g.members[0]] = (g, StepSpec("host", (), HostStepSpec("fused", ops, {"steps": len(g.members)}),
                                            _source(b, [specs[i].source for i in g.members])))
     b._count["host"] -= sum(len(g.members) - 1 for g in groups)
     b._count["fused_steps"] = len(groups)
-    b._count["fused_ops"] = sum(len(g.members) for g in groups)
-    b.folded_packs = _folded_packs(b, groups, members)
+    b._count["fused_ops"] = sum(len(g.members) for g in groups) - direct
     out, skip = [], set()
     for i, spec in enumerate(specs):
         if i in first:
@@ -179,6 +180,60 @@ def _source(b: Any, members: Sequence[int]) -> int:
     loc = next((s.loc for s in srcs if s.loc), "")
     b.sources.append(Source("; ".join(s.node for s in srcs), loc, "host_fuse"))
     return len(b.sources) - 1
+
+
+def _write_npu_form_directly(b: Any, groups: list[_Group], members: list) -> int:
+    """Where a fused pack copies the f32 rows the op just before it wrote, over the same
+    elements, and nothing else ever reads those rows (no other call binds their buffer, no
+    graph output lives there), that op writes the pack's destination view itself and the
+    pack's record goes: the producing op writes the NPU's form. The op computes in f32 and
+    stores with the output's conversion (rj_host_ops.h), the conversion the pack applied to
+    the same f32 values, so the bits are the same. Returns the records dropped."""
+    users: dict[int, set[int]] = {}
+    for ci, pc in enumerate(b.calls):
+        for bid, _ in pc.binding.values():
+            users.setdefault(bid, set()).add(ci)
+    outs = {bd.tensor.buf for bd in (*b.lowered.outputs, *b.lowered.inputs)}
+    dropped = 0
+    for g in groups:
+        k = 1
+        while k < len(g.records):
+            ci, pi = members[g.members[k]][0], members[g.members[k - 1]][0]
+            pack, prod = g.records[k]["op"], g.records[k - 1]["op"]
+            node, src = b.calls[ci].node, b.calls[ci].binding.get("src")
+            prod = _squeezed(prod)
+            same = (int(pack["rank"]) == int(prod["rank"]) and
+                    np.array_equal(pack["shape"], prod["shape"]) and
+                    g.records[k]["slot"][1] == g.records[k - 1]["slot"][0] and
+                    pack["view"][1].tobytes() == prod["view"][0].tobytes())
+            if (node.startswith("pack %") and src is not None and same and
+                    int(pack["kind"]) == ABI.KINDS["copy"] and int(pack["ninputs"]) == 1 and
+                    int(prod["kind"]) in (ABI.KINDS["unary"], ABI.KINDS["binary"]) and
+                    int(prod["view"][0]["dtype"]) == ABI.DTYPES["f32"] and
+                    b.calls[pi].node.startswith(f"{node.split()[1]} = ") and
+                    users.get(src[0], set()) <= {ci, pi} and src[0] not in outs and
+                    sum(1 for m in members if m is not None and m[0] == ci) == 1):
+                prod["view"][0] = pack["view"][0]
+                g.records[k - 1]["op"] = prod
+                g.records[k - 1]["slot"][0] = g.records[k]["slot"][0]
+                del g.records[k]
+                dropped += 1
+            k += 1
+    return dropped
+
+
+def _squeezed(d: np.void) -> np.void:
+    """An element-wise descriptor without its unit axes (their strides never move a view)."""
+    rank = int(d["rank"])
+    axes = [a for a in range(rank) if int(d["shape"][a]) != 1] or [0]
+    out = d.copy()
+    out["rank"] = len(axes)
+    out["shape"][:] = 0
+    out["shape"][:len(axes)] = d["shape"][axes]
+    for v in range(int(d["ninputs"]) + 1):
+        out["view"][v]["stride"][:] = 0
+        out["view"][v]["stride"][:len(axes)] = d["view"][v]["stride"][axes]
+    return out
 
 
 def _folded_packs(b: Any, groups: list[_Group], members: list) -> int:

@@ -104,18 +104,6 @@ def step_descriptor(uploads: ImageUploads, spec: Any) -> bytes | None:
     return raw
 
 
-def fused_ops(uploads: ImageUploads, spec: Any) -> int:
-    """How many ops a ``fused`` image host step runs (its descriptor's header)."""
-    from .host_abi import FUSED_DTYPE, FUSED_MAGIC
-
-    bo, off = spec.operands["desc"][:2]
-    raw = uploads.read(int(bo), int(off), FUSED_DTYPE.itemsize)
-    h = None if raw is None else np.frombuffer(raw, FUSED_DTYPE)[0]
-    if h is None or int(h["magic"]) != FUSED_MAGIC:
-        raise ProgramError(f"fused host step: no fused descriptor at BO {bo} offset {off}")
-    return int(h["nops"])
-
-
 def plan_threads(spec: Any, desc: bytes | None, threads: int) -> int:
     """The threads the runtime runs one image host step on when ``threads`` are available
     (rj_host_step_plan_threads: the runtime's own decision)."""
