@@ -196,12 +196,12 @@ def _write_npu_form_directly(b: Any, groups: list[_Group], members: list) -> int
     outs = {bd.tensor.buf for bd in (*b.lowered.outputs, *b.lowered.inputs)}
     dropped = 0
     for g in groups:
+        at = list(g.members)        # the step of each record (records go, steps stay fused)
         k = 1
         while k < len(g.records):
-            ci, pi = members[g.members[k]][0], members[g.members[k - 1]][0]
-            pack, prod = g.records[k]["op"], g.records[k - 1]["op"]
+            ci, pi = members[at[k]][0], members[at[k - 1]][0]
+            pack, prod = g.records[k]["op"], _squeezed(g.records[k - 1]["op"])
             node, src = b.calls[ci].node, b.calls[ci].binding.get("src")
-            prod = _squeezed(prod)
             same = (int(pack["rank"]) == int(prod["rank"]) and
                     np.array_equal(pack["shape"], prod["shape"]) and
                     g.records[k]["slot"][1] == g.records[k - 1]["slot"][0] and
@@ -216,8 +216,11 @@ def _write_npu_form_directly(b: Any, groups: list[_Group], members: list) -> int
                 prod["view"][0] = pack["view"][0]
                 g.records[k - 1]["op"] = prod
                 g.records[k - 1]["slot"][0] = g.records[k]["slot"][0]
-                del g.records[k]
+                # the pack's bytes are no longer moved
+                b._count["packed"] -= int(members[at[k]][1].params.get("packed_bytes", 0))
+                del g.records[k], at[k]
                 dropped += 1
+                continue
             k += 1
     return dropped
 

@@ -1,8 +1,9 @@
 """Fused host steps in compiled programs (rockjit/lowering/host_fuse.py): a LayerNorm between
 two matmuls, on the strict simulator against JAX on CPU (graphs_testutil: the fp16 bound, which
-a row swap fails). The norm's per-row statistics run as fused steps, the pack of the rstd row
-vector among them (so it is no re-tile), and the result is the same bits as with every host op
-a step of its own (ROCKJIT_NO_HOST_FUSE)."""
+a row swap fails). The norm's per-row statistics run as fused steps, the pack of a row vector
+among them (so it is no re-tile; where only the pack read the f32 rows, the op before it writes
+the NPU's form itself), and the result is the same bits as with every host op a step of its
+own (ROCKJIT_NO_HOST_FUSE)."""
 from __future__ import annotations
 
 import jax
@@ -45,3 +46,6 @@ def test_norm_statistics_run_fused_with_the_same_bits(monkeypatch) -> None:
     s_off = off.compiled(w, x).stats()
     assert st["host_steps"] < s_off["host_steps"], (st["host_steps"], s_off["host_steps"])
     assert st["retiles"] < s_off["retiles"], (st["retiles"], s_off["retiles"])
+    # a pack of rows only it reads is gone: the op before it wrote the NPU's form itself
+    ops = st["host_steps"] - st["host_fused_steps"] + st["host_fused_ops"]
+    assert ops < s_off["host_steps"], (ops, s_off["host_steps"])
