@@ -214,6 +214,13 @@ flag(NO_COMPILE_CACHE,
      "slower.",
      "0")
 
+NO_HOST_FUSE = flag(
+    "ROCKJIT_NO_HOST_FUSE",
+    "on: every host op stays a step of its own instead of runs of small element-wise ones "
+    "running as one fused step (rockjit/lowering/host_fuse.py); the same ops in the same "
+    "order either way, so the same bits. For A/B comparisons of step counts and host time.",
+    "0")
+
 EAGER_COPIES = flag(
     "ROCKJIT_EAGER_COPIES",
     "on: around every NPU step with jobs on contexts > 0, copy every arena run they read from "

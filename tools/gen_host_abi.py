@@ -91,7 +91,8 @@ def render_python(defines: dict[str, int], enums: dict[str, int], structs: dict)
            "import numpy as np",
            ""]
     for name in ("RJ_HOST_MAX_RANK", "RJ_HOST_MAX_OPERANDS", "RJ_HOST_OP_MAGIC",
-                 "RJ_HOST_OP_VERSION"):
+                 "RJ_HOST_OP_VERSION", "RJ_HOST_FUSED_MAGIC", "RJ_HOST_FUSED_VERSION",
+                 "RJ_HOST_FUSED_MAX_OPS", "RJ_HOST_FUSED_SLOTS"):
         value = defines[name]
         out.append(f"{name.removeprefix('RJ_HOST_')} = {hex(value) if value > 255 else value}")
     for prefix, dict_name in ENUMS.items():
@@ -101,10 +102,12 @@ def render_python(defines: dict[str, int], enums: dict[str, int], structs: dict)
         body = ", ".join(f"{k!r}: {v}" for k, v in items.items())
         out.append("")
         out.append(f"{dict_name}: dict[str, int] = {{{body}}}")
-    py_names = {"rj_host_view": "VIEW_DTYPE"}
+    py_names = {"rj_host_view": "VIEW_DTYPE", "rj_host_op": "DESC_DTYPE"}
     out += ["", f"VIEW_DTYPE = {_dtype_expr('rj_host_view', structs, py_names)}",
             f"DESC_DTYPE = {_dtype_expr('rj_host_op', structs, py_names)}",
-            "DESC_BYTES = DESC_DTYPE.itemsize  # sizeof(rj_host_op)", ""]
+            "DESC_BYTES = DESC_DTYPE.itemsize  # sizeof(rj_host_op)",
+            f"FUSED_DTYPE = {_dtype_expr('rj_host_fused', structs, py_names)}",
+            f"FUSED_OP_DTYPE = {_dtype_expr('rj_host_fused_op', structs, py_names)}", ""]
     text = "\n".join(out)
     # keep within the line length: one dict item per line when a dict is long
     lines = []

@@ -19,6 +19,7 @@
 #endif
 
 #include "rj_half.h"
+#include "runtime/rj_host_fused.h"
 #include "runtime/rj_host_ops.h"
 #include "runtime/rj_host_pool.h"
 #include "runtime/rj_runtime.h"
@@ -72,6 +73,8 @@ const char *rj_host_op_kind_name(uint32_t kind)
 {
     if (kind >= RJ_HOST_OPS_FIRST && kind < RJ_HOST_OPS_END)
         return KIND_NAMES[kind - RJ_HOST_OPS_FIRST];
+    if (kind == RJ_HOST_FUSED)
+        return "fused";
     return "unknown";
 }
 
@@ -1936,6 +1939,8 @@ static int step_exec(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos, in
         *bytes = 0;
     if (used)
         *used = 1;
+    if (s && s->kind == RJ_HOST_FUSED)
+        return rj_host_fused_exec(s, bos, nbos, check_only, bytes, err);
     rj_host_op op;
     rj_host_buf bufs[RJ_HOST_MAX_OPERANDS];
     uint32_t nbufs = 0;
@@ -1964,13 +1969,46 @@ int rj_host_op_step_run_threads(const rj_host_step *s, rj_bo *const *bos, uint32
 struct rj_host_prepared {
     rj_host_op op; /* the descriptor as checked; plan.op points here */
     op_plan plan;
+    rj_host_prepared *next; /* a fused step's next op (rj_host_fused.h) */
+    int single;             /* a fused step's chain: every op on one thread */
 };
+
+int rj_host_prepare_op(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs,
+                       rj_host_prepared **out, rj_err *err)
+{
+    *out = NULL;
+    int rc = rj_host_op_check(op, bufs, nbufs, err);
+    if (rc)
+        return rc;
+    rj_host_prepared *p = calloc(1, sizeof(*p));
+    if (!p)
+        return FAIL(RJ_ENOMEM, "host step: out of memory preparing an op");
+    p->op = *op;
+    op_plan_build(&p->plan, &p->op, bufs);
+    *out = p;
+    return RJ_OK;
+}
+
+void rj_host_prepared_chain(rj_host_prepared *p, rj_host_prepared *next)
+{
+    p->single = 1;
+    while (next && p->next)
+        p = p->next;
+    if (next)
+        p->next = next;
+}
 
 int rj_host_op_step_prepare(const rj_host_step *s, rj_bo *const *bos, uint32_t nbos,
                             rj_host_prepared **out, rj_err *err)
 {
     *out = NULL;
-    rj_host_prepared *p = malloc(sizeof(*p));
+    if (s && s->kind == RJ_HOST_FUSED) {
+        int rc = rj_host_fused_prepare(s, bos, nbos, out, err);
+        if (!rc)
+            rj_host_prepared_chain(*out, NULL);
+        return rc;
+    }
+    rj_host_prepared *p = calloc(1, sizeof(*p));
     if (!p)
         return FAIL(RJ_ENOMEM, "host step: out of memory preparing a step");
     rj_host_buf bufs[RJ_HOST_MAX_OPERANDS];
@@ -1994,7 +2032,26 @@ int rj_host_prepared_run(const rj_host_prepared *p, uint32_t threads, uint64_t *
         *bytes = 0;
     if (used)
         *used = 1;
-    return plan_run(&p->plan, threads, bytes, used, err);
+    if (!p->single)
+        return plan_run(&p->plan, threads, bytes, used, err);
+    uint64_t total = 0;
+    for (; p; p = p->next) {
+        uint64_t moved = 0;
+        int rc = plan_run(&p->plan, 1, &moved, NULL, err);
+        if (rc)
+            return rc;
+        total += moved;
+    }
+    if (bytes)
+        *bytes = total;
+    return RJ_OK;
 }
 
-void rj_host_prepared_free(rj_host_prepared *p) { free(p); }
+void rj_host_prepared_free(rj_host_prepared *p)
+{
+    while (p) {
+        rj_host_prepared *next = p->next;
+        free(p);
+        p = next;
+    }
+}

@@ -243,7 +243,7 @@ typedef struct host_step_impl {
 } host_step_impl;
 
 /* The runtime's kinds (RJ_HOST_PACK..RJ_HOST_KIND_COUNT-1) and the host-op kinds after them. */
-#define HOST_TABLE_SIZE RJ_HOST_OPS_END
+#define HOST_TABLE_SIZE (RJ_HOST_FUSED + 1)
 
 static const host_step_impl table[HOST_TABLE_SIZE] = {
     [RJ_HOST_PACK] = {"pack", pack_run},
@@ -256,6 +256,7 @@ static const host_step_impl table[HOST_TABLE_SIZE] = {
     [RJ_HOST_REDUCE] = {"reduce", host_op_run},
     [RJ_HOST_TAKE] = {"take", host_op_run},
     [RJ_HOST_IOTA] = {"iota", host_op_run},
+    [RJ_HOST_FUSED] = {"fused", host_op_run},
 };
 
 const char *rj_host_step_name(uint32_t kind)
@@ -274,7 +275,7 @@ static int exec_step(const rj_host_step *step, rj_bo *const *bos, uint32_t nbos,
         return rj_fail(err, RJ_EINVAL, "host step: NULL step");
     if (step->kind >= HOST_TABLE_SIZE || !table[step->kind].run)
         return rj_fail(err, RJ_EINVAL, "host step: unknown kind %u (known: %u..%u and %u..%u)",
-                       step->kind, RJ_HOST_PACK, RJ_HOST_KIND_COUNT - 1, RJ_HOST_OPS_FIRST, RJ_HOST_OPS_END - 1);
+                       step->kind, RJ_HOST_PACK, RJ_HOST_KIND_COUNT - 1, RJ_HOST_OPS_FIRST, RJ_HOST_FUSED);
     if (step->reserved)
         return rj_fail(err, RJ_EINVAL, "host step %s: reserved field is %u, must be zero",
                        table[step->kind].name, step->reserved);
@@ -322,6 +323,8 @@ uint32_t rj_host_step_plan_threads(const rj_host_step *step, const rj_host_op *d
         return 0;
 #endif
     }
+    if (step->kind == RJ_HOST_FUSED)
+        return 1; /* small ops, one thread (rj_host_ops.h) */
     if (step->kind >= RJ_HOST_OPS_FIRST && step->kind < RJ_HOST_OPS_END && desc &&
         desc->kind == step->kind)
         return rj_host_op_plan_threads(desc, threads);

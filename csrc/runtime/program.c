@@ -127,7 +127,7 @@ static int prepare_host_steps(rj_program *p, rj_err *err)
     for (uint32_t i = 0; i < p->nsteps; i++) {
         const prog_step *s = &p->steps[i];
         if (s->kind != STEP_HOST || s->host.kind < RJ_HOST_OPS_FIRST ||
-            s->host.kind >= RJ_HOST_OPS_END || s->host.aux.bo >= p->nbos ||
+            s->host.kind > RJ_HOST_FUSED || s->host.aux.bo >= p->nbos ||
             written[s->host.aux.bo])
             continue;
         rj_err ignored;

@@ -64,6 +64,9 @@ enum {
                              k = idx[p] (+ iparam[1] when negative), iparam[1] = axis size;
                              an index outside [-size, size) is an error naming it */
     RJ_HOST_IOTA = 23,    /* out[p] = p[iparam[0]] (the coordinate along one dimension) */
+    RJ_HOST_FUSED = 24,   /* a runtime host step only, never an op's kind: a list of
+                             element-wise ops (COPY, UNARY, BINARY, COMPARE) run in order as
+                             one step (rj_host_fused below) */
     RJ_HOST_OPS_FIRST = 16,
     RJ_HOST_OPS_END = 24,
 };
@@ -125,6 +128,37 @@ int rj_host_op_run(const rj_host_op *op, const rj_host_buf *bufs, uint32_t nbufs
 const char *rj_host_op_kind_name(uint32_t kind);
 const char *rj_host_dtype_name(uint32_t dtype);
 uint32_t rj_host_dtype_size(uint32_t dtype); /* 0 for an unknown code */
+
+/* ---- fused steps ---------------------------------------------------------------------------
+ * A host step of kind RJ_HOST_FUSED runs `nops` element-wise ops (kinds COPY, UNARY, BINARY,
+ * COMPARE) one after the other, exactly as the same ops as separate steps in that order would
+ * (same kernels, same operation order per element, so the same bits): one step's dispatch
+ * instead of one per op, for the chains of small per-row vectors between NPU steps (a norm's
+ * statistics) ending in the converting copy that writes the NPU's form. Its buffers are up to
+ * RJ_HOST_FUSED_SLOTS slots:
+ *   slot 0 = dst, slot 1 = src, slot 2 = param[0]/param64[0], slot 3 = param[1]/param64[1]
+ *   (BO and byte offset; an unused slot is RJ_NO_BO with offset 0)
+ *   aux = the descriptor: an rj_host_fused header, then `nops` rj_host_fused_op records.
+ * Record k's view v reads (v > 0) or writes (v = 0) slot `slot[v]`, its element offset counted
+ * from the slot's base; every op writes slot 0 (the one BO the step marks written), unused
+ * slot entries (v > ninputs) are 0, and each op passes rj_host_op_check against its slots.
+ * Ops run on one thread (they are small; a large op stays a step of its own). */
+#define RJ_HOST_FUSED_MAGIC 0x73666872u /* "rhfs" little-endian */
+#define RJ_HOST_FUSED_VERSION 1u
+#define RJ_HOST_FUSED_MAX_OPS 64
+#define RJ_HOST_FUSED_SLOTS 4
+
+typedef struct rj_host_fused {
+    uint32_t magic;    /* RJ_HOST_FUSED_MAGIC */
+    uint32_t version;  /* RJ_HOST_FUSED_VERSION */
+    uint32_t nops;     /* 1..RJ_HOST_FUSED_MAX_OPS records follow */
+    uint32_t reserved; /* must be zero */
+} rj_host_fused;
+
+typedef struct rj_host_fused_op {
+    uint32_t slot[RJ_HOST_MAX_OPERANDS]; /* the slot of view v (0..RJ_HOST_FUSED_SLOTS-1) */
+    rj_host_op op;
+} rj_host_fused_op;
 
 /* ---- as runtime host steps ----------------------------------------------------------------
  * A host step of kind RJ_HOST_COPY..RJ_HOST_IOTA names its operands by (program BO, byte

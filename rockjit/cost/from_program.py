@@ -76,6 +76,13 @@ def describe(prog: Any, host_threads: int | None = None) -> CostProgram:
             nbytes = descriptor_bytes_moved(step_descriptor(ups, spec.host))
             steps.append(CostHostStep("copy", nbytes, "cross-context copy", thr))
             continue
+        if spec.kind == "host" and spec.host.kind == "fused":
+            # one step running the schedule's next ``steps`` host steps (lowering/host_fuse.py)
+            parts = [next(sched)[1].host for _ in range(int(spec.host.params["steps"]))]
+            steps.append(CostHostStep("gather", sum(int(hs.moved_bytes) for _, hs in parts),
+                                      f"fused: {calls[parts[0][0]].node} .. "
+                                      f"{calls[parts[-1][0]].node}", thr))
+            continue
         si, st = next(sched)
         if (st.kind == "host") != (spec.kind == "host"):
             raise ValueError(f"rockjit.cost.describe: schedule step {si} ({st.kind}) does not "

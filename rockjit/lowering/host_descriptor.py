@@ -16,7 +16,8 @@ MAX_RANK = ABI.MAX_RANK
 MAX_OPERANDS = ABI.MAX_OPERANDS
 MAGIC = ABI.OP_MAGIC
 VERSION = ABI.OP_VERSION
-HOST_KINDS: dict[str, int] = ABI.KINDS
+# the op kinds; "fused" is a runtime step running several of them (host_fuse.py), never an op's
+HOST_KINDS: dict[str, int] = {k: v for k, v in ABI.KINDS.items() if k != "fused"}
 DTYPE_CODES: dict[DType, int] = {dt: ABI.DTYPES[dt.value] for dt in DType if dt.value in ABI.DTYPES}
 DESC_DTYPE = ABI.DESC_DTYPE
 

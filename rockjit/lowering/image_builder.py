@@ -53,6 +53,7 @@ from .context_copies import ResidencyWalk, cross_context_copy, eager_copies
 from .image_stats import program_stats
 from .job_shapes import job_shape
 from .host_rules import DESC_BYTES
+from .host_fuse import fuse_host_steps
 from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
 from .arith import round_up
@@ -436,6 +437,7 @@ class ImageBuilder:
     def _step_specs(self) -> list[StepSpec]:
         self.job_specs: list[JobSpec] = []
         step_specs: list[StepSpec] = []
+        members: list = []     # per image step: (call, HostStep) of a lowering's host step
         for item in self._pending:
             if item[0] == "npu":
                 ids = []
@@ -450,17 +452,20 @@ class ImageBuilder:
                     ids.append(len(self.job_specs) - 1)
                     calls_here.append(ci)
                 step_specs.append(StepSpec("npu", tuple(ids), None, self._source(calls_here[0])))
+                members.append(None)
             elif item[0] == "host":
                 _, ci, hs, where = item
                 step_specs.append(StepSpec("host", (), self._host_step(ci, hs, where),
                                            self._source(ci)))
+                members.append((ci, hs))
             else:
                 _, sc, dc, k = item
                 step_specs.append(StepSpec("host", (), HostStepSpec(
                     "copy", {"dst": (self.arena_c[dc], 0, "u8", 0),
                              "desc": (self._cdesc_bo, DESC_BYTES * k, "u8", 0),
                              "src": (self.arena_c[sc], 0, "u8", 0)}, {}), -1))
-        return step_specs
+                members.append(None)
+        return fuse_host_steps(self, step_specs, members)
 
     # ------------------------------------------------------------------ stats and signatures
     def _sig(self, bd: Boundary, prefix: str) -> TensorSig:

@@ -17,7 +17,9 @@ def program_stats(b: Any) -> dict[str, int]:
         "npu_steps": n["npu_steps"], "jobs": n["jobs"], "tasks": n["tasks"],
         "kicks": n["kicks"], "host_steps": n["host"], "host_bytes_packed": n["packed"],
         "host_bytes_unpacked": n["unpacked"], "host_copy_steps": n["copy_steps"],
-        "host_bytes_copied": n["copied"], "retiles": b.lowered.retiles,
+        "host_bytes_copied": n["copied"], "retiles": b.lowered.retiles - b.folded_packs,
+        # host_fuse.py: steps running several host ops, and the ops inside them
+        "host_fused_steps": n.get("fused_steps", 0), "host_fused_ops": n.get("fused_ops", 0),
         "device_bytes_read": n["dev_read"], "device_bytes_written": n["dev_written"],
         "macs": useful,
         "device_macs": sum(pc.call.lowering.macs for pc in calls if pc.call.where == "npu"),

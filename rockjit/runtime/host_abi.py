@@ -10,6 +10,10 @@ MAX_RANK = 8
 MAX_OPERANDS = 4
 OP_MAGIC = 0x706f6872
 OP_VERSION = 1
+FUSED_MAGIC = 0x73666872
+FUSED_VERSION = 1
+FUSED_MAX_OPS = 64
+FUSED_SLOTS = 4
 
 DTYPES: dict[str, int] = {
     'f32': 1,
@@ -33,6 +37,7 @@ KINDS: dict[str, int] = {
     'reduce': 21,
     'take': 22,
     'iota': 23,
+    'fused': 24,
 }
 
 UNARY: dict[str, int] = {
@@ -77,3 +82,13 @@ DESC_DTYPE = np.dtype([
     ('iparam', '<i8', (4,)),
 ])
 DESC_BYTES = DESC_DTYPE.itemsize  # sizeof(rj_host_op)
+FUSED_DTYPE = np.dtype([
+    ('magic', '<u4'),
+    ('version', '<u4'),
+    ('nops', '<u4'),
+    ('reserved', '<u4'),
+])
+FUSED_OP_DTYPE = np.dtype([
+    ('slot', '<u4', (4,)),
+    ('op', DESC_DTYPE),
+])

@@ -207,7 +207,10 @@ def test_siglip_layer_has_fewer_npu_steps_and_the_same_bits(siglip_small, monkey
     # the cost model deals over several cores stay alone; host LayerNorm / softmax tails split
     # the rest)
     assert s_on["npu_steps"] <= 26 and s_on["npu_steps"] * 2.5 <= s_off["npu_steps"], (s_on, s_off)
-    assert s_on["jobs"] == s_off["jobs"] and s_on["host_steps"] == s_off["host_steps"]
+    # coalescing moves host ops and adds none (brought next to each other, more of them may
+    # run as one fused step: lowering/host_fuse.py)
+    ops = [s["host_steps"] + s["host_fused_ops"] - s["host_fused_steps"] for s in (s_on, s_off)]
+    assert s_on["jobs"] == s_off["jobs"] and ops[0] == ops[1], ops
     for a, b in zip(off, on):
         np.testing.assert_array_equal(a, b)
     ref = fn(params, pixels)[0]

@@ -12,6 +12,7 @@ from rockjit.ir.types import DType, TensorType
 from rockjit.lowering.host_descriptor import MAGIC
 from rockjit.lowering.host_rules import (DESC_BYTES, DESC_DTYPE, DTYPE_CODES, HOST_KINDS,
                                          HostView, encode_descriptor)
+from rockjit.runtime import host_abi as ABI
 from rockjit.runtime._ffi import ffi, lib
 from rockjit.runtime.errors import AddressError, ProgramError
 
@@ -31,6 +32,12 @@ def test_descriptor_layout_matches_c():
     assert MAGIC == lib.RJ_HOST_OP_MAGIC
     assert HOST_KINDS == {lib.rj_host_op_kind_name(k) and ffi.string(lib.rj_host_op_kind_name(k))
                           .decode(): k for k in range(lib.RJ_HOST_OPS_FIRST, lib.RJ_HOST_OPS_END)}
+    # the fused step's header and records (lowering/host_fuse.py writes them)
+    assert ABI.FUSED_DTYPE.itemsize == ffi.sizeof("rj_host_fused") == 16
+    assert ABI.FUSED_OP_DTYPE.itemsize == ffi.sizeof("rj_host_fused_op") == 464
+    assert ABI.FUSED_OP_DTYPE.fields["op"][1] == ffi.offsetof("rj_host_fused_op", "op")
+    assert ABI.KINDS["fused"] == lib.RJ_HOST_FUSED and "fused" not in HOST_KINDS
+    assert ffi.string(lib.rj_host_op_kind_name(lib.RJ_HOST_FUSED)).decode() == "fused"
     for dt, code in DTYPE_CODES.items():
         assert ffi.string(lib.rj_host_dtype_name(code)).decode() == dt.value
         assert lib.rj_host_dtype_size(code) == dt.to_numpy().itemsize

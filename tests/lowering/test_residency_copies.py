@@ -318,6 +318,12 @@ def _case(name: str, rng):
     return _attention, p, x, np.einsum("hqk,hkd->hqd", e / e.sum(-1, keepdims=True), v)
 
 
+def _host_ops(st: dict) -> int:
+    """Host ops other than the cross-context copies, a fused step counting each op it runs."""
+    return (st["host_steps"] - st["host_copy_steps"] + st["host_fused_ops"]
+            - st["host_fused_steps"])
+
+
 @pytest.mark.parametrize("case", ["two_uses", "attention"])
 def test_three_contexts_match_the_eager_copies_with_fewer_bytes(case, monkeypatch) -> None:
     fn, p, x, ref = _case(case, np.random.default_rng(11))
@@ -336,6 +342,7 @@ def test_three_contexts_match_the_eager_copies_with_fewer_bytes(case, monkeypatc
         T.check(y_lazy, ref, T.graph_bound(comp.graph, comp.params, [x])[0]
                 + 2.0 ** -23 * np.abs(ref), f"{case} on 3 contexts, copies by residency")
         assert sl["host_bytes_copied"] < se["host_bytes_copied"]
-        assert sl["host_steps"] - sl["host_copy_steps"] == se["host_steps"] - se["host_copy_steps"]
+        # the same host ops (copies placed apart, more or fewer of them run fused: host_fuse.py)
+        assert _host_ops(sl) == _host_ops(se)
     finally:
         dev.close()
