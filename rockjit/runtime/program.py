@@ -308,11 +308,10 @@ def _task_words(image) -> dict[int, list[tuple[int, int]]]:
 def _written_runs(words: np.ndarray, tasks: list[tuple[int, int]],
                   first: int) -> list[tuple[int, int]]:
     """The runs of ``words`` (placed from word ``first`` of its BO) that are written at load:
-    every word a task fetches, and any non-zero word elsewhere. A context's regcmd BO reserves
-    each call's whole region although only the kicks of its own jobs are filled (a third of
-    it on three cores); the all-zero gaps outside every task are left as the BO was made
-    (zero: never-written pages of the simulator's BOs cost no memory). No task fetches them,
-    so nothing reads them."""
+    every word a task fetches, and any non-zero word elsewhere. The all-zero gaps outside
+    every task (alignment between job spans; an image may also reserve whole regions it only
+    partly fills) are left as the BO was made (zero: never-written pages of the simulator's
+    BOs cost no memory). No task fetches them, so nothing reads them."""
     n = int(words.size)
     runs = sorted((max(a - first, 0), min(b - first, n)) for a, b in tasks)
     merged: list[list[int]] = []
