@@ -371,10 +371,18 @@ class LoadedImage:
             for u in image.uploads:
                 b.upload(u.bo, image.arrays[u.array], u.offset)
                 uploaded[0] += image.arrays[u.array].nbytes
-        # one zero buffer for every fill: a fresh one per fill (130 MB on ModernBERT x22) is
-        # mapped page by page again as it is copied
-        zeros = np.zeros(max((z.size for z in image.zero_fills), default=0), np.uint8)
-        for z in image.zero_fills:
+        # A zero fill is written only into a BO that something else is written into (an
+        # upload, regcmd words: the fill may cover part of them). Every BO above was created
+        # just now, and a fresh BO reads as zero on every backend (rj_bo_create: an anonymous
+        # mmap for the sim and null devices and the fake driver; on rocket a new GEM shmem
+        # object, whose never-written pages read as zero -- Linux drm_gem_shmem_helper.c over
+        # mm/shmem.c), so the arenas' fills change nothing and would fault in 130 MB of pages
+        # on ModernBERT x22 at load. tests/runtime/test_fresh_bos_zero.py holds the backends
+        # to it.
+        written = {u.bo for u in image.uploads} | {w.bo for w in image.words}
+        fills = [z for z in image.zero_fills if z.bo in written]
+        zeros = np.zeros(max((z.size for z in fills), default=0), np.uint8)
+        for z in fills:
             b.upload(z.bo, zeros[:z.size], z.offset)
         tasks = _task_words(image)
         for w in image.words:
