@@ -17,6 +17,7 @@ import numpy as np
 from ._ffi import call, check, ffi, lib, new_err
 from .device import BufferInfo, Device
 from .errors import ProgramError
+from .. import debugflags
 from ..weight_timing import timed
 
 ROLES = {"arena": lib.RJ_BO_ARENA, "weights": lib.RJ_BO_WEIGHTS, "regcmd": lib.RJ_BO_REGCMD,
@@ -372,15 +373,16 @@ class LoadedImage:
                 b.upload(u.bo, image.arrays[u.array], u.offset)
                 uploaded[0] += image.arrays[u.array].nbytes
         # A zero fill is written only into a BO that something else is written into (an
-        # upload, regcmd words: the fill may cover part of them). Every BO above was created
-        # just now, and a fresh BO reads as zero on every backend (rj_bo_create: an anonymous
-        # mmap for the sim and null devices and the fake driver; on rocket a new GEM shmem
-        # object, whose never-written pages read as zero -- Linux drm_gem_shmem_helper.c over
-        # mm/shmem.c), so the arenas' fills change nothing and would fault in 130 MB of pages
-        # on ModernBERT x22 at load. tests/runtime/test_fresh_bos_zero.py holds the backends
-        # to it.
+        # upload, regcmd words: the fill may cover part of them), or when RJ_POISON_BOS fills
+        # new BOs with 0xAA. Every BO above was created just now, and a fresh BO reads as zero
+        # on every backend (rj_bo_create: an anonymous mmap for the sim and null devices and
+        # the fake driver; on rocket a new GEM shmem object, whose never-written pages read as
+        # zero -- Linux drm_gem_shmem_helper.c over mm/shmem.c), so the arenas' fills change
+        # nothing and would fault in 130 MB of pages on ModernBERT x22 at load.
+        # tests/runtime/test_fresh_bos_zero.py holds the backends to it.
+        poisoned = debugflags.enabled("RJ_POISON_BOS")
         written = {u.bo for u in image.uploads} | {w.bo for w in image.words}
-        fills = [z for z in image.zero_fills if z.bo in written]
+        fills = [z for z in image.zero_fills if poisoned or z.bo in written]
         zeros = np.zeros(max((z.size for z in fills), default=0), np.uint8)
         for z in fills:
             b.upload(z.bo, zeros[:z.size], z.offset)
