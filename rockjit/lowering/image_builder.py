@@ -10,7 +10,7 @@ which the runtime loads (runtime/program.py: LoadedImage) and a bundle stores.
   * ``_liveness`` + ``_plan_arena``: each arena buffer's live interval in steps, the arena
     (memory.py);
   * ``_lay_out_weights`` / ``_lay_out_regcmd``: per context, the const buffers its jobs read
-    and the regcmd regions of the calls whose jobs run there;
+    and the regcmd spans of the jobs that run there (regcmd_image.py);
   * ``_make_bos``, ``_uploads``: BOs (one arena, weights and regcmd per used context) and what
     is written into them once at load;
   * ``_words_and_relocations``: every kick's words; address words become relocations
@@ -51,7 +51,7 @@ from .bounds import check_bo
 from .coalesce import coalesce
 from .context_copies import ResidencyWalk, cross_context_copy, eager_copies
 from .image_stats import program_stats
-from .job_shapes import job_shape
+from .job_shapes import job_shape, job_span
 from .host_rules import DESC_BYTES
 from .host_fuse import fuse_host_steps
 from .host_step_spec import host_step_spec
@@ -60,7 +60,7 @@ from .arith import round_up
 from .memory import ArenaPlan, BufReq, check_plan, plan_arena
 from .op_lowering import HostStep
 from .placement import CoreChoice
-from .regcmd_image import words_and_relocations
+from .regcmd_image import lay_out_regcmd, words_and_relocations
 from .weight_spans import buffer_pieces, context_spans
 from .resident_placement import place
 from .schedule import JobRef, ScheduledStep, call_spans, schedule
@@ -89,6 +89,7 @@ class ImageBuilder:
         self._make_bos()
         self._uploads()
         self._names_of: dict[tuple[int, int], dict[str, tuple[int, int]]] = {}
+        self._jnames: dict[tuple[int, int, int], dict[str, tuple[int, int]]] = {}
         # host steps resolve names in context 0
         self._names = [self._names_for(ci, 0) for ci in range(len(self.calls))]
         self._words_and_relocations()
@@ -157,6 +158,7 @@ class ImageBuilder:
         self._private_of: dict[tuple[int, str], bool] = {}
         self._slot_of: dict[tuple[int, str], tuple[int, int] | None] = {}
         self._shapes: dict = {}     # job_shapes.py
+        self._spans: dict = {}
         for st in self.steps:
             if st.kind == "host":
                 ci, hs = st.host
@@ -200,18 +202,11 @@ class ImageBuilder:
         self.weights_bytes = self.wsize[0]
 
     def _lay_out_regcmd(self) -> None:
-        """Per context, the regions of the calls whose jobs run there."""
-        self.roff: dict[tuple[int, int], int] = {}
-        self.rsize: dict[int, int] = {c: 0 for c in range(self.ncores)}
+        """Per context, the kicks of the jobs that run there, job after job
+        (regcmd_image.lay_out_regcmd): ``jbase``, ``rsize``."""
         self.rspec = {ci: next((sp for sp in pc.call.lowering.buffers if sp.role == "regcmd"), None)
                       for ci, pc in enumerate(self.calls)}
-        for st in self.steps:
-            for jr in st.jobs:
-                key = (jr.core, jr.call)
-                if key not in self.roff and self.rspec[jr.call] is not None:
-                    self.rsize[jr.core] = round_up(self.rsize[jr.core], 64)
-                    self.roff[key] = self.rsize[jr.core]
-                    self.rsize[jr.core] += self.rspec[jr.call].nbytes
+        self.jbase, self.rsize = lay_out_regcmd(self)
         self.regcmd_bytes = sum(self.rsize.values())
 
     def _check_sizes(self) -> None:
@@ -281,10 +276,22 @@ class ImageBuilder:
         for name, (bid, off) in self.calls[ci].binding.items():
             bo, base = self._where(bid, core)
             names[name] = (bo, base + off)
-        sp = self.rspec[ci]
-        if sp is not None and (core, ci) in self.roff:
-            names[sp.name] = (self.regcmd_c[core], self.roff[(core, ci)])
         return names
+
+    def _job_names(self, jr: JobRef) -> dict[str, tuple[int, int]]:
+        """``_names_for`` of the job's call and context plus its regcmd name, which resolves
+        per job (``_lay_out_regcmd``)."""
+        sp = self.rspec[jr.call]
+        names = self._names_for(jr.call, jr.core)
+        if sp is None:
+            return names
+        lo = job_span(self._spans, jr.job, sp.name)[0]
+        key = (jr.core, jr.call, lo)
+        hit = self._jnames.get(key)
+        if hit is None:
+            hit = self._jnames[key] = {**names,
+                                       sp.name: (self.regcmd_c[jr.core], self.jbase[key])}
+        return hit
 
     def _words_and_relocations(self) -> None:
         """One word array per regcmd BO (unwritten gaps are zero) + the relocations
@@ -401,7 +408,7 @@ class ImageBuilder:
         """One scheduled job's runtime jobs: (tasks, read BOs, written BOs, core, chained,
         call); counts its tasks, kicks and declared DMA bytes."""
         n = self._count
-        names = self._names_for(jr.call, jr.core)
+        names = self._job_names(jr)
         shape = job_shape(self._shapes, jr.job)
         rd = {names[nm][0] for nm in shape.named_reads if nm in names}
         wr = {names[nm][0] for nm in shape.named_writes if nm in names}

@@ -59,3 +59,29 @@ def job_shape(cache: dict[int, JobShape], job: NpuJob) -> JobShape:
         sum(a.nbytes for k in kicks for a in k.reads),
         sum(a.nbytes for k in kicks for a in k.writes))
     return hit
+
+
+def job_span(cache: dict[int, tuple[int, int]], job: NpuJob, regcmd: str) -> tuple[int, int]:
+    """The byte span [lo, hi) of ``job``'s kicks in its call's regcmd buffer ``regcmd``. The
+    image builder moves it as a whole (image_builder._lay_out_regcmd), which is faithful only
+    when every regcmd address the kicks hold (chain links) stays inside it: checked here, once
+    per distinct job."""
+    hit = cache.get(id(job))
+    if hit is not None and hit[0] is job:
+        return hit[1]
+    kicks = job.kicks
+    if not kicks:
+        raise ValueError("an NPU job without kicks has no regcmd span")
+    for k in kicks:
+        if k.regcmd_buffer != regcmd:
+            raise ValueError(f"a job's kick is in {k.regcmd_buffer!r}, not its call's regcmd "
+                             f"buffer {regcmd!r}")
+    lo = min(k.base_offset for k in kicks)
+    hi = max(k.base_offset + k.nbytes for k in kicks)
+    for k in kicks:
+        for wi, rel in k.relocs.items():
+            if rel.buffer == regcmd and not lo <= rel.offset < hi:
+                raise ValueError(f"kick at {k.base_offset:#x} word {wi} points at {regcmd!r} "
+                                 f"{rel.offset:#x}, outside its job's span [{lo:#x}, {hi:#x})")
+    cache[id(job)] = (job, (lo, hi))
+    return lo, hi

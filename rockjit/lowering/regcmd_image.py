@@ -1,6 +1,7 @@
 """The regcmd BOs' words and the relocation table of a program image (ImageBuilder).
 
-Every kick of every placed call is written once per context at the call's regcmd region; its
+Every kick of every placed job is written once in its context's regcmd BO, at the span the
+image builder gave its job (image_builder._lay_out_regcmd); its
 address words become relocations (regcmd BO, word index, target BO, target byte offset, 0) that
 the runtime patches at load. The layers share their kicks (compile_cache.py), so a kick's words
 and relocations are taken apart once (``_KickParts``) and each placed copy only adds its
@@ -12,8 +13,37 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .job_shapes import job_span
+
 if TYPE_CHECKING:
     from .image_builder import ImageBuilder
+
+
+def lay_out_regcmd(b: "ImageBuilder") -> tuple[dict[tuple[int, int, int], int], dict[int, int]]:
+    """Per context, the kicks of the jobs that run there, job after job, in schedule order. A
+    call's jobs are dealt over the contexts, so reserving the call's whole regcmd region in
+    each context would leave most of every BO unwritten (two thirds with three contexts). A
+    job's kicks are one span of its call's region whose only regcmd addresses (chain links)
+    point inside it (job_shapes.job_span checks), so the span moves as a whole. It keeps its
+    offset modulo 64, so every alignment inside it holds.
+
+    Returns (``(context, call, span start) -> base``: the byte offset in the context's regcmd
+    BO that the call's regcmd name resolves to for that job; per context, the bytes used)."""
+    jbase: dict[tuple[int, int, int], int] = {}
+    rsize = {c: 0 for c in range(b.ncores)}
+    for st in b.steps:
+        for jr in st.jobs:
+            sp = b.rspec[jr.call]
+            if sp is None:
+                continue
+            lo, hi = job_span(b._spans, jr.job, sp.name)
+            key = (jr.core, jr.call, lo)
+            if key not in jbase:
+                pos = rsize[jr.core]
+                pos += (lo - pos) % 64
+                jbase[key] = pos - lo
+                rsize[jr.core] = pos + hi - lo
+    return jbase, rsize
 
 
 class _KickParts:
@@ -35,7 +65,7 @@ def words_and_relocations(b: "ImageBuilder") -> tuple[dict[int, np.ndarray], np.
     """(per used context, its regcmd BO's words (unwritten gaps are zero); the (n, 5) u64
     relocation table, in step, job, kick and word order)."""
     words_of = {c: np.zeros(b.bos[b.regcmd_c[c]].size // 8, dtype="<u8") for c in b.used}
-    written: set[tuple[int, int, int]] = set()
+    written: set[tuple[int, int]] = set()
     parts: dict[int, _KickParts] = {}
     placed: list[_KickParts] = []
     s8s: list[int] = []
@@ -44,14 +74,13 @@ def words_and_relocations(b: "ImageBuilder") -> tuple[dict[int, np.ndarray], np.
     first: list[int] = []                   # per placed kick, its first row in ``targets``
     for st in b.steps:
         for jr in st.jobs:
-            names = b._names_for(jr.call, jr.core)
+            names = b._job_names(jr)
             for kick in jr.job.kicks:
-                key = (jr.core, jr.call, kick.base_offset)
-                if key in written:
-                    continue
-                written.add(key)
                 bo, base = names[kick.regcmd_buffer]
                 start = base + kick.base_offset
+                if (bo, start) in written:      # a kick placed twice: written once
+                    continue
+                written.add((bo, start))
                 assert start % 8 == 0 and bo == b.regcmd_c[jr.core]
                 kp = parts.get(id(kick))
                 if kp is None:

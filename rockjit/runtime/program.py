@@ -17,6 +17,7 @@ import numpy as np
 from ._ffi import call, check, ffi, lib, new_err
 from .device import BufferInfo, Device
 from .errors import ProgramError
+from .. import debugflags
 from ..weight_timing import timed
 
 ROLES = {"arena": lib.RJ_BO_ARENA, "weights": lib.RJ_BO_WEIGHTS, "regcmd": lib.RJ_BO_REGCMD,
@@ -308,11 +309,10 @@ def _task_words(image) -> dict[int, list[tuple[int, int]]]:
 def _written_runs(words: np.ndarray, tasks: list[tuple[int, int]],
                   first: int) -> list[tuple[int, int]]:
     """The runs of ``words`` (placed from word ``first`` of its BO) that are written at load:
-    every word a task fetches, and any non-zero word elsewhere. A context's regcmd BO reserves
-    each call's whole region although only the kicks of its own jobs are filled (a third of
-    it on three cores); the all-zero gaps outside every task are left as the BO was made
-    (zero: never-written pages of the simulator's BOs cost no memory). No task fetches them,
-    so nothing reads them."""
+    every word a task fetches, and any non-zero word elsewhere. The all-zero gaps outside
+    every task (alignment between job spans; an image may also reserve whole regions it only
+    partly fills) are left as the BO was made (zero: never-written pages of the simulator's
+    BOs cost no memory). No task fetches them, so nothing reads them."""
     n = int(words.size)
     runs = sorted((max(a - first, 0), min(b - first, n)) for a, b in tasks)
     merged: list[list[int]] = []
@@ -372,10 +372,19 @@ class LoadedImage:
             for u in image.uploads:
                 b.upload(u.bo, image.arrays[u.array], u.offset)
                 uploaded[0] += image.arrays[u.array].nbytes
-        # one zero buffer for every fill: a fresh one per fill (130 MB on ModernBERT x22) is
-        # mapped page by page again as it is copied
-        zeros = np.zeros(max((z.size for z in image.zero_fills), default=0), np.uint8)
-        for z in image.zero_fills:
+        # A zero fill is written only into a BO that something else is written into (an
+        # upload, regcmd words: the fill may cover part of them), or when RJ_POISON_BOS fills
+        # new BOs with 0xAA. Every BO above was created just now, and a fresh BO reads as zero
+        # on every backend (rj_bo_create: an anonymous mmap for the sim and null devices and
+        # the fake driver; on rocket a new GEM shmem object, whose never-written pages read as
+        # zero -- Linux drm_gem_shmem_helper.c over mm/shmem.c), so the arenas' fills change
+        # nothing and would fault in 130 MB of pages on ModernBERT x22 at load.
+        # tests/runtime/test_fresh_bos_zero.py holds the backends to it.
+        poisoned = debugflags.enabled("RJ_POISON_BOS")
+        written = {u.bo for u in image.uploads} | {w.bo for w in image.words}
+        fills = [z for z in image.zero_fills if poisoned or z.bo in written]
+        zeros = np.zeros(max((z.size for z in fills), default=0), np.uint8)
+        for z in fills:
             b.upload(z.bo, zeros[:z.size], z.offset)
         tasks = _task_words(image)
         for w in image.words:

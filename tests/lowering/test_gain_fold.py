@@ -13,7 +13,7 @@ from rockjit.ir import interpreter
 from rockjit.ir.ops import Op
 from rockjit.ir.verifier import verify
 from rockjit.lowering.fold import fold_consts
-from rockjit.lowering.gain_fold import fold_norm_gains
+from rockjit.lowering.gain_fold import bias_through, fold_norm_gains
 
 H, S = 64, 16
 
@@ -182,3 +182,21 @@ def test_bias_folded_program_on_the_simulator() -> None:
     ref = (h @ p["w1"].T.astype(np.float64) + p["c1"]) * (h @ p["w2"].T.astype(np.float64))
     _check_close(got, ref, 4e-3)
     assert f.compiled(p, x).stats()["range_gain_folds"] == 1
+
+
+def test_bias_through_has_the_bits_of_tensordot_with_one_scratch_for_all() -> None:
+    """The norm bias through a projection, with the float64 copy of each weight in one reused
+    buffer: bit for bit numpy's tensordot on fresh float64 copies, whatever came before in
+    the buffer (a larger weight, the other axis)."""
+    rng = np.random.default_rng(3)
+    scratch = [np.empty(0, np.float64)]
+    for shape, ax, dt in [((96, 40), 1, np.float32), ((300, 96), 0, np.float32),
+                          ((40, 96), 0, np.float16), ((96, 300), 1, np.float32),
+                          ((7, 5), 0, np.float64)]:
+        w = (rng.standard_normal(shape) / 9).astype(dt)
+        b = rng.standard_normal(shape[ax]).astype(np.float32)
+        want = np.tensordot(np.asarray(w, np.float64), b.astype(np.float64), axes=([ax], [0]))
+        got = bias_through(w, b, ax, scratch)
+        assert got.dtype == np.float64 and got.shape == want.shape
+        assert np.array_equal(got, want), (shape, ax, dt)
+    assert scratch[0].size == 300 * 96
