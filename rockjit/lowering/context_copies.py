@@ -51,7 +51,7 @@ def host_runs(b: "ImageBuilder", ci: int, hs: HostStep) -> list[tuple[str, Run]]
 
 class ResidencyWalk:
     """The residency of the arena while the image builder walks the steps; ``bring`` and
-    ``host_contexts`` ask the builder for the copies they need (``_cross_context_copy``)."""
+    ``host_contexts`` record the copies they need (``cross_context_copy``)."""
 
     def __init__(self, b: "ImageBuilder", unplaced: dict | None = None) -> None:
         """``unplaced``: each job's (reads, writes) before the arena plan, by ``id`` of its
@@ -138,7 +138,7 @@ class ResidencyWalk:
 
     def _flush(self) -> None:
         for src, dst, run in self._pending:
-            self.b._cross_context_copy(src, dst, run)
+            cross_context_copy(self.b, src, dst, run)
         self._pending = []
 
     def npu_step(self, st: ScheduledStep) -> None:

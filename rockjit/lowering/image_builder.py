@@ -15,7 +15,7 @@ which the runtime loads (runtime/program.py: LoadedImage) and a bundle stores.
     is written into them once at load;
   * ``_words_and_relocations``: every kick's words; address words become relocations
     (patched by the runtime at load);
-  * ``_walk_steps`` (with ``_cross_context_copy``, context_copies.py): jobs and host steps
+  * ``_walk_steps`` (with context_copies.cross_context_copy): jobs and host steps
     in schedule order, and the host copies between contexts; ``_step_specs``: the same as image records;
   * ``_stats``, then the image.
 The image holds no compiler object.
@@ -202,8 +202,7 @@ class ImageBuilder:
         self.weights_bytes = self.wsize[0]
 
     def _lay_out_regcmd(self) -> None:
-        """Per context, the kicks of the jobs that run there, job after job
-        (regcmd_image.lay_out_regcmd): ``jbase``, ``rsize``."""
+        """Per context, its jobs' kicks, job after job (regcmd_image.py): ``jbase``, ``rsize``."""
         self.rspec = {ci: next((sp for sp in pc.call.lowering.buffers if sp.role == "regcmd"), None)
                       for ci, pc in enumerate(self.calls)}
         self.jbase, self.rsize = lay_out_regcmd(self)
@@ -360,10 +359,6 @@ class ImageBuilder:
         bid = self.calls[ci].binding.get(name)
         return None if bid is None or self.bufs[bid[0]].kind != "arena" else bid
 
-    def _cross_context_copy(self, src_core: int, dst_core: int,
-                            run: tuple[int, int, int, int]) -> None:
-        cross_context_copy(self, src_core, dst_core, run)
-
     def _walk_steps(self) -> None:
         """Jobs, host steps and cross-context copies in schedule order, as pending records."""
         self.job_cores: list[int] = []
@@ -396,11 +391,11 @@ class ImageBuilder:
             if walk is not None:
                 walk.npu_step(st)
             for src, dst, run in ins:
-                self._cross_context_copy(src, dst, run)
+                cross_context_copy(self, src, dst, run)
             self._pending.append(("npu", [j for jr in st.jobs for j in self._runtime_jobs(jr)]))
             n["npu_steps"] += 1
             for src, dst, run in outs:
-                self._cross_context_copy(src, dst, run)
+                cross_context_copy(self, src, dst, run)
         if walk is not None:
             walk.finish()
 
