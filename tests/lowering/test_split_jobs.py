@@ -95,9 +95,10 @@ def _heads(p, x):
     return jax.nn.softmax(jnp.einsum("hqd,hkd->hqk", q, k), axis=-1)
 
 
-@needs_sim
-def test_softmax_over_heads_runs_its_exp_as_jobs_on_several_cores() -> None:
-    rng = np.random.default_rng(92)
+def _heads_on_the_simulator(seed: int):
+    """_heads compiled for the simulator and checked against JAX on the CPU within the fp16
+    bound; returns the loaded program."""
+    rng = np.random.default_rng(seed)
     params = {n: (rng.standard_normal((192, 192)) / 14).astype(np.float32) for n in ("wq", "wk")}
     x = rng.standard_normal((48, 192)).astype(np.float32)
     f = rockjit.compile(_heads, resident_argnums=0, backend="sim")
@@ -106,7 +107,12 @@ def test_softmax_over_heads_runs_its_exp_as_jobs_on_several_cores() -> None:
     ref = np.asarray(_heads(params, x), np.float64)      # JAX on CPU
     check_bound(got, ref, T.graph_bound(c.graph, c.params, [x])[0] + 2.0 ** -23 * np.abs(ref),
                 "softmax over 6 heads")
-    prog = c._runner.loaded_graph
+    return c._runner.loaded_graph
+
+
+@needs_sim
+def test_softmax_over_heads_runs_its_exp_as_jobs_on_several_cores() -> None:
+    prog = _heads_on_the_simulator(92)
     calls = prog.lowered.calls
     exp = [jr for st in prog.steps if st.kind == "npu" for jr in st.jobs
            if "exp" in str(calls[jr.call].node)]
@@ -142,16 +148,7 @@ def test_max_subtraction_joins_the_exp_step_head_by_head() -> None:
     ranges, and the exp had to wait for a copy in a step of its own. Every head's subtraction
     must run in one step with the rest, on the core of the exp range that reads it, and the
     two ops must share an NPU step. Against JAX on the simulator."""
-    rng = np.random.default_rng(93)
-    params = {n: (rng.standard_normal((192, 192)) / 14).astype(np.float32) for n in ("wq", "wk")}
-    x = rng.standard_normal((48, 192)).astype(np.float32)
-    f = rockjit.compile(_heads, resident_argnums=0, backend="sim")
-    got = np.asarray(f(params, x), np.float64)
-    c = f.compiled(params, x)
-    ref = np.asarray(_heads(params, x), np.float64)      # JAX on CPU
-    check_bound(got, ref, T.graph_bound(c.graph, c.params, [x])[0] + 2.0 ** -23 * np.abs(ref),
-                "softmax over 6 heads")
-    prog = c._runner.loaded_graph
+    prog = _heads_on_the_simulator(93)
     calls = prog.lowered.calls
 
     def jobs(op: str) -> list[tuple[int, int]]:
