@@ -144,8 +144,12 @@ def fuse_host_steps(b: Any, specs: list[StepSpec], members: list[tuple[int, Any]
     groups = plan_groups(specs, descs, small)
     if not groups:
         return specs
-    b.folded_packs = _folded_packs(b, groups, members)
-    direct = _write_npu_form_directly(b, groups, members)
+    steps_of: dict[int, list[int]] = {}     # call -> its host steps in the image
+    for i, m in enumerate(members):
+        if m is not None:
+            steps_of.setdefault(m[0], []).append(i)
+    b.folded_packs = _folded_packs(b, groups, members, steps_of)
+    direct = _write_npu_form_directly(b, groups, members, steps_of)
     blobs = [descriptor(g.records) for g in groups]
     offs = np.cumsum([0] + [(x.size + 63) // 64 * 64 for x in blobs])
     bo = b._add_bo(int(offs[-1]), "weights", 0)
@@ -182,7 +186,8 @@ def _source(b: Any, members: Sequence[int]) -> int:
     return len(b.sources) - 1
 
 
-def _write_npu_form_directly(b: Any, groups: list[_Group], members: list) -> int:
+def _write_npu_form_directly(b: Any, groups: list[_Group], members: list,
+                             steps_of: dict[int, list[int]]) -> int:
     """Where a fused pack copies the f32 rows the op just before it wrote, over the same
     elements, and nothing else ever reads those rows (no other call binds their buffer, no
     graph output lives there), that op writes the pack's destination view itself and the
@@ -212,7 +217,7 @@ def _write_npu_form_directly(b: Any, groups: list[_Group], members: list) -> int
                     int(prod["view"][0]["dtype"]) == ABI.DTYPES["f32"] and
                     b.calls[pi].node.startswith(f"{node.split()[1]} = ") and
                     users.get(src[0], set()) <= {ci, pi} and src[0] not in outs and
-                    sum(1 for m in members if m is not None and m[0] == ci) == 1):
+                    len(steps_of[ci]) == 1):
                 prod["view"][0] = pack["view"][0]
                 g.records[k - 1]["op"] = prod
                 g.records[k - 1]["slot"][0] = g.records[k]["slot"][0]
@@ -239,14 +244,11 @@ def _squeezed(d: np.void) -> np.void:
     return out
 
 
-def _folded_packs(b: Any, groups: list[_Group], members: list) -> int:
+def _folded_packs(b: Any, groups: list[_Group], members: list,
+                  steps_of: dict[int, list[int]]) -> int:
     """Pack calls (``pack %v``, a counted re-tile) every step of which sits in a fused step
     after a step of the call that computed ``%v``: the producing host step writes the NPU's
     form."""
-    steps_of: dict[int, list[int]] = {}
-    for i, m in enumerate(members):
-        if m is not None:
-            steps_of.setdefault(m[0], []).append(i)
     folded = 0
     for g in groups:
         cis = [members[i][0] for i in g.members]
