@@ -200,3 +200,17 @@ def test_bias_through_has_the_bits_of_tensordot_with_one_scratch_for_all() -> No
         assert got.dtype == np.float64 and got.shape == want.shape
         assert np.array_equal(got, want), (shape, ax, dt)
     assert scratch[0].size == 300 * 96
+
+
+def test_bias_through_keeps_the_bits_on_real_sized_weights() -> None:
+    """Row blocks of real-sized projections (SigLIP/ModernBERT/Whisper: q/k/v, fc1, fc2, an
+    odd row count) give numpy's tensordot of the whole float64 copy, bit for
+    bit: the fp16 bias they feed (and so the simulator's output) must not move."""
+    rng = np.random.default_rng(7)
+    scratch = [np.empty(0, np.float64)]
+    for shape in [(768, 768), (3072, 768), (768, 3072), (1001, 771)]:
+        w = rng.standard_normal(shape, np.float32) * np.float32(rng.uniform(0.01, 0.2))
+        b = (3 * rng.standard_normal(shape[1])).astype(np.float32)
+        want = np.tensordot(w.astype(np.float64), b.astype(np.float64), axes=([1], [0]))
+        got = bias_through(w, b, 1, scratch)
+        assert np.array_equal(got.view(np.uint64), want.view(np.uint64)), shape
