@@ -2,6 +2,8 @@
 value's stored form is not the one its reader asks for; each is a counted re-tile."""
 from __future__ import annotations
 
+import math
+
 
 
 import numpy as np
@@ -199,7 +201,7 @@ class LayoutConversion(StridedConversion):
     def _convert(self, use: Use, want: Form) -> Tensor:
         """Make the use's view of the value in form ``want`` through the host (counted)."""
         v = use.value
-        key = (v.id, use.index, use.perm, use.shape, repr(want))
+        key = (v.id, use.index, use.perm, use.shape, want)
         if key in self._conv_cache:
             return self._conv_cache[key]
         dtype = want.dtype if isinstance(want, RowForm) else DType.F16
@@ -322,7 +324,7 @@ class LayoutConversion(StridedConversion):
         v = use.value
         lay = want.layout
         n, k = want.shape[-2:]
-        items = int(np.prod(want.shape[:-2], dtype=np.int64)) if len(want.shape) > 2 else 1
+        items = int(math.prod(want.shape[:-2])) if len(want.shape) > 2 else 1
         es = lay.dtype.itemsize
         out = self.new_buf(want.nbytes, name=f"%{v.id}:weights")
         specs = [BufferSpec("src", "input", sub.nbytes, dtype="f16", shape=sub.shape, bind=0),

@@ -3,6 +3,8 @@ of the forms it asks for (a view when the layouts agree, a zero tail where allow
 layout conversion, layout_conversion.py)."""
 from __future__ import annotations
 
+import math
+
 
 import numpy as np
 
@@ -94,11 +96,11 @@ class Residency:
             return forced
         shape = tuple(use.shape or self._use_shape(use))
         if isinstance(spec.layout, WeightLayout):
-            nb = int(np.prod(shape[:-2], dtype=np.int64)) if len(shape) > 2 else 1
+            nb = int(math.prod(shape[:-2])) if len(shape) > 2 else 1
             return WeightForm(spec.layout, shape, spec.nbytes // nb if nb > 1 else 0)
         if spec.layout is not None:
             roles = use.roles or F.default_roles(len(shape))
-            nb = int(np.prod([n for r, n in zip(roles, shape) if r == "b"], dtype=np.int64))
+            nb = int(math.prod([n for r, n in zip(roles, shape) if r == "b"]))
             if nb > 1 and spec.shape is not None and len(spec.shape) == len(shape):
                 # an emitter batch: items contiguous, nbytes / items apart
                 return F.cube_form(spec.layout, shape, roles, spec.nbytes // nb)

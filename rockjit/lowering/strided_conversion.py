@@ -6,6 +6,7 @@ A mixin of the Lowerer (pipeline.py) beside LayoutConversion, which falls back t
 unpack / pack re-tiles where no strided form exists."""
 from __future__ import annotations
 
+import math
 import itertools
 
 import numpy as np
@@ -66,7 +67,7 @@ class StridedConversion:
                                     {"src": src_nbytes, "dst": out_nbytes, "zero": 64,
                                      "one": 64, dname: 0},
                                     dname, what=label)
-            nb = int(np.prod(p.shape, dtype=np.int64)) * es
+            nb = int(math.prod(p.shape)) * es
             # the bytes each side touches (a strided piece of a cube: its copies between
             # contexts bring only those, context_copies.host_runs)
             runs = view_runs(p.shape, (dst_view, src_view))
@@ -347,7 +348,7 @@ class StridedConversion:
                                      axis_mask=int(d["axis_mask"]),
                                      iparams=[int(x) for x in d["iparam"]],
                                      what=f"{call.label} on a cube")
-            n = int(np.prod(counts, dtype=np.int64)) if counts else 1
+            n = int(math.prod(counts)) if counts else 1
             moved = sum(n * dt.to_numpy().itemsize for dt in dts)
             # the bytes each view touches: a cube's column is a few bytes a position, and the
             # cross-context copies bring only those (context_copies.host_runs)
@@ -446,8 +447,8 @@ class StridedConversion:
                     [HostView(iname, cube.form.dtype, ioff // es, [s // es for _, s, _ in dims])],
                     {**sizes, name: 0}, name, code=code, axis_mask=rmask,
                     what=f"reduce_max of %{v.id} on its cube")
-                n_in = int(np.prod(dshape, dtype=np.int64))
-                n_out = int(np.prod([c for c, _, o in dims if o], dtype=np.int64))
+                n_in = int(math.prod(dshape))
+                n_out = int(math.prod([c for c, _, o in dims if o]))
                 steps.append(HostStep(st.kind, st.operands,
                                       {"bytes": n_in * es + n_out * out_dt.to_numpy().itemsize}))
                 specs.append(desc)

@@ -72,7 +72,7 @@ class WeightForm:
 
     @property
     def nbytes(self) -> int:
-        nb = int(np.prod(self.shape[:-2], dtype=np.int64)) if len(self.shape) > 2 else 1
+        nb = int(math.prod(self.shape[:-2])) if len(self.shape) > 2 else 1
         return (nb - 1) * self.stride + self.layout.nbytes
 
     @property

@@ -12,6 +12,7 @@ The emitter is ``emitters.matmul.build_matmul`` (tiled over M, N and K).
 """
 from __future__ import annotations
 
+import math
 import numpy as np
 
 from ...ir.ops import Op
@@ -116,8 +117,8 @@ def _matmul_call(ctx: RuleContext, lhs, rhs, out, attrs, bias: np.ndarray | None
     if len(rfree) != 1:
         raise NoNpuForm(f"rhs with {len(rfree)} free axes (the NPU matmul has one N axis)")
     k, n = ls[lc[0]], rs[rfree[0]]
-    m = int(np.prod([ls[i] for i in lfree], dtype=np.int64)) if lfree else 1
-    batch = int(np.prod(ls[:nb], dtype=np.int64)) if nb else 1
+    m = int(math.prod([ls[i] for i in lfree])) if lfree else 1
+    batch = int(math.prod(ls[:nb])) if nb else 1
     if min(m, k, n, batch) < 1:
         raise NoNpuForm("an empty matmul")
     # A = lhs with the contraction last; B = rhs as [N, K]

@@ -16,6 +16,7 @@ to the host rules.
 """
 from __future__ import annotations
 
+import math
 import numpy as np
 
 from ...ir.ops import Op
@@ -44,7 +45,7 @@ def canonical_layout(ctx: RuleContext, shape: tuple[int, ...]) -> CubeLayout:
     prof = ctx.profile
     p = prof.input(DType.F16)
     c = shape[-1] if shape else 1
-    m = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+    m = int(math.prod(shape[:-1])) if len(shape) > 1 else 1
     return feature_layout(prof, DType.F16, max(prof.min_feature_rows, round_up(m, prof.row_align)),
                           1, round_up(c, p.k_align))
 

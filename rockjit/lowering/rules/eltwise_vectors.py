@@ -39,13 +39,13 @@ def row_source(ctx: RuleContext, v, shape: tuple[int, ...]):
     while True:
         p2 = ctx.producer(src)
         if p2 is not None and p2.op in (Op.BROADCAST_IN_DIM, Op.RESHAPE) and \
-                int(np.prod(p2.inputs[0].type.shape, dtype=np.int64)) == \
-                int(np.prod(src.type.shape, dtype=np.int64)):
+                int(math.prod(p2.inputs[0].type.shape)) == \
+                int(math.prod(src.type.shape)):
             src = p2.inputs[0]
             continue
         break
-    rows = int(np.prod(shape[:-1], dtype=np.int64))
-    if int(np.prod(src.type.shape, dtype=np.int64)) != rows:
+    rows = int(math.prod(shape[:-1]))
+    if int(math.prod(src.type.shape)) != rows:
         return None
     dims = tuple(prod.attrs["broadcast_dimensions"])
     # the broadcast must keep the leading axes and add the last
@@ -117,7 +117,7 @@ def row_calls(ctx: RuleContext, op: str, run, srow, reverse: bool, form: CubeFor
             # planes (eltwise_row._one_pass): a norm's passes stay on the cores holding them
             prog = ewr.build_binary_row(op, lay, reverse, ctx.profile, flat_parts(ctx, form),
                                         real=shape[-1])
-        nrows = int(np.prod(shape[:-1], dtype=np.int64))
+        nrows = int(math.prod(shape[:-1]))
         s_form = cube_form(ewr.row_vector_layout(lay.height * lay.width, ctx.profile), (nrows, 1))
         return [OpCall(prog, (Use(run), Use(srow, shape=srow_use_shape or (nrows, 1))),
                        (Use(out),), f"{op} row", emitter="eltwise.lower_binary_row",
@@ -146,7 +146,7 @@ def channel_source(ctx: RuleContext, v, shape: tuple[int, ...]):
         return None
     src, _, depth = broadcast_source(v, ctx.producers, [])
     if not depth or ctx.const(src) is not None or src.type.size != shape[-1] or \
-            src.type.size == int(np.prod(shape, dtype=np.int64)):
+            src.type.size == int(math.prod(shape)):
         return None
     axis = [i for i, n in enumerate(src.type.shape) if n != 1]
     if len(axis) > 1:

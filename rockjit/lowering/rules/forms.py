@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import numpy as np
 
 from ..layouts import CubeLayout
 from .base import CubeForm, Form, RowForm
@@ -213,9 +212,9 @@ def slice_form(form: Form, start: tuple[int, ...], limit: tuple[int, ...],
         if any(n != 1 for n in shape[:first]):
             return None
         esize = form.dtype.to_numpy().itemsize
-        inner = int(np.prod(form.shape[first + 1:], dtype=np.int64)) * esize
+        inner = int(math.prod(form.shape[first + 1:])) * esize
         outer_off = 0
-        rowbytes = int(np.prod(form.shape[first:], dtype=np.int64)) * esize
+        rowbytes = int(math.prod(form.shape[first:])) * esize
         for k in range(first - 1, -1, -1):
             outer_off += start[k] * rowbytes
             rowbytes *= form.shape[k]

@@ -19,6 +19,7 @@ Anything else (other axes, integer sums) has no NPU form here and goes to the ho
 """
 from __future__ import annotations
 
+import math
 import numpy as np
 
 from ... import debugflags
@@ -50,7 +51,7 @@ def batch_split(form: CubeForm, shape: tuple[int, ...]) -> tuple[int, int, int] 
     if form.roles[-1] != "c" or "w" in form.roles and form.hwc()[1] != 1:
         return None
     if len(items) == 1:
-        return 1, int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1, 0
+        return 1, int(math.prod(shape[:-1])) if len(shape) > 1 else 1, 0
     offs = [off for _, off in items]
     step = offs[1] - offs[0]
     if any(b - a != step for a, b in zip(offs, offs[1:])) or step <= 0:

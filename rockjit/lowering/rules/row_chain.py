@@ -26,7 +26,7 @@ by cost either way (resident_placement.py chooses the cores of each step's jobs)
 """
 from __future__ import annotations
 
-import numpy as np
+import math
 
 from ... import debugflags
 from ...ir.graph import Value
@@ -64,7 +64,7 @@ def row_split_cuts(ctx: RuleContext, form: CubeForm) -> tuple[int, ...]:
         return ()
     if not feeds_feature_reduce(ctx, ctx.node.out):
         return ()
-    rows = int(np.prod(form.shape[:-1], dtype=np.int64))
+    rows = int(math.prod(form.shape[:-1]))
     return reduce_row_cuts(ctx, rows, lay.channels)
 
 

@@ -3,6 +3,8 @@ no byte when the operand's storage allows it (rules/forms.py says when). When it
 the partitioner takes the host rule (a strided copy)."""
 from __future__ import annotations
 
+import math
+
 from ...ir.graph import Value
 from ...ir.ops import Op
 from .base import CubeForm, NoNpuForm, RuleContext, RuleResult, ViewResult
@@ -40,7 +42,7 @@ def _broadcast(ctx: RuleContext) -> RuleResult:
     is folded into its consumer (per-row / per-channel operands) or runs on the host."""
     node = ctx.node
     src, out = node.inputs[0].type.shape, node.out.type.shape
-    if src and int(__import__("numpy").prod(src)) != int(__import__("numpy").prod(out)):
+    if src and math.prod(src) != math.prod(out):
         raise NoNpuForm("a broadcast that replicates data (folded into its consumer when it "
                         "is a per-row or per-channel operand)")
     dims = tuple(node.attrs["broadcast_dimensions"])
