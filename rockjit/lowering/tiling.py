@@ -284,11 +284,16 @@ def _candidates(shape: ConvShape, profile: ChipProfile, max_rows: int | None,
     why_not: list[str] = []
     n_k_steps = 1 if shape.depthwise else shape.channels // p.k_align
     seen_ct: set[int] = set()
+    tried: set[tuple[int, int, int]] = set()
+    # row tiles (or why none) by output rows per tile, kernel tiles by kernels per tile
+    rows_of: dict[int, tuple[RowTile, ...] | str] = {}
+    ksp_of: dict[int, tuple[Span, ...]] = {}
     for nk in range(1, min(n_k_steps, max_k_steps or n_k_steps) + 1):
         ct = shape.channels if shape.depthwise else round_up(ceil_div(shape.channels, nk), p.k_align)
         if ct in seen_ct or ceil_div(shape.channels, ct) != nk:
             continue
         seen_ct.add(ct)
+        csp = None       # this K step's channel tiles, made when first needed
         if max_channels and ct > max_channels and not shape.depthwise:
             continue
         if ct > max_ch:
@@ -337,11 +342,21 @@ def _candidates(shape: ConvShape, profile: ChipProfile, max_rows: int | None,
             oh_max = oh_max // shape.row_align * shape.row_align
             if oh_max < 1:
                 continue
-            try:
-                row_spans = _balanced(shape.out_h, oh_max, shape.row_align)
-                rows = tuple(_input_window(shape, profile, s.start, s.size) for s in row_spans)
-            except LoweringError as e:
-                why_not.append(str(e))
+            # the tiles below are a function of (ct, oh_max, okt_max) alone (kacc follows from
+            # ct): once the caps bind, many bank splits d give the same ones, checked once
+            if (ct, oh_max, okt_max) in tried:
+                continue
+            tried.add((ct, oh_max, okt_max))
+            rows = rows_of.get(oh_max)
+            if rows is None:
+                try:
+                    row_spans = _balanced(shape.out_h, oh_max, shape.row_align)
+                    rows = tuple(_input_window(shape, profile, s.start, s.size) for s in row_spans)
+                except LoweringError as e:
+                    rows = str(e)
+                rows_of[oh_max] = rows
+            if isinstance(rows, str):
+                why_not.append(rows)
                 continue
             if any(r.pad_top > max_pad_top for r in rows):
                 why_not.append(f"a row tile needs more than {max_pad_top} padding rows on top")
@@ -350,15 +365,22 @@ def _candidates(shape: ConvShape, profile: ChipProfile, max_rows: int | None,
                 why_not.append(f"a K-split tile with fewer than {profile.ew_min_positions} output "
                                f"positions cannot be accumulated by the DPU")
                 continue
-            ksp = tuple(_balanced(shape.kernels, okt_max, nalign))
-            csp = ksp if shape.depthwise else tuple(_balanced(shape.channels, ct, p.k_align))
-            # the real tiles must still fit (balancing never grows a tile past its maximum)
+            ksp = ksp_of.get(okt_max)
+            if ksp is None:
+                ksp = ksp_of[okt_max] = tuple(_balanced(shape.kernels, okt_max, nalign))
+            if shape.depthwise:
+                csp = ksp
+            elif csp is None:
+                csp = tuple(_balanced(shape.channels, ct, p.k_align))
+            # the real tiles must still fit (balancing never grows a tile past its maximum);
+            # the check depends on a tile's size alone, so each size once, in the tiles' order
+            # (the first that fails is the first tile that would)
             ih = max(r.in_rows for r in rows)
             try:
-                for k in ksp:
-                    cw = k.size if shape.depthwise else max(c.size for c in csp)
+                for size in dict.fromkeys(k.size for k in ksp):
+                    cw = size if shape.depthwise else max(c.size for c in csp)
                     cbuf_split(profile, shape.in_dtype, ih, shape.width, cw,
-                               weight_bytes_of(shape, profile, k.size, cw))
+                               weight_bytes_of(shape, profile, size, cw))
             except LoweringError as e:
                 why_not.append(str(e))
                 continue
