@@ -27,15 +27,15 @@ import numpy as np
 
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import Op
+from .const_views import uniform_value
 from .gain_fold import feature_vector
 
 
 def _scalar_const(v: Value, consts: Mapping[int, np.ndarray]) -> bool:
     c = consts.get(v.id)
-    if c is None or np.size(c) == 0:
-        return False
-    c = np.asarray(c)
-    return bool(np.all(c == c.flat[0]))
+    # every element the same (not NaN); a broadcast scalar is compared once, not once per
+    # element of its [heads, S, S] view (const_views.py)
+    return c is not None and uniform_value(c) is not None
 
 
 def _feature_axes(chain: list[Node], start: Value) -> set[int] | None:

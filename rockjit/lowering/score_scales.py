@@ -29,6 +29,7 @@ import numpy as np
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import Op
 from ..ir.types import TensorType
+from ..weight_timing import timed
 from .const_views import distinct_view, uniform_value
 from .gain_fold import feature_vector
 from .range_rewrites import GraphEditor
@@ -175,7 +176,9 @@ def rewrite_score_scales(graph: Graph, consts: Mapping[int, np.ndarray]
     for n in graph.nodes:
         if id(n) in weights:
             w = consts[n.inputs[1].id]
-            ws = np.asarray(w * np.asarray(2.0 ** weights[id(n)], w.dtype))
+            with timed("fold") as folded:       # the projection's weight scaled: weight work
+                ws = np.asarray(w * np.asarray(2.0 ** weights[id(n)], w.dtype))
+                folded[0] = ws.nbytes
             ws.setflags(write=False)
             w2 = ed.node(out_nodes, Op.CONSTANT, (), {"value": ws}, n.inputs[1].type, n.loc)
             ed.node(out_nodes, n.op, (n.inputs[0], w2), dict(n.attrs), loc=n.loc, result=n.out)

@@ -13,6 +13,7 @@ import math
 from dataclasses import replace
 
 
+from ..compile_cache import memo
 from ..layouts import CubeLayout
 from .base import CubeForm, Form, RowForm
 
@@ -73,6 +74,11 @@ def reshape(form: Form, shape: tuple[int, ...]) -> Form | None:
         return RowForm(form.dtype, shape)
     if shape == form.shape:
         return form
+    # a pure function of the form and the shape, asked again by every layer: once per compile
+    return memo(("cube_reshape", form, shape), lambda: _cube_reshape(form, shape))
+
+
+def _cube_reshape(form: CubeForm, shape: tuple[int, ...]) -> CubeForm | None:
     src = _drop_units(form)
     tgt = [n for n in shape if n != 1]
     # walk both shapes, matching groups of equal products
