@@ -64,7 +64,8 @@ def _channel_vector(c: np.ndarray) -> np.ndarray | None:
     a = np.asarray(c)
     if a.ndim == 0:
         return None
-    ref = a.reshape(-1, a.shape[-1])
+    # a broadcast's repeated rows are one row: compared once, not copied
+    ref = _cut_repeats(a, a.ndim - 1).reshape(-1, a.shape[-1])
     return ref[0].copy() if np.all(ref == ref[0]) else None
 
 
@@ -83,8 +84,17 @@ def _scan_channel_vector(a: np.ndarray, form: CubeForm) -> np.ndarray | None:
     if a.ndim == 0 or "c" not in form.roles or a.shape != tuple(form.shape):
         return _channel_vector(a) if a.ndim and form.roles[-1:] == ("c",) else None
     ax = form.roles.index("c")
-    moved = np.moveaxis(a, ax, -1).reshape(-1, a.shape[ax])
+    # the repeats of a broadcast (stride-0 axes other than the channels) hold the first row's
+    # values again: cut to one (const_views.py), the comparison reads each distinct row once
+    moved = np.moveaxis(_cut_repeats(a, ax), ax, -1).reshape(-1, a.shape[ax])
     return moved[0].copy() if np.all(moved == moved[0]) else None
+
+
+def _cut_repeats(a: np.ndarray, keep: int) -> np.ndarray:
+    """``a`` with each stride-0 axis but ``keep`` cut to index 0 (const_views.py): the rows
+    such an axis repeats are the same bytes, so a test over all of them reads each once."""
+    return a[tuple(slice(0, 1) if st == 0 and i != keep else slice(None)
+                   for i, st in enumerate(a.strides))]
 
 
 # A per-row statistic (LayerNorm's mean and variance, softmax's max and sum) is O(rows): once
