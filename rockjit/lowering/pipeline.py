@@ -110,7 +110,7 @@ class Lowerer(Residency, ConcatSlots, LayoutConversion):
             t = self.add_tensor(v, RowForm(v.type.dtype, v.type.shape), buf)
             self.inputs.append(Boundary(i, v, t))
         self._plan_slots()
-        users = g.users()
+        users = self.users       # the graph's, made in __init__ (the graph has not changed)
         from ..progress import progress
         for node in progress(g.nodes, "lowering"):
             if node.out.id in self.consts or node.op in (Op.PARAM, Op.CONSTANT):

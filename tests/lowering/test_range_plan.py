@@ -146,6 +146,27 @@ def test_matmul_bound_uses_weight_l1_norms() -> None:
     assert b[g.outputs[0].id] == pytest.approx(2.0 * np.abs(w).sum(axis=1).max())
 
 
+def test_weight_l1_norm_has_the_bits_of_the_whole_float64_sum() -> None:
+    """The largest row L1 norm, taken in cache-sized row blocks, is numpy's float64 sum of
+    the whole |w| bit for bit on real-sized projections (a bound feeds the prescale
+    decisions), and a NaN or inf weight still shows."""
+    rng = np.random.default_rng(5)
+    for shape in [(768, 768), (1001, 771)]:
+        w = rng.standard_normal(shape, np.float32) * np.float32(rng.uniform(0.01, 3.0))
+        block = RB._L1_BLOCK // shape[1]
+        # the largest row first, last, either side of a block edge, or nowhere special
+        for big in (None, 0, block - 1, block, shape[0] - 1):
+            v = w.copy()
+            if big is not None:
+                v[big] *= 4
+            want = float(np.max(np.sum(np.abs(v.astype(np.float64)), axis=1)))
+            assert RB._max_l1(v, (1,)) == want, (shape, big)
+    w[0, 7] = np.nan
+    assert math.isnan(RB._max_l1(w, (1,)))
+    w[0, 7] = np.inf
+    assert RB._max_l1(w, (1,)) == math.inf
+
+
 # ---------------------------------------------------------------------------------------------
 # the rewrite keeps the graph's meaning
 # ---------------------------------------------------------------------------------------------
