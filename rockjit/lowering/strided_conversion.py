@@ -15,13 +15,15 @@ from .arith import round_up
 from ..ir.graph import Value
 from ..ir.ops import Op
 from ..ir.types import DType
-from ..runtime.host_abi import DESC_DTYPE, DTYPES as DTYPE_CODES_BY_VALUE
+from ..runtime.host_abi import DESC_DTYPE
 from .lowered import ConversionError, PlacedCall
 from .host_descriptor import view_runs
 from .op_lowering import BufferSpec, HostStep, OpLowering
+from .regcmd import LoweringError
 from .rules import forms as F
 from .rules.base import CubeForm, OpCall, RowForm, Tensor, Use, WeightForm
 from . import strided_relayout as SR
+from .cube_host_calls import cube_call_parts
 
 
 def _descriptor(prog: OpLowering) -> np.void:
@@ -270,109 +272,28 @@ class StridedConversion:
     def _eltwise_on_cube(self, call: OpCall) -> OpCall:
         """An element-wise host op reads each operand held only as a cube through the cube's
         strided view (real lanes only); a lane tail makes it one more step over that part of
-        the output. Each element is computed alone, so the results are the same bits."""
-        from .host_rules import HostView, INPUT_SLOTS, MAX_RANK, host_op_step, row_major_strides
-
-        # every cube read in place below is an operand held only as a cube: with none (most
-        # calls) the call stays as it is, without decoding its descriptor
-        if all(self._only_cube(use) is None for use in call.operands):
+        the output. Each element is computed alone, so the results are the same bits.
+        Its steps are a function of the host program and the operands' cube forms alone
+        (cube_host_calls.py): made once per compile for each (the layers repeat them)."""
+        # every cube read in place is an operand held only as a cube: with none (most calls)
+        # the call stays as it is, without decoding its descriptor
+        only = [self._only_cube(use) for use in call.operands]
+        if all(t is None for t in only):
             return call
-        prog = call.lowering
-        step = prog.steps[0]
-        d = _descriptor(prog)
-        rank, nin = int(d["rank"]), int(d["ninputs"])
-        shape = [int(n) for n in d["shape"][:rank]]
-        spec_of = {b.name: b for b in prog.buffers}
-        names = [step.operands["dst"].buffer] + [step.operands[k].buffer for k in INPUT_SLOTS[:nin]]
-        cubes: dict[int, Tensor] = {}
-        for i in range(1, nin + 1):
-            sp = spec_of[names[i]]
-            if sp.role != "input" or int(d["view"][i]["offset"]) or \
-                    tuple(int(x) for x in d["view"][i]["stride"][:rank]) != row_major_strides(shape):
-                continue
-            use = call.operands[sp.bind]
-            cube = self._only_cube(use)
-            if cube is not None and list(use.value.type.shape) == shape and \
-                    sum(1 for n in names if n == names[i]) == 1 and \
-                    DTYPE_CODES_BY_VALUE[cube.form.dtype.value] == int(d["view"][i]["dtype"]):
-                cubes[i] = cube
-        if not cubes:
+        forms = tuple(None if t is None else t.form for t in only)
+        try:
+            parts = cube_call_parts(call.lowering, forms)
+        except LoweringError as e:
+            raise LoweringError(f"{call.label}: {e}") from None
+        if parts is None:
             return call
-        maps = {i: self._cube_maps(c.form) for i, c in cubes.items()}
-        cuts = []
-        for a in range(rank):
-            c = SR.axis_pieces(shape[a], [m[a].mod for m in maps.values()])
-            if c is None:
-                return call
-            cuts.append(c)
-        dts = [DType(next(k for k, c in DTYPE_CODES_BY_VALUE.items() if c == int(d["view"][i]["dtype"])))
-               for i in range(nin + 1)]
-        sizes = {n: spec_of[n].nbytes for n in names}
-        for i, c in cubes.items():
-            sizes[names[i]] = c.form.nbytes
-            dts[i] = c.form.dtype
-        steps, descs = [], []
-        for combo in itertools.product(*cuts):
-            dims = [[] for _ in range(nin + 1)]
-            offs = [0] * (nin + 1)
-            counts = []
-            for a, (start, digits) in enumerate(combo):
-                for i in range(nin + 1):
-                    if i in cubes:
-                        offs[i] += maps[i][a].at(start)
-                    else:
-                        offs[i] += int(d["view"][i]["stride"][a]) * start
-                for cnt, w in digits:
-                    if cnt == 1:
-                        continue
-                    counts.append(cnt)
-                    for i in range(nin + 1):
-                        dims[i].append(SR.digit_stride(maps[i][a], w) if i in cubes
-                                       else int(d["view"][i]["stride"][a]) * w)
-            views = []
-            for i in range(nin + 1):
-                off, st = offs[i], dims[i]
-                if i in cubes:
-                    es = cubes[i].form.layout.esize
-                    if off % es or any(x % es for x in st):
-                        return call
-                    off, st = off // es, [x // es for x in st]
-                else:
-                    off += int(d["view"][i]["offset"])
-                views.append(HostView(names[i], dts[i], off, st or [0]))
-            if len(counts) > MAX_RANK:
-                return call
-            name = f"desc{len(descs)}"
-            st_, desc = host_op_step(step.kind, counts or [1], views[0], views[1:],
-                                     {**sizes, name: 0}, name, code=int(d["code"]),
-                                     axis_mask=int(d["axis_mask"]),
-                                     iparams=[int(x) for x in d["iparam"]],
-                                     what=f"{call.label} on a cube")
-            n = int(math.prod(counts)) if counts else 1
-            moved = sum(n * dt.to_numpy().itemsize for dt in dts)
-            # the bytes each view touches: a cube's column is a few bytes a position, and the
-            # cross-context copies bring only those (context_copies.host_runs)
-            runs = view_runs(counts or [1], views)
-            steps.append(HostStep(st_.kind, st_.operands, {"bytes": moved, "runs": runs}))
-            descs.append(desc)
-        if len(steps) > SR.MAX_PIECES:
-            return call
-        specs = []
-        for b in prog.buffers:
-            if b.name == step.operands["desc"].buffer:
-                continue
-            i = names.index(b.name) if b.name in names else -1
-            if i in cubes:
-                specs.append(BufferSpec(b.name, "input", cubes[i].form.nbytes,
-                                        layout=cubes[i].form.layout, bind=b.bind))
-            else:
-                specs.append(b)
+        bufs, steps, cube_forms = parts
         forms_in = list(call.forms_in) if call.forms_in else [None] * len(call.operands)
-        for i, c in cubes.items():
-            forms_in[spec_of[names[i]].bind] = c.form
-        return OpCall(OpLowering(tuple(specs + descs), tuple(steps)), call.operands,
-                      call.results, label=call.label, where="host", emitter=call.emitter,
-                      forms_in=tuple(forms_in), forms_out=call.forms_out)
+        for bind, form in cube_forms:
+            forms_in[bind] = form
+        return OpCall(OpLowering(bufs, steps), call.operands, call.results, label=call.label,
+                      where="host", emitter=call.emitter, forms_in=tuple(forms_in),
+                      forms_out=call.forms_out)
 
     def _reduce_max_on_cube(self, call: OpCall) -> OpCall:
         """A host ``reduce_max`` whose operand is held only as a cube reads the cube through a
