@@ -17,6 +17,7 @@ from ..ir.ops import Op
 from ..ir.types import DType
 from ..runtime.host_abi import DESC_DTYPE
 from .lowered import ConversionError, PlacedCall
+from .compile_cache import compile_scope_memo
 from .host_descriptor import view_runs
 from .op_lowering import BufferSpec, HostStep, OpLowering
 from .regcmd import LoweringError
@@ -46,7 +47,6 @@ class StridedConversion:
         (a broadcast zero -> the padding of dst the reader takes, rewritten every run so the
         buffer needs no load-time zeroing and may share arena space) and ``one_pieces`` (a
         broadcast 1.0 after them: a row-sum kernel, rules/row_sum.py)."""
-        from .host_rules import HostView, host_op_step
 
         specs = [BufferSpec("src", "input", src_nbytes), BufferSpec("dst", "output", out_nbytes)]
         binding = {"src": src_loc, "dst": (out.id, 0)}
@@ -56,27 +56,23 @@ class StridedConversion:
                 b = self.new_buf(64, "weights", f"{label}:{name}", data.view(np.uint8))
                 specs.append(BufferSpec(name, "const", 64))
                 binding[name] = (b.id, 0)
-        steps = []
-        es = dst_dt.to_numpy().itemsize
-        for j, (p, srcname) in enumerate([(p, "src") for p in pieces] +
-                                         [(p, "zero") for p in zero_pieces] +
-                                         [(p, "one") for p in one_pieces]):
-            dname = f"desc{j}"
-            dst_view = HostView("dst", dst_dt, p.dst_offset, p.dst_strides)
-            src_view = HostView(srcname, src_dt if srcname == "src" else dst_dt, p.src_offset,
-                                p.src_strides)
-            st, desc = host_op_step("copy", p.shape, dst_view, [src_view],
-                                    {"src": src_nbytes, "dst": out_nbytes, "zero": 64,
-                                     "one": 64, dname: 0},
-                                    dname, what=label)
-            nb = int(math.prod(p.shape)) * es
-            # the bytes each side touches (a strided piece of a cube: its copies between
-            # contexts bring only those, context_copies.host_runs)
-            runs = view_runs(p.shape, (dst_view, src_view))
-            steps.append(HostStep(st.kind, st.operands, {moved: nb, "bytes": nb, "runs": runs}))
+        # the steps and descriptors are a function of the pieces, dtypes and sizes alone
+        # (the label reaches an error only, and an error is not kept): once per compile for
+        # each, the layers repeat them; each call binds its own descriptor buffers
+        key = ("strided_copy_steps", tuple(pieces), tuple(zero_pieces), tuple(one_pieces),
+               src_dt, dst_dt, src_nbytes, out_nbytes, moved)
+        cache = compile_scope_memo()
+        made = None if cache is None else cache.get(key)
+        if made is None:
+            made = _copy_steps(label, pieces, zero_pieces, one_pieces, src_dt, dst_dt,
+                               src_nbytes, out_nbytes, moved)
+            if cache is not None:
+                cache[key] = made
+        steps = [st for st, _ in made]
+        for st, desc in made:
             specs.append(desc)
-            dbuf = self.new_buf(desc.nbytes, "weights", f"{label}:{dname}", desc.data)
-            binding[dname] = (dbuf.id, 0)
+            dbuf = self.new_buf(desc.nbytes, "weights", f"{label}:{desc.name}", desc.data)
+            binding[desc.name] = (dbuf.id, 0)
         self.group += 1
         self.retiles += 1
         call = OpCall(OpLowering(tuple(specs), tuple(steps)), (Use(v),), (Use(v),), label,
@@ -395,3 +391,32 @@ class StridedConversion:
         return OpCall(OpLowering(tuple(specs), tuple(steps)), call.operands, call.results,
                       label=call.label, where="host", emitter=call.emitter,
                       forms_in=(cube.form,), forms_out=call.forms_out)
+
+
+def _copy_steps(label: str, pieces: list, zero_pieces: list, one_pieces: list, src_dt: DType,
+                dst_dt: DType, src_nbytes: int, out_nbytes: int,
+                moved: str) -> tuple[tuple[HostStep, BufferSpec], ...]:
+    """The host copy step and descriptor constant of each piece of a strided re-tile
+    (StridedConversion._strided_copy_call): ``pieces`` from ``src``, then ``zero_pieces`` and
+    ``one_pieces`` from the broadcast constants."""
+    from .host_rules import HostView, host_op_step
+
+    out = []
+    es = dst_dt.to_numpy().itemsize
+    for j, (p, srcname) in enumerate([(p, "src") for p in pieces] +
+                                     [(p, "zero") for p in zero_pieces] +
+                                     [(p, "one") for p in one_pieces]):
+        dname = f"desc{j}"
+        dst_view = HostView("dst", dst_dt, p.dst_offset, p.dst_strides)
+        src_view = HostView(srcname, src_dt if srcname == "src" else dst_dt, p.src_offset,
+                            p.src_strides)
+        st, desc = host_op_step("copy", p.shape, dst_view, [src_view],
+                                {"src": src_nbytes, "dst": out_nbytes, "zero": 64,
+                                 "one": 64, dname: 0},
+                                dname, what=label)
+        nb = int(math.prod(p.shape)) * es
+        # the bytes each side touches (a strided piece of a cube: its copies between
+        # contexts bring only those, context_copies.host_runs)
+        runs = view_runs(p.shape, (dst_view, src_view))
+        out.append((HostStep(st.kind, st.operands, {moved: nb, "bytes": nb, "runs": runs}), desc))
+    return tuple(out)

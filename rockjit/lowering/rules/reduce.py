@@ -25,6 +25,7 @@ import numpy as np
 from ... import debugflags
 from ...ir.ops import Op
 from ...ir.types import DType
+from ..compile_cache import memo
 from ..op_lowering import BufferSpec, HostStep, OpLowering
 from ..regcmd import LoweringError
 from .base import CubeForm, NoNpuForm, OpCall, RowForm, RuleContext, RuleResult, Use
@@ -148,7 +149,11 @@ def _row_max_ppu(ctx: RuleContext) -> list[OpCall]:
     c = shape[-1]
     c2 = lay.c2
     try:
-        prog = build_row_max(lay, rows, c, batch, step, ctx.profile, name=f"rmax{node.out.id}")
+        # a function of the geometry alone (its task names reach error messages only, as a
+        # reused matmul's do): once per compile for each (every layer's softmax asks again)
+        prog = memo(("build_row_max", lay, rows, c, batch, step, ctx.profile),
+                    lambda: build_row_max(lay, rows, c, batch, step, ctx.profile,
+                                          name=f"rmax{node.out.id}"))
     except LoweringError as e:
         raise NoNpuForm(str(e)) from None
     lanes_form = RowForm(DType.F16, (batch, rows, c2))
