@@ -450,6 +450,10 @@ def _epilogue(ep: MatmulEpilogue | None, plan: ConvPlan, lay: MatmulLayouts, n: 
             offs[rows] = pos
             blobs.append(blob)
             pos += round_up(blob.size, 64)
+        # the cubes joined into the one constant (part of packing the bias)
+        data = np.zeros(pos, np.uint8)
+        for rows, blob in zip(sorted(offs), blobs):
+            data[offs[rows]:offs[rows] + blob.size] = blob
         packed[0] = pos
     c2 = cube.c2
     short = [r.out_rows for r in plan.rows if r.out_rows < profile.ew_min_positions]
@@ -458,9 +462,6 @@ def _epilogue(ep: MatmulEpilogue | None, plan: ConvPlan, lay: MatmulLayouts, n: 
         raise LoweringError(f"{name}: an EW epilogue operand needs >= {profile.ew_min_positions} "
                             f"positions per task when N spans several surfaces; a row tile has "
                             f"{short[0]}")
-    data = np.zeros(pos, np.uint8)
-    for rows, blob in zip(sorted(offs), blobs):
-        data[offs[rows]:offs[rows] + blob.size] = blob
     def where(rows: int, ch: int) -> int:
         return offs[rows] + (ch // c2) * rows * profile.atom_bytes
     return (Epilogue(ew=("add", "bias", where), act=ep.act, ew_esize=cube.esize),
