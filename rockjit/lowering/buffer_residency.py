@@ -1,0 +1,121 @@
+"""Residency per lowered buffer, over runs in the unplaced space (buffer id + 1 << ``SHIFT`` |
+offset in the buffer): which contexts hold each buffer's current bytes. Core placement
+(resident_placement.py) prices the copies with it and the image's walk (context_copies.py)
+plans them with it.
+
+Why per buffer and not per arena byte: two buffers share arena bytes only when their live
+intervals are disjoint (memory.check_plan), every run lies inside one buffer (a run past its
+buffer's end is refused here), and a buffer's bytes are reset to "current everywhere" when its
+interval begins (context_copies.py: its old bytes are dead). So the bits of a buffer's bytes
+are a function of that buffer's own writes and brings, and each buffer can keep them alone:
+
+* a buffer written or brought whole is one set of contexts, an int, and needs no mask;
+* a buffer touched in part gets a ContextResidency of its own, in cells of its own grain
+  (``grains_by_buffer``): host steps that touch lane 0 of each row atom (2-byte chunks) make
+  only their buffers fine, where one arena-wide mask took the finest grain of all (a 39 MB
+  mask on ModernBERT x22, filled at ~10-35 us per fresh page on the VM).
+
+The copies a run needs depend only on its bytes' bits (ContextResidency.bring plans in cells
+and returns bytes, so the cell size does not change them).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .residency_copies import ContextResidency, Run
+
+SHIFT = 40
+
+
+class BufferResidency:
+    """Which contexts hold each lowered buffer's current bytes, over runs in the unplaced
+    space. A buffer written whole by one context (most are) is one set of contexts, kept as
+    an int; a ContextResidency is made for it only when a run covers part of it."""
+
+    def __init__(self, sizes: dict[int, int], contexts: Sequence[int], grain: int = 1,
+                 grains: dict[int, int] | None = None, slack: int = 0) -> None:
+        """``grains``: per buffer, the cell size of its residency (``grain_of_runs`` of the
+        runs inside it; ``grain`` for a buffer it does not name): one buffer's runs share
+        coarser cells than the whole arena's (a 2-byte grain anywhere would give every
+        buffer a cell per 2 bytes). ``slack``: bytes a run may reach past its buffer's end
+        (placement's runs are byte counts only; the walk's must stay inside)."""
+        self.sizes, self.contexts = sizes, sorted(contexts)
+        self.grain, self.grains, self.slack = grain, grains or {}, slack
+        self.all = sum(1 << c for c in self.contexts)
+        self.uniform: dict[int, int] = {}
+        self.per: dict[int, ContextResidency] = {}
+        self.memo: dict = {}    # shared by the buffers' residencies (their runs repeat)
+
+    def _split(self, run: Run) -> tuple[int, Run, bool]:
+        """(buffer, the run inside it, whether it covers the whole buffer)."""
+        bid = (run[0] >> SHIFT) - 1
+        lo, pieces, pitch, chunk = run[0] & ((1 << SHIFT) - 1), run[1], run[2], run[3]
+        whole = lo == 0 and (pieces <= 1 or pitch == chunk) and pieces * chunk >= self.sizes[bid]
+        return bid, (lo, pieces, pitch, chunk), whole
+
+    def _res(self, bid: int) -> ContextResidency:
+        res = self.per.get(bid)
+        if res is None:
+            res = self.per[bid] = ContextResidency(self.sizes[bid] + self.slack, self.contexts,
+                                                   self.grains.get(bid, self.grain), self.memo,
+                                                   self.uniform.pop(bid, self.all))
+        return res
+
+    def reset(self, bid: int) -> None:
+        """The buffer's bytes are dead: every context holds "the" value (none is needed)."""
+        self.per.pop(bid, None)
+        self.uniform.pop(bid, None)
+
+    def missing(self, run: Run, contexts: Sequence[int]) -> list[int]:
+        bid, r, _ = self._split(run)
+        if bid not in self.per:
+            u = self.uniform.get(bid, self.all)
+            return [0 if u >> c & 1 else r[1] * r[3] for c in contexts]
+        return self.per[bid].missing(r, contexts)
+
+    def bring(self, run: Run, ctx: int) -> None:
+        """``copies``' effect on the state, without planning the copies (placement)."""
+        bid, r, whole = self._split(run)
+        if bid not in self.per:
+            u = self.uniform.get(bid, self.all)
+            if u >> ctx & 1:
+                return
+            if whole:
+                self.uniform[bid] = u | 1 << ctx
+                return
+        self._res(bid).mark(r, ctx)
+
+    def copies(self, run: Run, ctx: int) -> list[tuple[int, Run]]:
+        """ContextResidency.bring of the run in its buffer: the copies (source context, run
+        inside the buffer) that make it current in ``ctx``, recorded as done."""
+        bid, r, whole = self._split(run)
+        if bid not in self.per:
+            u = self.uniform.get(bid, self.all)
+            if u >> ctx & 1:
+                return []
+            if whole:
+                # what ContextResidency.bring gives for cells that all hold u: the run from
+                # the first context holding it, contiguous pieces as one piece
+                self.uniform[bid] = u | 1 << ctx
+                src = next(c for c in self.contexts if u >> c & 1)
+                lo, pieces, pitch, chunk = r
+                if pieces <= 1 or pitch == chunk:
+                    return [(src, (lo, 1, pieces * chunk, pieces * chunk))]
+                return [(src, r)]
+        return self._res(bid).bring(r, ctx)
+
+    def write(self, run: Run, ctx: int) -> None:
+        bid, r, whole = self._split(run)
+        if whole:
+            self.per.pop(bid, None)
+            self.uniform[bid] = 1 << ctx
+            return
+        self._res(bid).write(r, ctx)
+
+    def holder(self, run: Run) -> int | None:
+        """A context holding every byte of the run (the lowest first), or None."""
+        bid, r, _ = self._split(run)
+        if bid not in self.per:
+            u = self.uniform.get(bid, self.all)
+            return next((c for c in self.contexts if u >> c & 1), None)
+        return self.per[bid].holder(r)
