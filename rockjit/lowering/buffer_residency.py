@@ -27,10 +27,25 @@ from .residency_copies import ContextResidency, Run
 SHIFT = 40
 
 
+class _Node:
+    """A buffer's history since its last uniform state: ``next``, the node each state-changing
+    op leads to; ``answers``, what each query gave in this state."""
+
+    __slots__ = ("next", "answers")
+
+    def __init__(self) -> None:
+        self.next: dict[tuple, _Node] = {}
+        self.answers: dict[tuple, object] = {}
+
+
 class BufferResidency:
     """Which contexts hold each lowered buffer's current bytes, over runs in the unplaced
-    space. A buffer written whole by one context (most are) is one set of contexts, kept as
-    an int; a ContextResidency is made for it only when a run covers part of it."""
+    space. A buffer written or brought whole is one set of contexts (its *root*: no mask).
+    After that its state is the sequence of partial writes and brings since the root, a node
+    of a trie shared by all buffers of the same size, grain and root bits: the layers of a
+    model repeat each buffer's ops at other buffer ids, so a query (``copies``, ``missing``,
+    ``holder``) is answered once per distinct history. A query never seen is answered by the
+    buffer's own ContextResidency, brought up to date by replaying the ops it has not seen."""
 
     def __init__(self, sizes: dict[int, int], contexts: Sequence[int], grain: int = 1,
                  grains: dict[int, int] | None = None, slack: int = 0) -> None:
@@ -42,8 +57,11 @@ class BufferResidency:
         self.sizes, self.contexts = sizes, sorted(contexts)
         self.grain, self.grains, self.slack = grain, grains or {}, slack
         self.all = sum(1 << c for c in self.contexts)
-        self.uniform: dict[int, int] = {}
-        self.per: dict[int, ContextResidency] = {}
+        self.uniform: dict[int, int] = {}       # buffer -> its root's bits (absent: all)
+        self.node: dict[int, _Node] = {}        # buffer -> its history node (absent: root)
+        self.ops: dict[int, list[tuple]] = {}   # buffer -> its ops since the root
+        self.mask: dict[int, tuple[ContextResidency, int]] = {}  # with how many ops applied
+        self.roots: dict[tuple[int, int, int], _Node] = {}
         self.memo: dict = {}    # shared by the buffers' residencies (their runs repeat)
 
     def _split(self, run: Run) -> tuple[int, Run, bool]:
@@ -53,69 +71,120 @@ class BufferResidency:
         whole = lo == 0 and (pieces <= 1 or pitch == chunk) and pieces * chunk >= self.sizes[bid]
         return bid, (lo, pieces, pitch, chunk), whole
 
+    def _root(self, bid: int, bits: int | None) -> None:
+        """The buffer's bytes all held by ``bits`` (None: every context)."""
+        if bits is None:
+            self.uniform.pop(bid, None)
+        else:
+            self.uniform[bid] = bits
+        self.node.pop(bid, None)
+        self.ops.pop(bid, None)
+        self.mask.pop(bid, None)
+
+    def _here(self, bid: int) -> _Node:
+        """The buffer's history node (its root's when no partial op happened since)."""
+        node = self.node.get(bid)
+        if node is None:
+            key = (self.sizes[bid] + self.slack, self.grains.get(bid, self.grain),
+                   self.uniform.get(bid, self.all))
+            node = self.roots.get(key)
+            if node is None:
+                node = self.roots[key] = _Node()
+        return node
+
+    def _step(self, bid: int, node: _Node, op: tuple) -> None:
+        """A partial write ("w", run, ctx) or bring ("b", run, ctx) from ``node``."""
+        nxt = node.next.get(op)
+        if nxt is None:
+            nxt = node.next[op] = _Node()
+        self.node[bid] = nxt
+        self.ops.setdefault(bid, []).append(op)
+
     def _res(self, bid: int) -> ContextResidency:
-        res = self.per.get(bid)
+        """The buffer's mask, with every op since its root applied."""
+        ops = self.ops.get(bid, ())
+        res, done = self.mask.get(bid, (None, 0))
         if res is None:
-            res = self.per[bid] = ContextResidency(self.sizes[bid] + self.slack, self.contexts,
-                                                   self.grains.get(bid, self.grain), self.memo,
-                                                   self.uniform.pop(bid, self.all))
+            res = ContextResidency(self.sizes[bid] + self.slack, self.contexts,
+                                   self.grains.get(bid, self.grain), self.memo,
+                                   self.uniform.get(bid, self.all))
+        for kind, r, ctx in ops[done:]:
+            (res.write if kind == "w" else res.mark)(r, ctx)
+        self.mask[bid] = (res, len(ops))
         return res
 
     def reset(self, bid: int) -> None:
         """The buffer's bytes are dead: every context holds "the" value (none is needed)."""
-        self.per.pop(bid, None)
-        self.uniform.pop(bid, None)
+        self._root(bid, None)
 
     def missing(self, run: Run, contexts: Sequence[int]) -> list[int]:
         bid, r, _ = self._split(run)
-        if bid not in self.per:
+        node = self.node.get(bid)
+        if node is None:
             u = self.uniform.get(bid, self.all)
             return [0 if u >> c & 1 else r[1] * r[3] for c in contexts]
-        return self.per[bid].missing(r, contexts)
+        key = ("m", r, tuple(contexts))
+        hit = node.answers.get(key)
+        if hit is None:
+            hit = node.answers[key] = tuple(self._res(bid).missing(r, contexts))
+        return list(hit)
 
     def bring(self, run: Run, ctx: int) -> None:
         """``copies``' effect on the state, without planning the copies (placement)."""
         bid, r, whole = self._split(run)
-        if bid not in self.per:
+        if bid not in self.node:
             u = self.uniform.get(bid, self.all)
             if u >> ctx & 1:
                 return
             if whole:
-                self.uniform[bid] = u | 1 << ctx
+                self._root(bid, u | 1 << ctx)
                 return
-        self._res(bid).mark(r, ctx)
+        self._step(bid, self._here(bid), ("b", r, ctx))
 
     def copies(self, run: Run, ctx: int) -> list[tuple[int, Run]]:
         """ContextResidency.bring of the run in its buffer: the copies (source context, run
         inside the buffer) that make it current in ``ctx``, recorded as done."""
         bid, r, whole = self._split(run)
-        if bid not in self.per:
+        if bid not in self.node:
             u = self.uniform.get(bid, self.all)
             if u >> ctx & 1:
                 return []
             if whole:
                 # what ContextResidency.bring gives for cells that all hold u: the run from
                 # the first context holding it, contiguous pieces as one piece
-                self.uniform[bid] = u | 1 << ctx
+                self._root(bid, u | 1 << ctx)
                 src = next(c for c in self.contexts if u >> c & 1)
                 lo, pieces, pitch, chunk = r
                 if pieces <= 1 or pitch == chunk:
                     return [(src, (lo, 1, pieces * chunk, pieces * chunk))]
                 return [(src, r)]
-        return self._res(bid).bring(r, ctx)
+        node = self._here(bid)
+        key = ("c", r, ctx)
+        hit = node.answers.get(key)
+        marked = hit is None
+        if marked:      # the mask answers, and marks the run: in step with the op below
+            hit = node.answers[key] = tuple(self._res(bid).bring(r, ctx))
+        self._step(bid, node, ("b", r, ctx))
+        if marked:
+            self.mask[bid] = (self.mask[bid][0], len(self.ops[bid]))
+        return list(hit)
 
     def write(self, run: Run, ctx: int) -> None:
         bid, r, whole = self._split(run)
         if whole:
-            self.per.pop(bid, None)
-            self.uniform[bid] = 1 << ctx
+            self._root(bid, 1 << ctx)
             return
-        self._res(bid).write(r, ctx)
+        self._step(bid, self._here(bid), ("w", r, ctx))
 
     def holder(self, run: Run) -> int | None:
         """A context holding every byte of the run (the lowest first), or None."""
         bid, r, _ = self._split(run)
-        if bid not in self.per:
+        node = self.node.get(bid)
+        if node is None:
             u = self.uniform.get(bid, self.all)
             return next((c for c in self.contexts if u >> c & 1), None)
-        return self.per[bid].holder(r)
+        key = ("h", r)
+        hit = node.answers.get(key, -1)
+        if hit == -1:
+            hit = node.answers[key] = self._res(bid).holder(r)
+        return hit
