@@ -145,7 +145,8 @@ class BufferResidency:
         """ContextResidency.bring of the run in its buffer: the copies (source context, run
         inside the buffer) that make it current in ``ctx``, recorded as done."""
         bid, r, whole = self._split(run)
-        if bid not in self.node:
+        node = self.node.get(bid)
+        if node is None:
             u = self.uniform.get(bid, self.all)
             if u >> ctx & 1:
                 return []
@@ -158,15 +159,16 @@ class BufferResidency:
                 if pieces <= 1 or pitch == chunk:
                     return [(src, (lo, 1, pieces * chunk, pieces * chunk))]
                 return [(src, r)]
-        node = self._here(bid)
-        key = ("c", r, ctx)
-        hit = node.answers.get(key)
-        marked = hit is None
-        if marked:      # the mask answers, and marks the run: in step with the op below
-            hit = node.answers[key] = tuple(self._res(bid).bring(r, ctx))
-        self._step(bid, node, ("b", r, ctx))
-        if marked:
+            node = self._here(bid)
+        op = ("b", r, ctx)      # the transition, and the key of its answer
+        hit = node.answers.get(op)
+        if hit is None:
+            # the mask answers, and marks the run: in step with the op recorded
+            hit = node.answers[op] = tuple(self._res(bid).bring(r, ctx))
+            self._step(bid, node, op)
             self.mask[bid] = (self.mask[bid][0], len(self.ops[bid]))
+        else:
+            self._step(bid, node, op)
         return list(hit)
 
     def write(self, run: Run, ctx: int) -> None:
