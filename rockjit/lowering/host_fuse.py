@@ -132,6 +132,9 @@ def fuse_host_steps(b: Any, specs: list[StepSpec], members: list[tuple[int, Any]
 
     descs: list[bytes | None] = []
     small: list[bool] = []
+    # a host op's thread plan is a function of its kind and descriptor alone
+    # (csrc/runtime/host_steps.c rj_host_step_plan_threads); the layers repeat them
+    threads: dict[tuple[str, bytes], int] = {}
     for spec, m in zip(specs, members):
         d = None
         if m is not None and spec.host.kind in FUSABLE:
@@ -140,7 +143,12 @@ def fuse_host_steps(b: Any, specs: list[StepSpec], members: list[tuple[int, Any]
             data = b._spec(ci, sl.buffer).data
             d = np.asarray(data, np.uint8).reshape(-1)[sl.offset:sl.offset + DESC_BYTES].tobytes()
         descs.append(d)
-        small.append(d is not None and plan_threads(spec.host, d, _ANY_THREADS) == 1)
+        if d is not None:
+            key = (spec.host.kind, d)
+            n = threads.get(key)
+            if n is None:
+                n = threads[key] = plan_threads(spec.host, d, _ANY_THREADS)
+        small.append(d is not None and n == 1)
     groups = plan_groups(specs, descs, small)
     if not groups:
         return specs
@@ -205,8 +213,11 @@ def _write_npu_form_directly(b: Any, groups: list[_Group], members: list,
         k = 1
         while k < len(g.records):
             ci, pi = members[at[k]][0], members[at[k - 1]][0]
-            pack, prod = g.records[k]["op"], _squeezed(g.records[k - 1]["op"])
             node, src = b.calls[ci].node, b.calls[ci].binding.get("src")
+            if not node.startswith("pack %") or src is None:
+                k += 1      # the test below starts with these (the records' cheaper first)
+                continue
+            pack, prod = g.records[k]["op"], _squeezed(g.records[k - 1]["op"])
             same = (int(pack["rank"]) == int(prod["rank"]) and
                     np.array_equal(pack["shape"], prod["shape"]) and
                     g.records[k]["slot"][1] == g.records[k - 1]["slot"][0] and
