@@ -11,6 +11,7 @@ A pack (``pack %v``) fused after the host op that computed ``%v`` is the produci
 writing the NPU's form, not a re-tile (image_stats.py counts it so)."""
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -34,26 +35,42 @@ class _Group:
     records: list[np.ndarray] = field(default_factory=list)
 
 
-def _member(spec: HostStepSpec, desc: bytes, group: _Group) -> tuple[np.ndarray, list[int]] | None:
-    """The step's record (slots as BOs, views re-based on their BO's start) if it can join
-    ``group``, else None."""
-    d = np.frombuffer(desc, ABI.DESC_DTYPE)[0].copy()
-    if ABI.KINDS.get(spec.kind) != int(d["kind"]):
+def _member(spec: HostStepSpec, desc: bytes, group: _Group) -> tuple[bytes, list[int]] | None:
+    """The step's descriptor bytes (views re-based on their BO's start) and its views' BOs
+    if it can join ``group``, else None. On the bytes (a structured scalar per field cost
+    ~1 us a touch, per host step of every layer)."""
+    if ABI.KINDS.get(spec.kind) != _U32.unpack_from(desc, _KIND_AT)[0]:
         return None
-    nin = int(d["ninputs"])
+    nin = _U32.unpack_from(desc, _NIN_AT)[0]
+    out = bytearray(desc)
     bos = []
     for v in range(nin + 1):
         bo, off = spec.operands[_VIEW_OPERANDS[v]][:2]
-        esize = _ESIZE[int(d["view"][v]["dtype"])]
+        at = _VIEW_AT + v * _VIEW_BYTES
+        esize = _ESIZE[_U32.unpack_from(desc, at + _VDTYPE_AT)[0]]
         if off % esize:
             return None     # the view cannot count its offset in elements from the BO start
-        d["view"][v]["offset"] += off // esize
+        _I64.pack_into(out, at + _VOFFSET_AT, _I64.unpack_from(desc, at + _VOFFSET_AT)[0] + off // esize)
         bos.append(int(bo))
     if group.slots and bos[0] != group.slots[0]:
         return None
-    return d, bos
+    return bytes(out), bos
 
 
+def _field(dtype: np.dtype, name: str, fmt: str) -> int:
+    """A field's byte offset, checked to hold ``fmt`` (little-endian u32 or i64)."""
+    ft, at = dtype.fields[name][:2]
+    assert ft.base == np.dtype(fmt), (name, ft)
+    return at
+
+
+_U32, _I64 = struct.Struct("<I"), struct.Struct("<q")
+_KIND_AT = _field(ABI.DESC_DTYPE, "kind", "<u4")
+_NIN_AT = _field(ABI.DESC_DTYPE, "ninputs", "<u4")
+_VIEW_AT = ABI.DESC_DTYPE.fields["view"][1]
+_VIEW_BYTES = ABI.DESC_DTYPE.fields["view"][0].base.itemsize
+_VDTYPE_AT = _field(ABI.DESC_DTYPE.fields["view"][0].base, "dtype", "<u4")
+_VOFFSET_AT = _field(ABI.DESC_DTYPE.fields["view"][0].base, "offset", "<i8")
 _ESIZE = {code: dt.to_numpy().itemsize for dt, code in DTYPE_CODES.items()}
 
 
@@ -94,7 +111,7 @@ def plan_groups(specs: Sequence[StepSpec], descs: Sequence[bytes | None],
         rec, bos = m
         g.slots = slots
         g.members.append(i)
-        g.records.append(record(rec.tobytes(), [slots.index(bo) for bo in bos]))
+        g.records.append(record(rec, [slots.index(bo) for bo in bos]))
     close()
     return out
 
