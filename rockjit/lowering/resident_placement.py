@@ -204,7 +204,12 @@ def _cost_jobs(costed: dict, job, lowering) -> tuple:
     key = ("op", id(job), id(lowering))   # apart from cost_jobs_once's (id, macs) keys
     hit = costed.get(key)
     if hit is None:
-        hit = costed[key] = (cost_jobs_once(costed, job, lowering.macs_per_task), job, lowering)
+        # macs_per_task sums the op's every task: once per lowering, not once per job
+        mkey = ("macs", id(lowering))
+        macs = costed.get(mkey)
+        if macs is None:
+            macs = costed[mkey] = (lowering.macs_per_task, lowering)
+        hit = costed[key] = (cost_jobs_once(costed, job, macs[0]), job, lowering)
     return hit[0]
 
 
