@@ -186,7 +186,8 @@ def _mergeable(st: ScheduledStep) -> bool:
 
 
 def reorder(steps: Sequence[ScheduledStep], preds: list[set[int]],
-            touches: Sequence[list[JobTouches]] | None = None) -> list[int]:
+            touches: Sequence[list[JobTouches]] | None = None,
+            joins: list[bool] | None = None) -> list[int]:
     """A topological order of the steps: every ready host step before the next NPU step, and
     among ready NPU steps the context-0 ones first (they never carry data between contexts, so
     they join the open merged step whenever their data allows).
@@ -194,7 +195,10 @@ def reorder(steps: Sequence[ScheduledStep], preds: list[set[int]],
     With ``touches`` (each step's ``job_list_touches``), a ready NPU step that joins the open
     merged step (``merge``'s test) goes before the ready host steps: there it costs no step of
     its own, after them it would open one (a norm's passes that need only its input join the
-    step of its first reduce instead of waiting for the host's mean)."""
+    step of its first reduce instead of waiting for the host's mean).
+
+    ``joins`` (with ``touches``): filled with, per emitted step, whether it joins the open
+    merged step: ``merge``'s decision on the returned order, made here on the way."""
     n = len(steps)
     waiting = [len(p) for p in preds]
     succs: list[list[int]] = [[] for _ in range(n)]
@@ -220,8 +224,10 @@ def reorder(steps: Sequence[ScheduledStep], preds: list[set[int]],
         order.append(i)
         if touches is not None:
             mine = touches[i] if steps[i].kind == "npu" else None
-            run = None if mine is None else \
-                _add_writes(run if run is not None and _joins(run, mine) else {}, mine)
+            joined = mine is not None and run is not None and _joins(run, mine)
+            run = None if mine is None else _add_writes(run if joined else {}, mine)
+            if joins is not None:
+                joins.append(joined)
         for s in succs[i]:
             waiting[s] -= 1
             if not waiting[s]:
@@ -313,22 +319,32 @@ def merge(steps: Sequence[ScheduledStep], calls: Sequence,
     SUBMIT per context, ordered by the arena BO's implicit fences). Bytes another context only
     reads may be rewritten: that context reads its copy, made before the step. ``touches``: each
     step's ``job_list_touches`` when the caller has them already."""
-    out: list[ScheduledStep] = []
-    parts: list[list[int]] = []
+    flags: list[bool] = []
     writes: dict[int, dict] = {}        # the open step's writes: context -> key -> [(lo, hi)]
     for i, st in enumerate(steps):
         mine = [] if st.kind != "npu" else \
             touches[i] if touches is not None else job_list_touches(st, calls)
-        joins = bool(out) and st.kind == "npu" and out[-1].kind == "npu" and \
+        joins = bool(flags) and st.kind == "npu" and steps[i - 1].kind == "npu" and \
             _joins(writes, mine)
-        if joins:
+        flags.append(joins)
+        if not joins:
+            writes = {}
+        _add_writes(writes, mine)
+    return _merged(steps, flags)
+
+
+def _merged(steps: Sequence[ScheduledStep], joins: Sequence[bool]
+            ) -> tuple[list[ScheduledStep], list[range]]:
+    """``merge``'s result from its decisions: each step that joins goes into the one before."""
+    out: list[ScheduledStep] = []
+    parts: list[list[int]] = []
+    for i, (st, joined) in enumerate(zip(steps, joins)):
+        if joined:
             out[-1] = ScheduledStep("npu", out[-1].jobs + list(st.jobs))
             parts[-1].append(i)
         else:
             out.append(st)
             parts.append([i])
-            writes = {}
-        _add_writes(writes, mine)
     multi = [range(p[0], p[-1] + 1) for p, st in zip(parts, out)
              if len(p) > 1 and len({jr.core for jr in st.jobs}) > 1]
     return out, multi
@@ -350,7 +366,8 @@ def coalesce(steps: Sequence[ScheduledStep], calls: Sequence
     shapes: dict = {}
     pieces = debugflags.enabled(debugflags.ROW_SPLIT.name)
     touches = [job_list_touches(st, calls, shapes, pieces) for st in steps]
-    order = reorder(steps, dependencies(steps, calls, touches), touches)
+    joins: list[bool] = []
+    order = reorder(steps, dependencies(steps, calls, touches), touches, joins)
     ordered = [steps[i] for i in order]
-    merged, multi = merge(ordered, calls, [touches[i] for i in order])
+    merged, multi = _merged(ordered, joins)   # merge(ordered, ...)'s decisions, made by reorder
     return merged, ordered, multi

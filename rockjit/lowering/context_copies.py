@@ -23,7 +23,8 @@ from .host_rules import HostView, host_op_step
 from .lowered import Boundary
 from .op_lowering import HostStep
 from .regcmd import LoweringError
-from .residency_copies import ContextResidency, Run, grain_of_runs
+from .buffer_residency import SHIFT, BufferResidency
+from .residency_copies import Run, grains_by_buffer
 from .schedule import ScheduledStep
 
 if TYPE_CHECKING:
@@ -31,51 +32,53 @@ if TYPE_CHECKING:
 
 
 def boundary_run(b: "ImageBuilder", bd: Boundary) -> Run | None:
-    """The arena bytes of a graph input or output (None: not in the arena)."""
-    bo, base = b._where(bd.tensor.buf)
+    """The bytes of a graph input or output in the unplaced space (buffer_residency.py; None:
+    not in the arena)."""
     nb = bd.tensor.nbytes
-    return (base + bd.tensor.offset, 1, nb, nb) if bo == b.arena_c[0] and nb else None
+    if b.bufs[bd.tensor.buf].kind != "arena" or not nb:
+        return None
+    return (((bd.tensor.buf + 1) << SHIFT) + bd.tensor.offset, 1, nb, nb)
 
 
 def host_runs(b: "ImageBuilder", ci: int, hs: HostStep) -> list[tuple[str, Run]]:
-    """A host step's arena operands as (operand, the run of arena bytes it touches), its
-    output last."""
-    names = b._names[ci]
+    """A host step's arena operands as (operand, the run of bytes it touches, in the unplaced
+    space), its output last."""
+    binding = b.calls[ci].binding
     out = []
     for opname, buf, (off, pieces, pitch, chunk) in hs.footprints():
-        bo, base = names[buf]
-        if bo == b.arena_c[0]:
-            out.append((opname, (base + off, pieces, pitch, chunk)))
+        bid, boff = binding[buf]
+        if b.bufs[bid].kind == "arena":
+            out.append((opname, (((bid + 1) << SHIFT) + boff + off, pieces, pitch, chunk)))
     return out
 
 
 class ResidencyWalk:
     """The residency of the arena while the image builder walks the steps; ``bring`` and
-    ``host_contexts`` record the copies they need (``cross_context_copy``)."""
+    ``host_contexts`` record the copies they need (``cross_context_copy``). The state is kept
+    per lowered buffer (buffer_residency.py), over runs in the unplaced space; a copy is
+    placed at its buffer's arena offset when queued."""
 
     def __init__(self, b: "ImageBuilder", unplaced: dict | None = None) -> None:
         """``unplaced``: each job's (reads, writes) before the arena plan, by ``id`` of its
-        JobRef (resident_placement.place), moved to the planned offsets here."""
+        JobRef (resident_placement.place)."""
         self.b = b
+        self.offsets = b.plan.offsets
         inputs = {bd.tensor.buf for bd in b.lowered.inputs}
         # per unmerged step, the buffers whose live interval begins there: their bytes' old
         # values are dead (pinned buffers, zero tails and inputs never are)
-        self.births: dict[int, list[tuple[int, int]]] = {}
+        self.births: dict[int, list[int]] = {}
+        sizes: dict[int, int] = {}
         for bf in b.bufs:
-            if bf.kind == "arena" and not bf.pinned and not bf.zero and bf.id not in inputs:
-                lo = b.plan.offsets[bf.id]
-                self.births.setdefault(bf.first, []).append((lo, lo + bf.size))
+            if bf.kind == "arena":
+                sizes[bf.id] = bf.size
+                if not bf.pinned and not bf.zero and bf.id not in inputs:
+                    self.births.setdefault(bf.first, []).append(bf.id)
         boundary = [r for bd in (*b.lowered.inputs, *b.lowered.outputs)
                     if (r := boundary_run(b, bd)) is not None]
         # each job's (reads, writes), asked of the builder once
-        offs, low = b.plan.offsets, (1 << 40) - 1
-
-        def placed(rs):
-            return [(offs[(r[0] >> 40) - 1] + (r[0] & low), *r[1:]) for r in rs]
-
         unplaced = unplaced or {}
-        self.ranges = {id(jr): (placed(unplaced[id(jr)][0]), placed(unplaced[id(jr)][1]))
-                       if id(jr) in unplaced else (b._ranges(jr, "r"), b._ranges(jr, "w"))
+        self.ranges = {id(jr): unplaced[id(jr)] if id(jr) in unplaced else
+                       (b._ranges(jr, "r", placed=False), b._ranges(jr, "w", placed=False))
                        for st in b.steps for jr in st.jobs}
         # each host step's operands, asked of the builder once (by call: the layers' calls
         # share their host steps)
@@ -83,9 +86,8 @@ class ResidencyWalk:
                      for st in b.steps if st.kind != "npu"}
         runs = [r for rw in self.ranges.values() for rs in rw for r in rs]
         runs += [r for hr in self.host.values() for _, r in hr]
-        grain = grain_of_runs(runs + boundary,
-                              [v for bs in self.births.values() for lohi in bs for v in lohi])
-        self.res = ContextResidency(b.arena_bytes, b.used, grain)
+        # no slack: a run reaching past its buffer would meet another buffer's bytes
+        self.res = BufferResidency(sizes, b.used, grains=grains_by_buffer(runs + boundary, SHIFT))
         for bd in b.lowered.inputs:
             if (run := boundary_run(b, bd)) is not None:
                 self.res.write(run, 0)
@@ -108,12 +110,14 @@ class ResidencyWalk:
         assert njobs == len(st.jobs)
 
     def _born(self, li: int) -> None:
-        for lo, hi in self.births.get(li, ()):
-            self.res.reset(lo, hi)
+        for bid in self.births.get(li, ()):
+            self.res.reset(bid)
 
     def bring(self, run: Run, ctx: int) -> None:
-        for src, r in self.res.bring(run, ctx):
-            self._queue(src, ctx, r)
+        """Queue the copies that make an unplaced run current in ``ctx``, at its arena offset."""
+        base = self.offsets[(run[0] >> SHIFT) - 1]
+        for src, (lo, pieces, pitch, chunk) in self.res.copies(run, ctx):
+            self._queue(src, ctx, (base + lo, pieces, pitch, chunk))
 
     def _queue(self, src: int, dst: int, run: Run) -> None:
         """A copy joins a queued one between the same contexts when it continues it (the

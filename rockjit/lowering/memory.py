@@ -18,6 +18,7 @@ on those bytes being zero, so nothing else may ever be placed over them).
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,34 +55,62 @@ def plan_arena(reqs: list[BufReq], base_align: int = 4096) -> ArenaPlan:
     """Place every buffer; returns offsets by buffer id and the arena size."""
     plan = ArenaPlan()
     order = sorted(reqs, key=lambda r: (not r.pinned, -r.size, r.first, r.id))
-    # the placed buffers as columns, so each placement filters and scans them in numpy: the
-    # per-buffer scan over every placed one in Python was quadratic in the model's depth
+    # the pinned buffers come first and clash with every buffer; each later buffer clashes
+    # with them and with the few placed ones live at its time, found in numpy over columns
+    # (a scan over every placed buffer in Python was quadratic in the model's depth)
     n = len(order)
     start = np.zeros(n, np.int64)
     end = np.zeros(n, np.int64)
     first = np.array([r.first for r in order], np.int64)
     last = np.array([r.last for r in order], np.int64)
-    pinned = np.array([r.pinned for r in order], bool)
+    npin = sum(r.pinned for r in order)
+    # the placed pinned buffers as blocks (``_blocks``): starts, ends
+    blo: list[int] = []
+    bhi: list[int] = []
     naive = 0
     for i, r in enumerate(order):
         naive = round_up(naive, r.align) + r.size
-        # the placed buffers whose interval meets r's (BufReq.overlaps_in_time), by (start, end)
-        hit = pinned[:i] | (r.pinned | ~((last[:i] < r.first) | (r.last < first[:i])))
-        s, e = start[:i][hit], end[:i][hit]
-        k = np.lexsort((e, s))
-        s, e = s[k], e[k]
-        # lowest fitting offset: before the j-th busy range the candidate is the largest end
-        # so far (0 before any); the first gap that holds r wins, else after all of them
-        before = np.maximum.accumulate(np.concatenate(([0], e)))
-        fits = round_up(before[:-1], r.align) + r.size <= s
-        j = int(np.argmax(fits)) if fits.any() else len(s)
-        off = round_up(int(before[j]), r.align)
+        live = np.flatnonzero(~((last[npin:i] < r.first) | (r.last < first[npin:i]))) + npin \
+            if i > npin else ()
+        mine = list(zip(start[live].tolist(), end[live].tolist())) if len(live) else []
+        if r.size > 0:
+            busy = sorted([*zip(blo, bhi), *mine]) if mine else list(zip(blo, bhi))
+        else:
+            busy = sorted([*zip(start[:min(i, npin)].tolist(), end[:min(i, npin)].tolist()), *mine])
+        off = _lowest_fit(busy, r.size, r.align)
         plan.offsets[r.id] = off
         start[i], end[i] = off, off + r.size
+        if r.pinned:
+            _add_block(blo, bhi, off, off + r.size)
         plan.size = max(plan.size, off + r.size)
     plan.size = round_up(max(plan.size, 1), base_align)
     plan.naive_size = round_up(max(naive, 1), base_align)
     return plan
+
+
+def _lowest_fit(busy: list[tuple[int, int]], size: int, align: int) -> int:
+    """The lowest ``align``-aligned offset before the first busy range (sorted by start) that
+    leaves room for ``size`` bytes after every earlier range, else after all of them."""
+    reach = 0
+    for s, e in busy:
+        if -(-reach // align) * align + size <= s:
+            break
+        if e > reach:
+            reach = e
+    return round_up(reach, align)
+
+
+def _add_block(lo: list[int], hi: list[int], s: int, e: int) -> None:
+    """Busy ranges kept as blocks: sorted, joined where one starts at or before another's end.
+    ``_lowest_fit`` of a buffer of one byte or more is the same over the blocks, with any other
+    ranges sorted in: a range starting inside a block can never be the gap a buffer fits
+    before (the ranges before it reach past its start)."""
+    i = bisect_left(hi, s)              # the first block ending at or after s
+    j = bisect_right(lo, e)             # the blocks starting at or before e
+    if i < j:
+        s, e = min(s, lo[i]), max(e, hi[j - 1])
+    lo[i:j] = [s]
+    hi[i:j] = [e]
 
 
 def check_plan(reqs: list[BufReq], plan: ArenaPlan) -> None:

@@ -7,9 +7,11 @@ only in c; a copy c -> d makes it current in d too. A copy is planned only where
 context does not hold the current bytes, from a context that does, so a value made and
 consumed on one core never moves, and nothing is copied back eagerly.
 
-The state is one byte of context bits per arena cell (bit c: context c holds the current
-value; a cell is the largest grain dividing every run, 4-64 bytes on the encoders). Runs are strided (start, pieces, pitch, chunk), viewed in place as a (pieces, chunk)
-numpy array over the mask, so marking and testing a run costs no Python loop over its pieces.
+The state is one byte of context bits per cell of a range of bytes (bit c: context c holds
+the current value; a cell is the largest grain dividing every run in the range). The walk and
+core placement keep one per lowered buffer that is not uniform (buffer_residency.py). Runs are
+strided (start, pieces, pitch, chunk), viewed in place as a (pieces, chunk) numpy array over
+the mask, so marking and testing a run costs no Python loop over its pieces.
 A buffer's bytes are reset to "current everywhere" when its live interval begins (whatever
 they held is dead, so no reader needs the old bytes), which keeps dead values from being
 copied.

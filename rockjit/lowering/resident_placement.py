@@ -30,81 +30,14 @@ from .. import cost
 from ..cost import Constants, CostHostStep, CostJob, CostNpuStep, CostProgram
 from ..cost.from_program import cost_jobs_once
 from .placement import CoreChoice, StepJob, choose
-from .residency_copies import ContextResidency, Run, grains_by_buffer
+from .buffer_residency import SHIFT as _SHIFT, BufferResidency
+from .residency_copies import Run, grains_by_buffer
 from .schedule import ScheduledStep
 
 if TYPE_CHECKING:
     from .image_builder import ImageBuilder
 
-_SHIFT = 40
 _SLACK = 4096   # an emitter may read a padded span past its tensor (image_builder._ARENA_SLACK)
-
-
-class BufferResidency:
-    """Which contexts hold each lowered buffer's current bytes, over runs in the unplaced
-    space. A buffer written whole by one context (most are) is one set of contexts, kept as
-    an int; a ContextResidency is made for it only when a run covers part of it."""
-
-    def __init__(self, sizes: dict[int, int], contexts: Sequence[int], grain: int = 1,
-                 grains: dict[int, int] | None = None) -> None:
-        """``grains``: per buffer, the cell size of its residency (``grain_of_runs`` of the
-        runs inside it; ``grain`` for a buffer it does not name): one buffer's runs share
-        coarser cells than the whole arena's (a 2-byte grain anywhere would give every
-        buffer a cell per 2 bytes)."""
-        self.sizes, self.contexts = sizes, list(contexts)
-        self.grain, self.grains = grain, grains or {}
-        self.all = sum(1 << c for c in self.contexts)
-        self.uniform: dict[int, int] = {}
-        self.per: dict[int, ContextResidency] = {}
-        self.memo: dict = {}    # shared by the buffers' residencies (their runs repeat)
-
-    def _split(self, run: Run) -> tuple[int, Run, bool]:
-        """(buffer, the run inside it, whether it covers the whole buffer)."""
-        bid = (run[0] >> _SHIFT) - 1
-        lo, pieces, pitch, chunk = run[0] & ((1 << _SHIFT) - 1), run[1], run[2], run[3]
-        whole = lo == 0 and (pieces <= 1 or pitch == chunk) and pieces * chunk >= self.sizes[bid]
-        return bid, (lo, pieces, pitch, chunk), whole
-
-    def _res(self, bid: int) -> ContextResidency:
-        res = self.per.get(bid)
-        if res is None:
-            res = self.per[bid] = ContextResidency(self.sizes[bid] + _SLACK, self.contexts,
-                                                   self.grains.get(bid, self.grain), self.memo,
-                                                   self.uniform.pop(bid, self.all))
-        return res
-
-    def missing(self, run: Run, contexts: Sequence[int]) -> list[int]:
-        bid, r, _ = self._split(run)
-        if bid not in self.per:
-            u = self.uniform.get(bid, self.all)
-            return [0 if u >> c & 1 else r[1] * r[3] for c in contexts]
-        return self.per[bid].missing(r, contexts)
-
-    def bring(self, run: Run, ctx: int) -> None:
-        bid, r, whole = self._split(run)
-        if bid not in self.per:
-            u = self.uniform.get(bid, self.all)
-            if u >> ctx & 1:
-                return
-            if whole:
-                self.uniform[bid] = u | 1 << ctx
-                return
-        self._res(bid).mark(r, ctx)
-
-    def write(self, run: Run, ctx: int) -> None:
-        bid, r, whole = self._split(run)
-        if whole:
-            self.per.pop(bid, None)
-            self.uniform[bid] = 1 << ctx
-            return
-        self._res(bid).write(r, ctx)
-
-    def holder(self, run: Run) -> int | None:
-        bid, r, _ = self._split(run)
-        if bid not in self.per:
-            u = self.uniform.get(bid, self.all)
-            return next((c for c in self.contexts if u >> c & 1), None)
-        return self.per[bid].holder(r)
 
 
 def _span(run: Run) -> tuple[int, int]:
@@ -271,7 +204,12 @@ def _cost_jobs(costed: dict, job, lowering) -> tuple:
     key = ("op", id(job), id(lowering))   # apart from cost_jobs_once's (id, macs) keys
     hit = costed.get(key)
     if hit is None:
-        hit = costed[key] = (cost_jobs_once(costed, job, lowering.macs_per_task), job, lowering)
+        # macs_per_task sums the op's every task: once per lowering, not once per job
+        mkey = ("macs", id(lowering))
+        macs = costed.get(mkey)
+        if macs is None:
+            macs = costed[mkey] = (lowering.macs_per_task, lowering)
+        hit = costed[key] = (cost_jobs_once(costed, job, macs[0]), job, lowering)
     return hit[0]
 
 
@@ -326,7 +264,7 @@ def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], Job
     allruns = [r for d in desc for x in d for r in
                ((x[1],) if isinstance(x, tuple) else (*x.reads, *x.writes))]
     grains = grains_by_buffer(allruns, _SHIFT)
-    res = BufferResidency(arena, list(range(b.ncores)), grains=grains)
+    res = BufferResidency(arena, list(range(b.ncores)), grains=grains, slack=_SLACK)
     outputs = {bd.tensor.buf for bd in b.lowered.outputs}
     for bd in b.lowered.inputs:
         if bd.tensor.buf in arena:

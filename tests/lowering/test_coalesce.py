@@ -19,7 +19,7 @@ import pytest
 
 import rockjit
 from graphs_testutil import check_bound, run_sim
-from rockjit.lowering.coalesce import coalesce, dependencies, reorder
+from rockjit.lowering.coalesce import coalesce, dependencies, merge, reorder
 from rockjit.lowering.op_lowering import HostStep, NpuJob, Slice
 from rockjit.lowering.regcmd import Access, Kick
 from rockjit.lowering.schedule import JobRef, ScheduledStep
@@ -131,6 +131,7 @@ def test_data_crossing_contexts_splits_merged_steps() -> None:
              _npu(0, reads=[Access("in", 0, 64, 64)], writes=[Access("out", 128, 64, 64)], core=2)]
     merged, ordered, multi = coalesce(steps, CALLS)
     assert [len(s.jobs) for s in merged] == [4] and multi == [range(0, 4)]
+    assert merge(ordered, CALLS)[1] == multi
     # context 2 reading bytes context 1 wrote in the open step: a new step
     steps[3] = _npu(0, reads=[Access("out", 64, 64, 64)], writes=[Access("out", 128, 64, 64)],
                     core=2)
@@ -162,6 +163,9 @@ def test_a_step_joining_the_open_step_goes_before_ready_host_steps() -> None:
     merged, ordered, _ = coalesce(steps, CALLS)
     assert [s.kind for s in ordered] == ["npu", "host", "npu", "npu"]
     assert [len(s.jobs) for s in merged if s.kind == "npu"] == [1, 2]
+    # coalesce takes reorder's join decisions: merge on the order decides the same
+    again, multi_again = merge(ordered, CALLS)
+    assert [s.jobs for s in again] == [s.jobs for s in merged] and multi_again == _
 
 
 def test_an_undeclared_buffer_counts_as_all_of_it() -> None:

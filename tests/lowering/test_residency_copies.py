@@ -23,7 +23,8 @@ from rockjit.lowering.pipeline import lower_graph
 from rockjit.cost import CostJob, CostTask
 from rockjit.lowering.placement import StepJob
 from rockjit.lowering.residency_copies import ContextResidency
-from rockjit.lowering.resident_placement import BufferResidency, ResidentPlacement
+from rockjit.lowering.buffer_residency import BufferResidency
+from rockjit.lowering.resident_placement import ResidentPlacement
 from rockjit.oracle import tolerance as T
 from rockjit.runtime import SimDevice
 

@@ -1,7 +1,8 @@
 """Loading a program image's regcmd words (runtime/program.py: ``_written_runs``): every word
-a task fetches and every non-zero word are written; only all-zero gaps outside every task are
-skipped (a context's regcmd BO reserves each call's whole region, of which its own kicks fill
-about a third on three cores)."""
+a task fetches and every non-zero word are written; all-zero gaps outside every task are
+skipped when they span a page or more (a context's regcmd BO reserves each call's whole region,
+of which its own kicks fill about a third on three cores), shorter ones are written with their
+neighbours (one write for many 64-byte aligned job spans)."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,22 +18,24 @@ def _covered(runs, n):
     return out
 
 
-def test_tasks_written_zero_gaps_skipped_nonzero_gaps_kept() -> None:
-    words = np.zeros(100, "<u8")
+def test_tasks_written_long_zero_gaps_skipped_short_ones_joined() -> None:
+    P = 512                                # words per 4 KB page
+    words = np.zeros(8 * P, "<u8")
     words[10:20] = 7                       # a task's words
     words[30:34] = 0                       # a task of zero words is still written
-    words[60] = 5                          # a stray non-zero word outside every task
-    words[80:90] = 9                       # a task placed from BO word 1000 + 80
-    tasks = [(1010, 1015), (1012, 1020), (1030, 1034), (1080, 1090), (2000, 2010)]
+    words[3 * P] = 5                       # a stray non-zero word outside every task
+    words[6 * P:6 * P + 10] = 9            # a task placed from BO word 1000 + 6 * P
+    tasks = [(1010, 1015), (1012, 1020), (1030, 1034), (1000 + 6 * P, 1000 + 6 * P + 10),
+             (1000 + 9 * P, 1000 + 9 * P + 10)]
     runs = _written_runs(words, tasks, 1000)
     cov = _covered(runs, words.size)
-    assert cov[10:20].all() and cov[30:34].all() and cov[80:90].all() and cov[60]
-    skipped = ~cov
-    assert not words[skipped].any(), "a non-zero word was skipped"
-    # the gaps before, between and after the tasks (a gap with a non-zero word is written whole)
-    want = np.zeros(100, bool)
-    want[0:10] = want[20:30] = want[90:100] = True
-    assert (skipped == want).all(), f"the zero gaps were written: {runs}"
+    assert not words[~cov].any(), "a non-zero word was skipped"
+    assert cov[10:20].all() and cov[30:34].all() and cov[6 * P:6 * P + 10].all() and cov[3 * P]
+    # the short gap between the first tasks is joined; the page-long gaps are skipped
+    want = np.zeros(words.size, bool)
+    want[10:34] = want[3 * P] = want[6 * P:6 * P + 10] = True
+    assert (cov == want).all(), f"runs {runs}"
+    assert len(runs) == 3
 
 
 def test_no_tasks_writes_every_nonzero_word() -> None:
