@@ -1,6 +1,7 @@
 """Walking a jaxpr into the rockjit IR: the importer and the per-equation context rules see."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -45,8 +46,26 @@ def dtype_advice(dt: np.dtype, when: str) -> str:
     return f"cast it with .astype() {when}"
 
 
+# (dtype, shape) of an aval -> its TensorType. The importer asks per operand and result of
+# every equation, and a model's layers ask about the same few types; a type is immutable and
+# shared. Bounded, so a long-lived process does not grow it without end.
+_TYPES: dict[tuple[Any, Any], TensorType] = {}
+_TYPES_MAX = 1 << 12
+
+
 def tensor_type(aval: Any, loc: Loc | None, what: str) -> TensorType:
-    return TensorType(dtype_of(aval.dtype, loc, what), tuple(int(d) for d in aval.shape))
+    key = (aval.dtype, aval.shape)
+    try:
+        t = _TYPES.get(key)
+    except TypeError:   # an unhashable shape (not from a traced jaxpr): answered anew
+        t, key = None, None
+    if t is None:
+        t = TensorType(dtype_of(aval.dtype, loc, what), tuple(int(d) for d in aval.shape))
+        if key is not None:
+            if len(_TYPES) >= _TYPES_MAX:
+                _TYPES.clear()
+            _TYPES[key] = t
+    return t
 
 
 def _format_supported() -> str:
@@ -181,8 +200,9 @@ class EqnContext:
     def primitive(self) -> str:
         return self.eqn.primitive.name
 
-    @property
+    @functools.cached_property
     def out_types(self) -> list[TensorType]:
+        # asked several times per equation (the rule, its broadcasts); the equation is fixed
         return [tensor_type(v.aval, self.loc, f"the result of {self.primitive}")
                 for v in self.eqn.outvars]
 

@@ -56,6 +56,14 @@ def attrs_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _attr_key(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return ("ndarray", v.dtype.str, v.shape, np.ascontiguousarray(v).tobytes())
+    if isinstance(v, tuple):
+        return tuple(_attr_key(x) for x in v)
+    return (type(v).__name__, v)
+
+
 @dataclass(frozen=True, eq=False)
 class Node:
     op: Op
@@ -75,6 +83,13 @@ class Node:
         # node by every pass; a node without exactly one result raises on every read
         (v,) = self.outputs
         return v
+
+    @functools.cached_property
+    def attr_key(self) -> tuple:
+        """The attributes as a hashable key that tells apart every pair ``attrs_equal`` does
+        (an array by dtype, shape and bytes). Cached like ``out``: CSE keys every node by it
+        in every round of every canonicalize, and a constant's key holds all its bytes."""
+        return _attr_key(tuple(self.attrs.items()))
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Node) and self.op is other.op and self.inputs == other.inputs

@@ -47,7 +47,8 @@ def verify(graph: Graph, typed: dict[int, Node] | None = None) -> None:
         defined[v.id] = v
     for n in graph.nodes:
         for v in n.inputs:
-            _check_use(n, v, defined)
+            if defined.get(v.id) is not v:     # mostly the very Value defined: no type compare
+                _check_use(n, v, defined)
         if len(n.outputs) != 1:
             raise VerifyError(f"{_where(n)}: every op has exactly one result, this node has "
                               f"{len(n.outputs)}")
