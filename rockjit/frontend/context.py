@@ -1,7 +1,6 @@
 """Walking a jaxpr into the rockjit IR: the importer and the per-equation context rules see."""
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -9,7 +8,7 @@ import numpy as np
 from jax.extend import core as jcore
 
 from ..errors import UnsupportedError, VerifyError
-from ..ir.graph import Builder, Loc, Value
+from ..ir.graph import Builder, Loc, Value, cached_attr
 from ..ir.ops import Op
 from ..ir.types import DType, TensorType
 from .locations import user_loc
@@ -200,7 +199,7 @@ class EqnContext:
     def primitive(self) -> str:
         return self.eqn.primitive.name
 
-    @functools.cached_property
+    @cached_attr
     def out_types(self) -> list[TensorType]:
         # asked several times per equation (the rule, its broadcasts); the equation is fixed
         return [tensor_type(v.aval, self.loc, f"the result of {self.primitive}")

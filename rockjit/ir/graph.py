@@ -6,13 +6,14 @@ text never carries weight bytes. Every node keeps the user's source location.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
+from ..errors import VerifyError
 from .ops import Op
+from .rules import infer_type
 from .types import TensorType
 
 
@@ -40,6 +41,9 @@ class Value:
 
 def _freeze(v: Any) -> Any:
     """Attribute values are stored hashable: lists become tuples, arrays stay arrays."""
+    t = type(v)
+    if t is int or t is str or t is bool or t is float:    # most attributes: as they are
+        return v
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
     if isinstance(v, np.generic):
@@ -56,7 +60,30 @@ def attrs_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+class cached_attr:
+    """``functools.cached_property`` without its lock (Python 3.11 takes one on every first
+    read, a tenth of building a graph's nodes): a value of an immutable node, computed on
+    first read into the instance dict, which later reads find first."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        v = self.fn(obj)
+        obj.__dict__[self.name] = v
+        return v
+
+
 def _attr_key(v: Any) -> Any:
+    t = type(v)
+    if t is tuple and all(type(x) is int for x in v):
+        # the common attribute (axes, shapes): exact ints, told apart by == (no bool or float
+        # among them); a tag no recursive key (a tuple of tuples) can equal
+        return ("ints", v)
     if isinstance(v, np.ndarray):
         return ("ndarray", v.dtype.str, v.shape, np.ascontiguousarray(v).tobytes())
     if isinstance(v, tuple):
@@ -73,23 +100,36 @@ class Node:
     loc: Loc | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", tuple(self.inputs))
-        object.__setattr__(self, "outputs", tuple(self.outputs))
-        object.__setattr__(self, "attrs", {k: _freeze(v) for k, v in sorted(self.attrs.items())})
+        set_ = object.__setattr__
+        if type(self.inputs) is not tuple:
+            set_(self, "inputs", tuple(self.inputs))
+        if type(self.outputs) is not tuple:
+            set_(self, "outputs", tuple(self.outputs))
+        set_(self, "attrs", {k: _freeze(v) for k, v in sorted(self.attrs.items())}
+             if self.attrs else {})
+        if len(self.outputs) == 1:
+            # ``out`` read per node by every pass: in the instance dict from the start
+            set_(self, "out", self.outputs[0])
 
-    @functools.cached_property
+    @cached_attr
     def out(self) -> Value:
-        # cached in the instance dict (outputs never change after __post_init__): read per
-        # node by every pass; a node without exactly one result raises on every read
+        # a node without exactly one result raises on every read (one with is set above)
         (v,) = self.outputs
         return v
 
-    @functools.cached_property
+    @cached_attr
     def attr_key(self) -> tuple:
         """The attributes as a hashable key that tells apart every pair ``attrs_equal`` does
         (an array by dtype, shape and bytes). Cached like ``out``: CSE keys every node by it
         in every round of every canonicalize, and a constant's key holds all its bytes."""
         return _attr_key(tuple(self.attrs.items()))
+
+    @cached_attr
+    def cse_key(self) -> tuple:
+        """What the node computes: op, operand ids, attributes and result types (not its
+        results' ids or loc); CSE merges nodes with equal keys, asking each node every round."""
+        return (self.op, tuple(v.id for v in self.inputs), self.attr_key,
+                tuple(v.type for v in self.outputs))
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Node) and self.op is other.op and self.inputs == other.inputs
@@ -165,9 +205,6 @@ class Builder:
         with it, the shape rule must agree.  Ops whose result is not derivable (param, iota,
         reshape, convert, broadcast_in_dim) require ``out_type``.  Any violation raises
         ``VerifyError`` naming the value being built and ``loc``."""
-        from ..errors import VerifyError
-        from .rules import infer_type
-
         inputs = tuple(inputs)
         attrs = dict(attrs or {})
         try:

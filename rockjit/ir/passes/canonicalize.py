@@ -84,8 +84,9 @@ def _rebuild(graph: Graph, nodes: list[Node], subst: dict[int, Value]) -> Graph:
 
 
 def _resolve(n: Node, subst: dict[int, Value]) -> Node:
-    if any(v.id in subst for v in n.inputs):
-        return replace(n, inputs=tuple(subst.get(v.id, v) for v in n.inputs))
+    for v in n.inputs:
+        if v.id in subst:
+            return replace(n, inputs=tuple(subst.get(v.id, v) for v in n.inputs))
     return n
 
 
@@ -118,9 +119,14 @@ def dce(graph: Graph) -> Graph:
     live = {v.id for v in graph.outputs}
     kept: list[Node] = []
     for n in reversed(graph.nodes):
-        if any(v.id in live for v in n.outputs):
-            kept.append(n)
-            live.update(v.id for v in n.inputs)
+        for v in n.outputs:
+            if v.id in live:
+                break
+        else:
+            continue
+        kept.append(n)
+        for v in n.inputs:
+            live.add(v.id)
     kept.reverse()
     return Graph(graph.name, graph.inputs, kept, graph.outputs)
 
@@ -133,7 +139,7 @@ def cse(graph: Graph) -> Graph:
     for n in graph.nodes:
         if subst:
             n = _resolve(n, subst)
-        key = (n.op, tuple(v.id for v in n.inputs), n.attr_key, tuple(v.type for v in n.outputs))
+        key = n.cse_key
         first = seen.get(key)
         if first is None:
             seen[key] = n
