@@ -95,6 +95,10 @@ class Importer:
         # One constant node per distinct literal; canonicalize would merge them anyway, but the
         # unfolded graph stays readable when it is dumped.
         self._literals: dict[tuple[str, tuple[int, ...], bytes], Value] = {}
+        # traceback -> its user frame's loc. A model's layers are one Python loop, so every
+        # layer's equations carry equal tracebacks (equal frames); jax's own memo of
+        # user_frame keeps the last 64, fewer than one layer has.
+        self._locs: dict[Any, Loc | None] = {}
 
     # -------------------------------------------------------------- node helpers
     def constant(self, value: Any, loc: Loc | None,
@@ -115,6 +119,16 @@ class Importer:
         v = self.builder.add(Op.CONSTANT, [], None, {"value": arr}, loc)
         self._literals[key] = v
         return v
+
+    def _user_loc(self, source_info: Any) -> Loc | None:
+        tb = getattr(source_info, "traceback", None)
+        try:
+            return self._locs[tb]
+        except KeyError:
+            loc = self._locs[tb] = user_loc(source_info)
+            return loc
+        except TypeError:   # an unhashable traceback: not remembered
+            return user_loc(source_info)
 
     # -------------------------------------------------------------- walking
     def import_jaxpr(self, jaxpr: Any, consts: Sequence[Any], args: Sequence[Value],
@@ -147,7 +161,7 @@ class Importer:
                 # Every primitive we import is pure: an equation whose results are all dropped
                 # (jax.nn.logsumexp's `_ = sign ...`) cannot change the outputs.
                 continue
-            eqn_loc = user_loc(eqn.source_info) or loc
+            eqn_loc = self._user_loc(eqn.source_info) or loc
             name = eqn.primitive.name
             rule = IMPORT_RULES.get(name)
             if rule is None:

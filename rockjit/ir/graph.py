@@ -78,6 +78,25 @@ class cached_attr:
         return v
 
 
+class _ArrayKey:
+    """An array attribute as a key: equal to another exactly when ``attrs_equal`` says so, its
+    hash from the bytes once. It holds the array, not a copy of its bytes: a node keeps its
+    key as long as itself."""
+
+    __slots__ = ("array", "_hash")
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self._hash = hash((array.dtype.str, array.shape, array.tobytes()))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, _ArrayKey) and self._hash == other._hash
+                and attrs_equal(self.array, other.array))
+
+
 def _attr_key(v: Any) -> Any:
     t = type(v)
     if t is tuple and all(type(x) is int for x in v):
@@ -85,10 +104,12 @@ def _attr_key(v: Any) -> Any:
         # among them); a tag no recursive key (a tuple of tuples) can equal
         return ("ints", v)
     if isinstance(v, np.ndarray):
-        return ("ndarray", v.dtype.str, v.shape, np.ascontiguousarray(v).tobytes())
+        return _ArrayKey(v)
+    if t is int or t is str or t is bool or t is float:
+        return (t.__name__, v)
     if isinstance(v, tuple):
         return tuple(_attr_key(x) for x in v)
-    return (type(v).__name__, v)
+    return (t.__name__, v)
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,8 +142,8 @@ class Node:
     def attr_key(self) -> tuple:
         """The attributes as a hashable key that tells apart every pair ``attrs_equal`` does
         (an array by dtype, shape and bytes). Cached like ``out``: CSE keys every node by it
-        in every round of every canonicalize, and a constant's key holds all its bytes."""
-        return _attr_key(tuple(self.attrs.items()))
+        in every round of every canonicalize, and a constant's key hashes all its bytes."""
+        return tuple((k, _attr_key(v)) for k, v in self.attrs.items())
 
     @cached_attr
     def cse_key(self) -> tuple:
