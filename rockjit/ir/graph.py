@@ -146,6 +146,18 @@ class Node:
         return tuple((k, _attr_key(v)) for k, v in self.attrs.items())
 
     @cached_attr
+    def scalar(self) -> float | None:
+        """The number a constant holds in every element, else None (a node that is not a
+        constant, an empty or a non-uniform one). Patterns ask it of the same constants
+        at every candidate node (passes/pattern.py)."""
+        if self.op is not Op.CONSTANT:
+            return None
+        a = np.asarray(self.attrs["value"]).reshape(-1)
+        if a.size == 0 or not np.all(a == a[0]):
+            return None
+        return float(a[0])
+
+    @cached_attr
     def cse_key(self) -> tuple:
         """What the node computes: op, operand ids, attributes and result types (not its
         results' ids or loc); CSE merges nodes with equal keys, asking each node every round."""
