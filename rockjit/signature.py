@@ -181,7 +181,7 @@ def make_signature(fn: Callable[..., Any], args: Sequence[Any], static_argnums: 
                              f"{a}, but the call passes {n} positional argument(s)")
     specs: list[ArgSpec] = []
     param_names: dict[tuple[int, int], str] = {}
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[int, str]] = {}     # param name -> (argument, path) of its leaf
     for i, arg in enumerate(args):
         if i in static:
             try:
@@ -194,17 +194,19 @@ def make_signature(fn: Callable[..., Any], args: Sequence[Any], static_argnums: 
             continue
         with_path, treedef = tree_flatten_with_path(arg)
         leaves = []
+        # the argument's name once (inspect.signature is slow), not per leaf
+        fallback = (arg_name(fn, i) or f"arg{i}") if i in resident else ""
         for j, (path, leaf) in enumerate(with_path):
             p = keystr(path)
             shape, dt = leaf_dtype(leaf, fn, i, p)
             if i in resident:
                 dt = resident_dtype(dt)
-                name = _param_name(path, arg_name(fn, i) or f"arg{i}")
-                where = arg_location(fn, i, p)
+                name = _param_name(path, fallback)
                 if name in seen:
-                    raise TraceError(f"resident {where} and {seen[name]} both map to the param "
+                    raise TraceError(f"resident {arg_location(fn, i, p)} and "
+                                     f"{arg_location(fn, *seen[name])} both map to the param "
                                      f"name {name!r}; give them distinct pytree keys")
-                seen[name] = where
+                seen[name] = (i, p)
                 param_names[(i, j)] = name
             leaves.append(LeafSpec(p, shape, dt))
         specs.append(ArgSpec("resident" if i in resident else "input", treedef=treedef,

@@ -8,7 +8,7 @@ import numpy as np
 from jax.extend import core as jcore
 
 from ..errors import UnsupportedError, VerifyError
-from ..ir.graph import Builder, Loc, Value
+from ..ir.graph import Builder, Loc, Value, cached_attr
 from ..ir.ops import Op
 from ..ir.types import DType, TensorType
 from .locations import user_loc
@@ -45,8 +45,26 @@ def dtype_advice(dt: np.dtype, when: str) -> str:
     return f"cast it with .astype() {when}"
 
 
+# (dtype, shape) of an aval -> its TensorType. The importer asks per operand and result of
+# every equation, and a model's layers ask about the same few types; a type is immutable and
+# shared. Bounded, so a long-lived process does not grow it without end.
+_TYPES: dict[tuple[Any, Any], TensorType] = {}
+_TYPES_MAX = 1 << 12
+
+
 def tensor_type(aval: Any, loc: Loc | None, what: str) -> TensorType:
-    return TensorType(dtype_of(aval.dtype, loc, what), tuple(int(d) for d in aval.shape))
+    key = (aval.dtype, aval.shape)
+    try:
+        t = _TYPES.get(key)
+    except TypeError:   # an unhashable shape (not from a traced jaxpr): answered anew
+        t, key = None, None
+    if t is None:
+        t = TensorType(dtype_of(aval.dtype, loc, what), tuple(int(d) for d in aval.shape))
+        if key is not None:
+            if len(_TYPES) >= _TYPES_MAX:
+                _TYPES.clear()
+            _TYPES[key] = t
+    return t
 
 
 def _format_supported() -> str:
@@ -77,6 +95,10 @@ class Importer:
         # One constant node per distinct literal; canonicalize would merge them anyway, but the
         # unfolded graph stays readable when it is dumped.
         self._literals: dict[tuple[str, tuple[int, ...], bytes], Value] = {}
+        # traceback -> its user frame's loc. A model's layers are one Python loop, so every
+        # layer's equations carry equal tracebacks (equal frames); jax's own memo of
+        # user_frame keeps the last 64, fewer than one layer has.
+        self._locs: dict[Any, Loc | None] = {}
 
     # -------------------------------------------------------------- node helpers
     def constant(self, value: Any, loc: Loc | None,
@@ -97,6 +119,16 @@ class Importer:
         v = self.builder.add(Op.CONSTANT, [], None, {"value": arr}, loc)
         self._literals[key] = v
         return v
+
+    def _user_loc(self, source_info: Any) -> Loc | None:
+        tb = getattr(source_info, "traceback", None)
+        try:
+            return self._locs[tb]
+        except KeyError:
+            loc = self._locs[tb] = user_loc(source_info)
+            return loc
+        except TypeError:   # an unhashable traceback: not remembered
+            return user_loc(source_info)
 
     # -------------------------------------------------------------- walking
     def import_jaxpr(self, jaxpr: Any, consts: Sequence[Any], args: Sequence[Value],
@@ -129,7 +161,7 @@ class Importer:
                 # Every primitive we import is pure: an equation whose results are all dropped
                 # (jax.nn.logsumexp's `_ = sign ...`) cannot change the outputs.
                 continue
-            eqn_loc = user_loc(eqn.source_info) or loc
+            eqn_loc = self._user_loc(eqn.source_info) or loc
             name = eqn.primitive.name
             rule = IMPORT_RULES.get(name)
             if rule is None:
@@ -181,8 +213,9 @@ class EqnContext:
     def primitive(self) -> str:
         return self.eqn.primitive.name
 
-    @property
+    @cached_attr
     def out_types(self) -> list[TensorType]:
+        # asked several times per equation (the rule, its broadcasts); the equation is fixed
         return [tensor_type(v.aval, self.loc, f"the result of {self.primitive}")
                 for v in self.eqn.outvars]
 

@@ -6,13 +6,14 @@ text never carries weight bytes. Every node keeps the user's source location.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
+from ..errors import VerifyError
 from .ops import Op
+from .rules import infer_type
 from .types import TensorType
 
 
@@ -40,6 +41,9 @@ class Value:
 
 def _freeze(v: Any) -> Any:
     """Attribute values are stored hashable: lists become tuples, arrays stay arrays."""
+    t = type(v)
+    if t is int or t is str or t is bool or t is float:    # most attributes: as they are
+        return v
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
     if isinstance(v, np.generic):
@@ -56,6 +60,58 @@ def attrs_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+class cached_attr:
+    """``functools.cached_property`` without its lock (Python 3.11 takes one on every first
+    read, a tenth of building a graph's nodes): a value of an immutable node, computed on
+    first read into the instance dict, which later reads find first."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        v = self.fn(obj)
+        obj.__dict__[self.name] = v
+        return v
+
+
+class _ArrayKey:
+    """An array attribute as a key: equal to another exactly when ``attrs_equal`` says so, its
+    hash from the bytes once. It holds the array, not a copy of its bytes: a node keeps its
+    key as long as itself."""
+
+    __slots__ = ("array", "_hash")
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+        self._hash = hash((array.dtype.str, array.shape, array.tobytes()))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, _ArrayKey) and self._hash == other._hash
+                and attrs_equal(self.array, other.array))
+
+
+def _attr_key(v: Any) -> Any:
+    t = type(v)
+    if t is tuple and all(type(x) is int for x in v):
+        # the common attribute (axes, shapes): exact ints, told apart by == (no bool or float
+        # among them); a tag no recursive key (a tuple of tuples) can equal
+        return ("ints", v)
+    if isinstance(v, np.ndarray):
+        return _ArrayKey(v)
+    if t is int or t is str or t is bool or t is float:
+        return (t.__name__, v)
+    if isinstance(v, tuple):
+        return tuple(_attr_key(x) for x in v)
+    return (t.__name__, v)
+
+
 @dataclass(frozen=True, eq=False)
 class Node:
     op: Op
@@ -65,16 +121,48 @@ class Node:
     loc: Loc | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", tuple(self.inputs))
-        object.__setattr__(self, "outputs", tuple(self.outputs))
-        object.__setattr__(self, "attrs", {k: _freeze(v) for k, v in sorted(self.attrs.items())})
+        set_ = object.__setattr__
+        if type(self.inputs) is not tuple:
+            set_(self, "inputs", tuple(self.inputs))
+        if type(self.outputs) is not tuple:
+            set_(self, "outputs", tuple(self.outputs))
+        set_(self, "attrs", {k: _freeze(v) for k, v in sorted(self.attrs.items())}
+             if self.attrs else {})
+        if len(self.outputs) == 1:
+            # ``out`` read per node by every pass: in the instance dict from the start
+            set_(self, "out", self.outputs[0])
 
-    @functools.cached_property
+    @cached_attr
     def out(self) -> Value:
-        # cached in the instance dict (outputs never change after __post_init__): read per
-        # node by every pass; a node without exactly one result raises on every read
+        # a node without exactly one result raises on every read (one with is set above)
         (v,) = self.outputs
         return v
+
+    @cached_attr
+    def attr_key(self) -> tuple:
+        """The attributes as a hashable key that tells apart every pair ``attrs_equal`` does
+        (an array by dtype, shape and bytes). Cached like ``out``: CSE keys every node by it
+        in every round of every canonicalize, and a constant's key hashes all its bytes."""
+        return tuple((k, _attr_key(v)) for k, v in self.attrs.items())
+
+    @cached_attr
+    def scalar(self) -> float | None:
+        """The number a constant holds in every element, else None (a node that is not a
+        constant, an empty or a non-uniform one). Patterns ask it of the same constants
+        at every candidate node (passes/pattern.py)."""
+        if self.op is not Op.CONSTANT:
+            return None
+        a = np.asarray(self.attrs["value"]).reshape(-1)
+        if a.size == 0 or not np.all(a == a[0]):
+            return None
+        return float(a[0])
+
+    @cached_attr
+    def cse_key(self) -> tuple:
+        """What the node computes: op, operand ids, attributes and result types (not its
+        results' ids or loc); CSE merges nodes with equal keys, asking each node every round."""
+        return (self.op, tuple(v.id for v in self.inputs), self.attr_key,
+                tuple(v.type for v in self.outputs))
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Node) and self.op is other.op and self.inputs == other.inputs
@@ -150,9 +238,6 @@ class Builder:
         with it, the shape rule must agree.  Ops whose result is not derivable (param, iota,
         reshape, convert, broadcast_in_dim) require ``out_type``.  Any violation raises
         ``VerifyError`` naming the value being built and ``loc``."""
-        from ..errors import VerifyError
-        from .rules import infer_type
-
         inputs = tuple(inputs)
         attrs = dict(attrs or {})
         try:

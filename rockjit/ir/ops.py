@@ -107,6 +107,10 @@ class Op(enum.Enum):
         self.group = group
         self.attr_names = attrs
 
+    # Members are singletons that compare by identity, so they may hash by identity (Enum's
+    # __hash__ hashes the name in Python): every pass keys dicts and memos on the op.
+    __hash__ = object.__hash__
+
     @staticmethod
     def from_text(text: str) -> "Op":
         try:

@@ -22,6 +22,10 @@ class DType(enum.Enum):
     U8 = "u8"
     BOOL = "bool"
 
+    # Members are singletons that compare by identity, so they may hash by identity: Enum's
+    # own __hash__ hashes the member's name in Python, paid by every dict keyed on a type.
+    __hash__ = object.__hash__
+
     @property
     def is_float(self) -> bool:
         return self in (DType.F32, DType.F16, DType.BF16)
@@ -66,9 +70,20 @@ class TensorType:
     shape: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-        if any(d < 0 for d in self.shape):
-            raise ValueError(f"negative dimension in shape {self.shape}")
+        shape = tuple(int(d) for d in self.shape)
+        if any(d < 0 for d in shape):
+            raise ValueError(f"negative dimension in shape {shape}")
+        object.__setattr__(self, "shape", shape)
+        # Types key the shape-rule memo, CSE and every pass's maps, often inside Value and
+        # Node keys: the hash of an immutable type is computed once.
+        object.__setattr__(self, "_hash", hash((self.dtype, shape)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        # a copy or unpickled type is built anew: its cached hash is this process's
+        return (TensorType, (self.dtype, self.shape))
 
     @property
     def rank(self) -> int:

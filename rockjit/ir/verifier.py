@@ -45,26 +45,28 @@ def verify(graph: Graph, typed: dict[int, Node] | None = None) -> None:
         if v.id in defined:
             raise VerifyError(f"graph {graph.name!r}: input {v} is declared twice")
         defined[v.id] = v
+    known = defined.get
+    typed_get = typed.get if typed is not None else None
     for n in graph.nodes:
         for v in n.inputs:
-            _check_use(n, v, defined)
+            if known(v.id) is not v:     # mostly the very Value defined: no type compare
+                _check_use(n, v, defined)
         if len(n.outputs) != 1:
             raise VerifyError(f"{_where(n)}: every op has exactly one result, this node has "
                               f"{len(n.outputs)}")
-        if typed is None or typed.get(id(n)) is not n:
+        (out,) = n.outputs
+        if typed_get is None or typed_get(id(n)) is not n:
             try:
-                infer_type(n.op, [v.type for v in n.inputs], n.attrs, n.out.type)
+                infer_type(n.op, [v.type for v in n.inputs], n.attrs, out.type)
             except VerifyError as e:
                 raise VerifyError(f"{_where(n)}: {e}") from None
             if typed is not None:
                 typed[id(n)] = n    # held, so its id is not reused by another node meanwhile
         if n.op is Op.PARAM:
             _check_param(n, params)
-        for v in n.outputs:
-            if v.id in defined:
-                raise VerifyError(f"{_where(n)}: {v} is defined again (each value is defined "
-                                  "once)")
-            defined[v.id] = v
+        if out.id in defined:
+            raise VerifyError(f"{_where(n)}: {out} is defined again (each value is defined once)")
+        defined[out.id] = out
     for i, v in enumerate(graph.outputs):
         d = defined.get(v.id)
         if d is None:

@@ -15,7 +15,7 @@ from rockjit.ir.interpreter import run
 from rockjit.ir.parser import parse
 from rockjit.ir.passes import PassManager
 from rockjit.ir.passes.fuse import GELU, PATTERNS, _validates
-from rockjit.ir.passes.pattern import UPat, match, root_ops
+from rockjit.ir.passes.pattern import UPat, match, required_ops, root_ops
 from rockjit.ir.printer import print_graph
 from rockjit.ir.verifier import verify
 from test_ir_golden import build_mlp, run_mlp_against_numpy
@@ -53,6 +53,20 @@ def test_root_ops_rule_out_only_nodes_a_pattern_cannot_fit() -> None:
     g = b.finish([y])
     for pat in (add, UPat.any(mul, add)):
         assert Op.ADD in root_ops(pat) and list(match(pat, y, g.producers()))
+
+
+def test_required_ops_are_what_every_fit_covers() -> None:
+    """find_matches skips a pattern in a graph lacking an op every fit of it covers
+    (required_ops): the ops of unnamed patterns along every path, what all alternatives
+    share; a named pattern can fit by its binding alone and promises nothing."""
+    x = UPat.var("x")
+    exp_x = UPat(Op.EXP, (x,))
+    assert required_ops(UPat(Op.ADD, (exp_x, UPat.cvar(1.0)))) == {Op.ADD, Op.EXP}
+    assert required_ops(UPat.any(UPat(Op.ADD, (exp_x, x)), UPat(Op.MUL, (exp_x, x)))) == {Op.EXP}
+    assert required_ops(UPat(Op.ADD, (UPat(Op.EXP, (x,), name="e"), x))) == {Op.ADD}
+    assert required_ops(UPat((Op.EXP, Op.LOG), (UPat(Op.NEG, (x,)),))) == {Op.NEG}
+    needs = {kind: required_ops(pat) for pat, kind in PATTERNS}
+    assert Op.ERF in needs["gelu"] and Op.TANH in needs["gelu_tanh"] and Op.TANH in needs["mish"]
 
 
 def test_fused_mlp_golden() -> None:

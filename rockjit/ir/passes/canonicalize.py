@@ -9,8 +9,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Callable
 
-import numpy as np
-
 from ..graph import Graph, Node, Value
 from ..ops import Op
 
@@ -86,8 +84,9 @@ def _rebuild(graph: Graph, nodes: list[Node], subst: dict[int, Value]) -> Graph:
 
 
 def _resolve(n: Node, subst: dict[int, Value]) -> Node:
-    if any(v.id in subst for v in n.inputs):
-        return replace(n, inputs=tuple(subst.get(v.id, v) for v in n.inputs))
+    for v in n.inputs:
+        if v.id in subst:
+            return replace(n, inputs=tuple(subst.get(v.id, v) for v in n.inputs))
     return n
 
 
@@ -97,7 +96,8 @@ def simplify(graph: Graph) -> Graph:
     prod: Producers = {}
     nodes: list[Node] = []
     for n in graph.nodes:
-        n = _resolve(n, subst)
+        if subst:
+            n = _resolve(n, subst)
         while (rule := SIMPLIFY.get(n.op)) is not None:
             r = rule(n, prod)
             if isinstance(r, Node):
@@ -119,38 +119,27 @@ def dce(graph: Graph) -> Graph:
     live = {v.id for v in graph.outputs}
     kept: list[Node] = []
     for n in reversed(graph.nodes):
-        if any(v.id in live for v in n.outputs):
-            kept.append(n)
-            live.update(v.id for v in n.inputs)
+        for v in n.outputs:
+            if v.id in live:
+                break
+        else:
+            continue
+        kept.append(n)
+        for v in n.inputs:
+            live.add(v.id)
     kept.reverse()
     return Graph(graph.name, graph.inputs, kept, graph.outputs)
 
 
-def _key(v: Any) -> Any:
-    if isinstance(v, np.ndarray):
-        return ("ndarray", v.dtype.str, v.shape, np.ascontiguousarray(v).tobytes())
-    if isinstance(v, tuple):
-        return tuple(_key(x) for x in v)
-    return (type(v).__name__, v)
-
-
-def cse(graph: Graph, attr_keys: dict[int, tuple[Node, Any]] | None = None) -> Graph:
-    """Merge nodes with the same op, operands, attributes and result types. ``attr_keys``:
-    each node's attribute key by node identity, kept across the rounds of ``canonicalize``
-    (a constant's key holds its bytes; most nodes come through a round unchanged)."""
+def cse(graph: Graph) -> Graph:
+    """Merge nodes with the same op, operands, attributes and result types."""
     seen: dict[Any, Node] = {}
     subst: dict[int, Value] = {}
     nodes: list[Node] = []
     for n in graph.nodes:
-        n = _resolve(n, subst)
-        hit = attr_keys.get(id(n)) if attr_keys is not None else None
-        if hit is not None and hit[0] is n:     # the node itself is held: its id is not reused
-            ak = hit[1]
-        else:
-            ak = _key(tuple(n.attrs.items()))
-            if attr_keys is not None:
-                attr_keys[id(n)] = (n, ak)
-        key = (n.op, tuple(v.id for v in n.inputs), ak, tuple(v.type for v in n.outputs))
+        if subst:
+            n = _resolve(n, subst)
+        key = n.cse_key
         first = seen.get(key)
         if first is None:
             seen[key] = n
@@ -162,9 +151,8 @@ def cse(graph: Graph, attr_keys: dict[int, tuple[Node, Any]] | None = None) -> G
 
 def canonicalize(graph: Graph) -> Graph:
     """simplify + DCE + CSE until nothing changes."""
-    attr_keys: dict[int, tuple[Node, Any]] = {}
     while True:
-        new = cse(dce(simplify(graph)), attr_keys)
+        new = cse(dce(simplify(graph)))
         if new == graph:
             return new
         graph = new

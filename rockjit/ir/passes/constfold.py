@@ -3,17 +3,20 @@
 Any node whose operands are all known constants (including operand-less iota, so RoPE tables
 and masks built from iota fold) is evaluated and replaced by a CONSTANT node with the same
 result and location.  PARAM nodes are never folded: weights stay bound by name.  A
-broadcast_in_dim of a constant is evaluated (so its consumers can fold) but not materialised:
-constants stay small and the consumer broadcasts.  Results above ``MAX_FOLD_ELEMENTS`` are
-left alone.
+broadcast_in_dim of a constant is evaluated as a view (so its consumers can fold) but not
+materialised: constants stay small and the consumer broadcasts.  Results above
+``MAX_FOLD_ELEMENTS`` are left alone.
 """
 from __future__ import annotations
+
+from typing import Any, Mapping
 
 import numpy as np
 
 from ..graph import Graph, Node
 from ..ops import Op
 from ..reference import evaluate
+from ..types import TensorType
 from .canonicalize import dce
 
 MAX_FOLD_ELEMENTS = 16 * 1024 * 1024
@@ -36,11 +39,28 @@ def constfold(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> Graph:
         if not foldable:
             nodes.append(n)
             continue
+        if n.op is Op.BROADCAST_IN_DIM:
+            # a read-only view (the reference's meaning, not its copy): a scalar broadcast to
+            # an attention-sized shape whose consumers do not fold must not become a fresh
+            # array of tens of MB on every compile
+            known[n.out.id] = _broadcast_view(known[n.inputs[0].id], n.attrs, n.out.type)
+            nodes.append(n)
+            continue
         value = evaluate(n.op, [known[v.id] for v in n.inputs], n.attrs, n.out.type)
         known[n.out.id] = value
         if n.op in _KEEP_NODE:
             nodes.append(n)
         else:
+            if any(st == 0 and d > 1 for st, d in zip(value.strides, value.shape)):
+                value = np.array(value)   # a view of a broadcast (its reshape): a whole array
             nodes.append(Node(Op.CONSTANT, (), n.outputs, {"value": value}, n.loc))
     # Operands of folded nodes (iotas, intermediate tables) are now unused.
     return dce(Graph(graph.name, graph.inputs, nodes, graph.outputs))
+
+
+def _broadcast_view(x: np.ndarray, attrs: Mapping[str, Any], t: TensorType) -> np.ndarray:
+    """broadcast_in_dim as ir/reference.py defines it, as a zero-copy read-only view."""
+    shape = [1] * t.rank
+    for src, dst in enumerate(attrs["broadcast_dimensions"]):
+        shape[dst] = x.shape[src]
+    return np.broadcast_to(x.reshape(shape), t.shape)

@@ -31,8 +31,8 @@ from ..ops import Op
 from ..reference import evaluate
 from ..types import TensorType
 from .canonicalize import dce
-from .pattern import (Match, UPat, broadcast_source, compose_broadcast_dims, match, root_ops,
-                      scalar_const)
+from .pattern import (Match, UPat, broadcast_source, compose_broadcast_dims, match,
+                      required_ops, root_ops, scalar_const)
 
 PROBE = np.concatenate([np.linspace(-12.0, 12.0, 961), [-1e-3, 0.0, 1e-3]])
 # float32 evaluation of a chain of ~8-20 ops: a few ulps of f32 relative to |f| + a tiny floor;
@@ -99,6 +99,15 @@ PATTERNS: tuple[tuple[UPat, str], ...] = (
 )
 
 
+Maps = tuple[dict[int, Node], dict[int, list[Node]], set[int]]
+
+
+def _maps(graph: Graph) -> Maps:
+    """(producers, users, output ids) of ``graph``: what each finder reads; ``fuse`` makes
+    them once for its three finders."""
+    return graph.producers(), graph.users(), {v.id for v in graph.outputs}
+
+
 def _rows(p: UPat) -> UPat:
     """A per-row statistic broadcast back over the row (one or two broadcast_in_dim)."""
     b = UPat(Op.BROADCAST_IN_DIM, (p,))
@@ -112,6 +121,10 @@ _E = UPat(Op.EXP, (UPat(Op.SUB, (x, _rows(UPat.any(UPat(Op.MAX, (UPat.cvar(-np.i
 SOFTMAX = UPat(Op.DIV, (_E, _rows(UPat(Op.REDUCE_SUM, (UPat.var("e"),), name="s"))))
 
 
+# each pattern with the ops its root can have and the ops any fit of it covers
+_PATTERN_OPS = [(pat, kind, root_ops(pat), required_ops(pat)) for pat, kind in PATTERNS]
+
+
 def _restores(v: Value, producers, axes, rank: int) -> Value | None:
     """The row statistic ``v`` broadcasts from, when the broadcasts put each row value back on
     the row it came from (the composed broadcast dimensions are the kept axes, in order)."""
@@ -120,12 +133,11 @@ def _restores(v: Value, producers, axes, rank: int) -> Value | None:
     return src if dims == kept else None
 
 
-def find_softmax(graph: Graph) -> dict[int, tuple[Value, tuple[int, ...], frozenset[int]]]:
+def find_softmax(graph: Graph, maps: Maps | None = None
+                 ) -> dict[int, tuple[Value, tuple[int, ...], frozenset[int]]]:
     """root value id -> (x, axes, interior ids) of each softmax (structural: the max and the
     sum reduce the same axes and both broadcasts put the row statistic back on its row)."""
-    producers = graph.producers()
-    users = graph.users()
-    outputs = {v.id for v in graph.outputs}
+    producers, users, outputs = maps or _maps(graph)
     found = {}
     for node in graph.nodes:
         if node.op is not Op.DIV:
@@ -182,15 +194,15 @@ def _validates(m: Match, root: Node, kind: str, producers, pos) -> bool:
     return bool(np.all(np.abs(got - want) <= RTOL * np.abs(want) + ATOL))
 
 
-def find_matches(graph: Graph) -> dict[int, tuple[str, Value, frozenset[int]]]:
+def find_matches(graph: Graph, maps: Maps | None = None
+                 ) -> dict[int, tuple[str, Value, frozenset[int]]]:
     """root value id -> (kind, x, ids of the interior values), for every validated match."""
-    producers = graph.producers()
+    producers, users, outputs = maps or _maps(graph)
     pos = {vid: i for i, vid in enumerate(producers)}
-    users = graph.users()
-    outputs = {v.id for v in graph.outputs}
     found: dict[int, tuple[str, Value, frozenset[int]]] = {}
     taken: set[int] = set()
-    patterns = [(pat, kind, root_ops(pat)) for pat, kind in PATTERNS]
+    present = {n.op for n in graph.nodes}
+    patterns = [(pat, kind, ops) for pat, kind, ops, needs in _PATTERN_OPS if needs <= present]
     for node in reversed(graph.nodes):
         if len(node.outputs) != 1 or node.out.id in taken:
             continue
@@ -246,13 +258,12 @@ def _row_dims(v: Value, producers, stop: int) -> list[int] | None:
     return compose_broadcast_dims(chain, list(range(chain[-1].inputs[0].type.rank)))
 
 
-def find_layer_norm(graph: Graph) -> dict[int, tuple[Value, dict, frozenset[int]]]:
+def find_layer_norm(graph: Graph, maps: Maps | None = None
+                    ) -> dict[int, tuple[Value, dict, frozenset[int]]]:
     """root value id -> (x, attrs, interior ids) of each LayerNorm normalisation (structural:
     both sums reduce the same axes, both divide by the count of reduced elements, and every
     row statistic is broadcast back onto its own row)."""
-    producers = graph.producers()
-    users = graph.users()
-    outputs = {v.id for v in graph.outputs}
+    producers, users, outputs = maps or _maps(graph)
     found = {}
     for node in graph.nodes:
         if node.op is not Op.MUL:
@@ -290,15 +301,16 @@ def fuse(graph: Graph) -> Graph:
     ``layer_norm{axes, eps}`` node."""
     rewrite: dict[int, tuple[Op, Value, dict]] = {}
     dead: set[int] = set()
-    for root, (kind, xv, interior) in find_matches(graph).items():
+    maps = _maps(graph)
+    for root, (kind, xv, interior) in find_matches(graph, maps).items():
         rewrite[root] = (Op.ACTIVATION, xv, {"kind": kind})
         dead |= interior
-    for root, (xv, axes, interior) in find_softmax(graph).items():
+    for root, (xv, axes, interior) in find_softmax(graph, maps).items():
         if root in dead or interior & (dead | set(rewrite)):
             continue
         rewrite[root] = (Op.SOFTMAX, xv, {"axes": list(axes)})
         dead |= interior
-    for root, (xv, attrs, interior) in find_layer_norm(graph).items():
+    for root, (xv, attrs, interior) in find_layer_norm(graph, maps).items():
         if root in dead or interior & (dead | set(rewrite)):
             continue
         rewrite[root] = (Op.LAYER_NORM, xv, attrs)

@@ -17,10 +17,9 @@ so a rewrite can check that nothing outside uses them.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
-
-import numpy as np
 
 from ..graph import Node, Value
 from ..ops import Op
@@ -64,10 +63,15 @@ def scalar_const(v: Value, producers: Mapping[int, Node]) -> float | None:
         p = producers.get(p.inputs[0].id)
     if p is None or p.op is not Op.CONSTANT:
         return None
-    a = np.asarray(p.attrs["value"])
-    if a.size == 0 or not np.all(a.reshape(-1) == a.reshape(-1)[0]):
-        return None
-    return float(a.reshape(-1)[0])
+    return p.scalar
+
+
+def _close(c: float, want: float) -> bool:
+    """``np.isclose(c, want, rtol=1e-6, atol=0)`` on two floats (infinities equal only to
+    themselves, NaN to nothing) without numpy's per-call overhead."""
+    if c == want:
+        return True
+    return math.isfinite(c) and math.isfinite(want) and abs(c - want) <= 1e-6 * abs(want)
 
 
 def _match(pat: UPat, v: Value, producers: Mapping[int, Node], b: dict[str, Value],
@@ -82,7 +86,7 @@ def _match(pat: UPat, v: Value, producers: Mapping[int, Node], b: dict[str, Valu
         return
     if pat.const is not None:
         c = scalar_const(v, producers)
-        if c is None or not np.isclose(c, pat.const, rtol=1e-6, atol=0.0):
+        if c is None or not _close(c, pat.const):
             return
         yield ({**b, pat.name: v} if pat.name else b), nodes
         return
@@ -128,6 +132,20 @@ def root_ops(pat: UPat) -> frozenset[Op] | None:
     if pat.op is None or pat.const is not None:
         return None
     return frozenset(pat.op if isinstance(pat.op, tuple) else (pat.op,))
+
+
+def required_ops(pat: UPat) -> frozenset[Op]:
+    """Ops every fit of ``pat`` covers a node of (what all its alternatives need): a graph
+    without one of them holds no fit, so a pass skips the pattern there without trying it
+    at any node (a graph with gelu has no tanh, one with gelu_tanh no erf)."""
+    if pat.alternatives:
+        return frozenset.intersection(*(required_ops(a) for a in pat.alternatives))
+    if pat.op is None or pat.const is not None or pat.name is not None:
+        # a named pattern whose name is already bound fits that value without its op or
+        # operands being looked at: it promises nothing
+        return frozenset()
+    own = frozenset((pat.op,)) if isinstance(pat.op, Op) else frozenset()
+    return own.union(*(required_ops(s) for s in pat.src or ()))
 
 
 def match(pat: UPat, v: Value, producers: Mapping[int, Node]) -> Iterator[Match]:
