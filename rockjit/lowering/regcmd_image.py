@@ -109,8 +109,10 @@ def _relocations(placed: list[_KickParts], s8s: list[int], bos: list[int], first
         [kp.wi for kp in placed])
     out[:, 2] = tgt[row, 0]
     out[:, 3] = tgt[row, 1] + np.concatenate([kp.off for kp in placed])
-    if (out < 0).any():
+    if out.min() < 0:
         i = int(np.argmax((out < 0).any(axis=1)))
         raise ValueError(f"relocation {i} {out[i].tolist()}: a negative word index or address "
                          f"(a kick's relocation offset reaches before its target buffer)")
-    return out.astype(np.uint64)
+    # checked non-negative: the same bits as u64, without a copy (fresh pages cost ~10-35 us
+    # each on the VM; the table is ~2 MB on ModernBERT x22)
+    return out.view(np.uint64)
