@@ -21,8 +21,6 @@ from .canonicalize import dce
 
 MAX_FOLD_ELEMENTS = 16 * 1024 * 1024
 
-# Ops that are evaluated when their operands are known but kept as they are.
-_KEEP_NODE = {Op.CONSTANT, Op.BROADCAST_IN_DIM}
 _NEVER_FOLD = {Op.PARAM}
 
 
@@ -58,10 +56,7 @@ def constfold(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> Graph:
             continue
         value = evaluate(n.op, [operand(v.id) for v in n.inputs], n.attrs, n.out.type)
         known[n.out.id] = value
-        if n.op in _KEEP_NODE:
-            nodes.append(n)
-        else:
-            nodes.append(Node(Op.CONSTANT, (), n.outputs, {"value": value}, n.loc))
+        nodes.append(Node(Op.CONSTANT, (), n.outputs, {"value": value}, n.loc))
     # Operands of folded nodes (iotas, intermediate tables) are now unused.
     return dce(Graph(graph.name, graph.inputs, nodes, graph.outputs))
 
