@@ -198,7 +198,11 @@ class Graph:
         out: dict[int, list[Node]] = {}
         for n in self.nodes:
             for v in n.inputs:
-                out.setdefault(v.id, []).append(n)
+                us = out.get(v.id)
+                if us is None:
+                    out[v.id] = [n]
+                else:
+                    us.append(n)
         return out
 
     def op_counts(self) -> dict[str, int]:

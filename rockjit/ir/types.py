@@ -35,11 +35,16 @@ class DType(enum.Enum):
         return self in (DType.I64, DType.I32, DType.I16, DType.I8, DType.U32, DType.U8)
 
     def to_numpy(self) -> np.dtype:
-        if self is DType.BF16:
-            import ml_dtypes  # shipped with jax
+        dt = _NUMPY_OF.get(self)     # asked per value by the lowering: made once per type
+        if dt is None:
+            if self is DType.BF16:
+                import ml_dtypes  # shipped with jax
 
-            return np.dtype(ml_dtypes.bfloat16)
-        return np.dtype(_TO_NUMPY[self])
+                dt = np.dtype(ml_dtypes.bfloat16)
+            else:
+                dt = np.dtype(_TO_NUMPY[self])
+            _NUMPY_OF[self] = dt
+        return dt
 
     @staticmethod
     def from_numpy(dt: np.dtype | type | str) -> "DType":
@@ -62,6 +67,7 @@ _TO_NUMPY = {
     DType.BOOL: "bool",
 }
 _FROM_NUMPY: dict[np.dtype, DType] = {}     # DType.from_numpy's answers (equal dtypes hash equal)
+_NUMPY_OF: dict[DType, np.dtype] = {}       # DType.to_numpy's answers
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,12 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return math.prod(int(d) for d in self.shape)   # exact; np.prod costs ~us per call
+        # exact (np.prod costs ~us per call); asked per value by the lowering: once per type
+        n = self.__dict__.get("_size")
+        if n is None:
+            n = math.prod(self.shape)
+            object.__setattr__(self, "_size", n)
+        return n
 
     def __str__(self) -> str:
         return f"{self.dtype.value}[{','.join(str(d) for d in self.shape)}]"

@@ -100,6 +100,43 @@ def test_constfold_keeps_broadcast_of_constant() -> None:
     assert folded.nodes[0].attrs["value"].shape == ()
 
 
+def test_constfold_does_not_materialise_a_broadcast_nobody_folds() -> None:
+    """A scalar broadcast to a large shape feeding a computed value (a mask fill) is kept as a
+    node and evaluated as a view: folding allocates nothing near its 16 MB."""
+    import tracemalloc
+
+    b = Builder()
+    x = b.input(T(2048, 2048))
+    c = b.add(Op.CONSTANT, [], attrs={"value": np.array(-1e9, np.float32)})
+    cb = b.add(Op.BROADCAST_IN_DIM, [c], T(2048, 2048), {"broadcast_dimensions": []})
+    g = b.finish([b.add(Op.MAX, [x, cb])])
+    tracemalloc.start()
+    try:
+        folded = constfold(g)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert _ops(folded) == ["constant", "broadcast_in_dim", "max"]
+    assert peak < 1 << 20, f"constfold allocated {peak} bytes for a 16 MB broadcast"
+
+
+def test_constfold_of_a_broadcast_folds_its_consumers_to_whole_arrays() -> None:
+    """A consumer of a broadcast that folds becomes a constant with the broadcast's values,
+    an ordinary array (never a zero-stride view of the broadcast)."""
+    b = Builder()
+    c = b.add(Op.CONSTANT, [], attrs={"value": np.array([1.0, 2.0, 3.0], np.float32)})
+    cb = b.add(Op.BROADCAST_IN_DIM, [c], T(4, 3), {"broadcast_dimensions": [1]})
+    r = b.add(Op.RESHAPE, [cb], T(2, 6))
+    e = b.add(Op.EXP, [cb])
+    g = constfold(b.finish([r, e]))
+    consts = {n.out.id: n.attrs["value"] for n in g.nodes if n.op is Op.CONSTANT}
+    want = np.broadcast_to(np.array([1.0, 2.0, 3.0], np.float32), (4, 3))
+    np.testing.assert_array_equal(consts[r.id], want.reshape(2, 6))
+    np.testing.assert_array_equal(consts[e.id], np.exp(want))
+    for v in (consts[r.id], consts[e.id]):
+        assert 0 not in v.strides
+
+
 def test_constfold_respects_size_cap() -> None:
     g, _ = _rope_graph()
     folded = constfold(g, max_elements=32)  # tables are 64 elements: stay as computed nodes
@@ -187,6 +224,29 @@ def test_cse_distinguishes_attrs_and_types() -> None:
     i = b.add(Op.CONVERT, [x], T(2, 3, dt=DType.I32))
     g = b.finish([s0, s1, h, i])
     assert len(cse(g).nodes) == 4
+
+
+def test_cse_merges_constants_by_value_only() -> None:
+    """Constants merge when dtype, shape and bytes agree (their keys hash the bytes once and
+    compare them exactly), never on equal values of another dtype or shape."""
+    b = Builder()
+    vals = [np.arange(6, dtype=np.float32).reshape(2, 3), np.arange(6, dtype=np.float32).reshape(2, 3),
+            np.arange(6, dtype=np.float32).reshape(3, 2), np.arange(6, dtype=np.int32).reshape(2, 3),
+            -np.zeros(3, np.float32), np.zeros(3, np.float32)]
+    outs = [b.add(Op.CONSTANT, [], attrs={"value": v}) for v in vals]
+    g = cse(b.finish(outs))
+    assert len(g.nodes) == 5
+    assert g.outputs[0] == g.outputs[1] and len(set(v.id for v in g.outputs[1:])) == 5
+
+
+def test_types_hash_alike_across_copies_and_pickles() -> None:
+    import copy
+    import pickle
+
+    t = T(2, 3)
+    for u in (TensorType(F32, [2, 3]), copy.deepcopy(t), pickle.loads(pickle.dumps(t))):
+        assert u == t and hash(u) == hash(t) and {t: 1}[u] == 1
+    assert T(2, 3) != T(3, 2) and T(2, 3) != T(2, 3, dt=I32)
 
 
 # ---------------------------------------------------------------------- pass manager

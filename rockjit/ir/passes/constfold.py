@@ -21,13 +21,23 @@ from .canonicalize import dce
 
 MAX_FOLD_ELEMENTS = 16 * 1024 * 1024
 
-# Ops that are evaluated when their operands are known but kept as they are.
-_KEEP_NODE = {Op.CONSTANT, Op.BROADCAST_IN_DIM}
 _NEVER_FOLD = {Op.PARAM}
 
 
 def constfold(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> Graph:
     known: dict[int, np.ndarray] = {}
+    # Broadcasts' values held as views (ids): a scalar broadcast to an attention-sized shape
+    # whose consumers do not fold (a mask fill) must not become a fresh array of tens of MB on
+    # every compile. A consumer that folds gets the whole array the reference makes, made once
+    # (the references then see exactly the operands they always saw: same bits, same layout).
+    views: set[int] = set()
+
+    def operand(vid: int) -> np.ndarray:
+        if vid in views:
+            views.discard(vid)
+            known[vid] = np.array(known[vid])
+        return known[vid]
+
     nodes: list[Node] = []
     for n in graph.nodes:
         if n.op is Op.CONSTANT:
@@ -40,20 +50,13 @@ def constfold(graph: Graph, max_elements: int = MAX_FOLD_ELEMENTS) -> Graph:
             nodes.append(n)
             continue
         if n.op is Op.BROADCAST_IN_DIM:
-            # a read-only view (the reference's meaning, not its copy): a scalar broadcast to
-            # an attention-sized shape whose consumers do not fold must not become a fresh
-            # array of tens of MB on every compile
             known[n.out.id] = _broadcast_view(known[n.inputs[0].id], n.attrs, n.out.type)
+            views.add(n.out.id)
             nodes.append(n)
             continue
-        value = evaluate(n.op, [known[v.id] for v in n.inputs], n.attrs, n.out.type)
+        value = evaluate(n.op, [operand(v.id) for v in n.inputs], n.attrs, n.out.type)
         known[n.out.id] = value
-        if n.op in _KEEP_NODE:
-            nodes.append(n)
-        else:
-            if any(st == 0 and d > 1 for st, d in zip(value.strides, value.shape)):
-                value = np.array(value)   # a view of a broadcast (its reshape): a whole array
-            nodes.append(Node(Op.CONSTANT, (), n.outputs, {"value": value}, n.loc))
+        nodes.append(Node(Op.CONSTANT, (), n.outputs, {"value": value}, n.loc))
     # Operands of folded nodes (iotas, intermediate tables) are now unused.
     return dce(Graph(graph.name, graph.inputs, nodes, graph.outputs))
 
