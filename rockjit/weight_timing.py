@@ -6,9 +6,11 @@ weight packing") and the weight work alone beside a memcpy of the same bytes. In
 the bucket; outside, ``timed`` costs one context-variable read. Buckets (one place each):
 
     bind    the resident values copied to read-only float32 (api.Lowered.compile)
-    fold    norm gains folded into projection weights (gain_fold.py), a weight prescaled
-            by a power of two where its product could overflow (range_rewrites.py), and a
-            rotated projection's weight columns permuted and negated (rotation_fold.py)
+    fold    norm gains folded into projection weights and a norm's bias contracted with
+            them into their biases (gain_fold.py), a weight prescaled by a power of two where
+            its product could overflow (range_rewrites.py) or by an attention score's scale
+            (score_scales.py), and a rotated projection's weight columns permuted and negated
+            (rotation_fold.py)
     pack    weights and other compile-time constants cast to fp16 and packed into the form
             their reader wants (matmul rule: tile-major weights; residency: constant tensors)
     upload  the packed weights written into the device's weight BOs (runtime LoadedImage)
