@@ -123,6 +123,7 @@ def test_no_lowering_names_real_registries(monkeypatch):
         np.ones((2, 4), np.float32)).graph
     node = next(n for n in graph.nodes if n.op.text == "exp")
     monkeypatch.setattr(partition, "host_rules", lambda: {})
+    monkeypatch.setattr(partition, "host_rule", lambda op: None)   # the per-node lookup
     with pytest.raises(UnsupportedError) as e:
         partition.host_result(node, None, "test: pretend the NPU refused")
     msg = str(e.value)
