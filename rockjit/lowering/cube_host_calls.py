@@ -42,7 +42,7 @@ def cube_call_parts(prog: OpLowering, forms: tuple[CubeForm | None, ...]) -> Par
     return hit[1]
 
 
-def _descriptor(prog: OpLowering) -> np.void:
+def call_descriptor(prog: OpLowering) -> np.void:
     """The host-op descriptor of a one-step host call (its ``desc`` operand's constant bytes)."""
     name = prog.steps[0].operands["desc"].buffer
     return np.frombuffer(prog.buffer(name).data.tobytes(), DESC_DTYPE)[0]
@@ -52,7 +52,7 @@ def _parts(prog: OpLowering, forms: tuple[CubeForm | None, ...]) -> Parts | None
     from .host_rules import HostView, INPUT_SLOTS, MAX_RANK, host_op_step, row_major_strides
 
     step = prog.steps[0]
-    d = _descriptor(prog)
+    d = call_descriptor(prog)
     rank, nin = int(d["rank"]), int(d["ninputs"])
     shape = [int(n) for n in d["shape"][:rank]]
     spec_of = {b.name: b for b in prog.buffers}

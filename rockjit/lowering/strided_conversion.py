@@ -15,7 +15,6 @@ from .arith import round_up
 from ..ir.graph import Value
 from ..ir.ops import Op
 from ..ir.types import DType
-from ..runtime.host_abi import DESC_DTYPE
 from .lowered import ConversionError, PlacedCall
 from .compile_cache import compile_scope_memo
 from .host_descriptor import view_runs
@@ -24,13 +23,7 @@ from .regcmd import LoweringError
 from .rules import forms as F
 from .rules.base import CubeForm, OpCall, RowForm, Tensor, Use, WeightForm
 from . import strided_relayout as SR
-from .cube_host_calls import cube_call_parts
-
-
-def _descriptor(prog: OpLowering) -> np.void:
-    """The host-op descriptor of a one-step host call (its ``desc`` operand's constant bytes)."""
-    name = prog.steps[0].operands["desc"].buffer
-    return np.frombuffer(prog.buffer(name).data.tobytes(), DESC_DTYPE)[0]
+from .cube_host_calls import call_descriptor, cube_call_parts
 
 
 class StridedConversion:
@@ -310,7 +303,7 @@ class StridedConversion:
         cube = self._only_cube(use)
         if cube is None:
             return call
-        d = _descriptor(prog)
+        d = call_descriptor(prog)
         rank = int(d["rank"])
         shape = [int(n) for n in d["shape"][:rank]]
         mask = int(d["axis_mask"])
