@@ -4,8 +4,10 @@
   reduce: a matmul against a ones row with fp32 accumulation and an fp32 result (notes:
   encodings/feature-reduce.md). The result stays in the matmul's fp32 output cube (value of
   row p in channel 0, at byte 16 p); its consumers -- the O(rows) tails of LayerNorm and
-  softmax -- read it from there. A single cube's rows are offered as one job per core
-  (``row_chain.row_parts``), so the sum runs where the rows' planes already are. A tensor held as several cubes (attention's heads) is one
+  softmax -- read it from there. A single long cube whose channels are the flat split's equal
+  whole K groups is summed per plane range, each part on the core holding those planes, the
+  host adding the fp32 partials (``_plane_split_sum``); else its rows are offered as one job
+  per core (``row_chain.row_parts``). A tensor held as several cubes (attention's heads) is one
   batched matmul whose jobs are independent.
 * ``reduce_max`` over the last axis: the NPU's matmul and feature reduce only sum (notes:
   encodings/whisper-encoder.md), but the PPU max-pools. A matrix cube's channel groups are
@@ -73,6 +75,10 @@ def lower_reduce_sum(ctx: RuleContext) -> RuleResult:
     if split is None:
         raise NoNpuForm("the operand's cubes are not a matrix per item")
     batch, m, _ = split
+    if batch == 1:
+        by_planes = _plane_split_sum(ctx, form, m, k)
+        if by_planes is not None:
+            return by_planes
     ones = np.ones((1, k), np.float16)
     try:
         prog = build_matmul(m, k, 1, DType.F16, DType.F32, ctx.profile, batch=batch, b=ones,
@@ -91,6 +97,94 @@ def lower_reduce_sum(ctx: RuleContext) -> RuleResult:
     return RuleResult([OpCall(prog, (use_in,), (Use(node.out, shape=use_out, roles=roles),),
                               f"reduce_sum {batch}x{m}x{k}", emitter="reduce.feature_reduce "
                               "(ones matmul)", forms_out=(out_form,))])
+
+
+def _plane_split_sum(ctx: RuleContext, form: CubeForm, m: int, k: int) -> RuleResult | None:
+    """The feature reduce of one long cube split by channel planes instead of rows (issue 9):
+    part i sums channels [i K/P, (i+1) K/P) of every row into an fp32 partial (a batched ones
+    matmul whose items are the cube's own plane ranges, read in place), and the host adds the
+    P partials into the cube the unsplit reduce writes. The parts are the flat view's
+    (``flat_parts``, the cuts of ``eltwise_row._kernel_parts``): the planes the producing pass
+    or matmul tile wrote on a core are the planes its part sums, so placement keeps each part
+    on that core, the sum joins its producer's NPU step (coalesce.py) and no row of the cube
+    crosses cores -- only P small partials reach the host, which reads the sum anyway (a norm's
+    or a softmax's O(rows) tail). A row split moves two thirds of the cube between contexts
+    before every norm statistic (ModernBERT-512: 0.52 MB each, eight per layer).
+
+    The sum is the same fp32 sum of the same fp16 terms in another order (each part in the
+    CORE's fp32 accumulator, the parts in f32 on the host): range_rewrites' bounds hold for any
+    order. None where the parts are not whole, equal K groups of a dense single-plane-row
+    cube (the row split then), or the matmul's item layout is not the cube's own."""
+    from ..emitters.eltwise_row import _kernel_parts
+    from ..emitters.matmul import build_matmul
+    from ..host_rules import REDUCE_CODES, HostView, host_op_step
+    from ...ir.types import TensorType
+    from .eltwise_vectors import flat_parts
+
+    if debugflags.enabled(debugflags.ROW_SPLIT.name) or ctx.fresh is None:
+        return None
+    node = ctx.node
+    x = node.inputs[0]
+    if x.id in ctx.consts:
+        return None
+    lay = form.layout
+    p = ctx.profile.input(DType.F16)
+    if lay.dtype != np.float16 or lay.width != 1 or form.roles[-1:] != ("c",) or \
+            lay.surf_stride != lay.height * ctx.profile.atom_bytes or lay.channels != k:
+        return None
+    parts = flat_parts(ctx, form)
+    if parts < 2:
+        return None
+    cuts = _kernel_parts(lay, ctx.profile, parts)
+    kp = k // parts
+    if len(cuts) != parts - 1 or k % parts or kp % p.k_align or \
+            cuts != tuple(kp * i for i in range(1, parts)):
+        return None
+    try:
+        prog = build_matmul(m, kp, 1, DType.F16, DType.F32, ctx.profile, batch=parts,
+                            b=np.ones((1, kp), np.float16), name=f"rsum{node.out.id}")
+    except LoweringError:
+        return None
+    a, c = prog.buffer("a"), prog.buffer("c")
+    plane = lay.surf_stride
+    if a.layout.surf_stride != plane or a.layout.height != lay.height or \
+            a.nbytes != parts * (kp // p.feature_c2) * plane:
+        return None       # the matmul would not read the cube's own planes as its items
+    item = c.nbytes // parts
+    if item != c.layout.nbytes or item % 4:
+        return None
+    partials = ctx.fresh(TensorType(DType.F32, (parts, m)))
+    part_form = F.cube_form(c.layout, (parts, m), ("b", "h"), item_stride=item)
+    npu = OpCall(prog, (Use(x),), (Use(partials, shape=(parts, m), roles=("b", "h")),),
+                 f"reduce_sum {m}x{k} in {parts} plane ranges",
+                 emitter="reduce.feature_reduce (ones matmul per plane range)",
+                 forms_in=(form,), forms_out=(part_form,))
+    # the host adds channel 0 of each row (the sum; the ones matmul's other channels are 0)
+    # into a result whose other bytes stay zero (``zero``: filled once, never shared), as the
+    # unsplit matmul's cube holds them
+    row = c.layout.line_stride // 4
+    sizes = {"parts": c.nbytes, "out": item, "d0": 0}
+    step, desc = host_op_step("reduce", (m, parts), HostView("out", DType.F32, 0, (row, 0)),
+                              [HostView("parts", DType.F32, 0, (row, item // 4))], sizes, "d0",
+                              code=REDUCE_CODES[Op.REDUCE_SUM], axis_mask=2,
+                              what="the sum of a feature reduce's plane-range partials")
+    # it reads channels 0..3 of the rows of each partial's first plane and writes channel 0:
+    # only those bytes cross contexts, and the cost model counts them alone
+    line = c.layout.line_stride
+    step = HostStep(step.kind, step.operands, {
+        "bytes": m * 4 * (parts + 1),
+        "runs": {"parts": (0, parts, item, m * line), "out": (0, m, line, 4)}})
+    host_prog = OpLowering((BufferSpec("parts", "input", c.nbytes, dtype="f32",
+                                       shape=(parts, m), bind=0),
+                            BufferSpec("out", "output", item, dtype="f32", shape=(m,), bind=0,
+                                       zero=True),
+                            desc), (step,))
+    out_form = F.cube_form(c.layout, (m,), ("h",))
+    host = OpCall(host_prog, (Use(partials),), (Use(node.out, shape=(m,), roles=("h",)),),
+                  "sum of the plane-range partials", where="host",
+                  emitter="host sum of a feature reduce's partials", forms_in=(part_form,),
+                  forms_out=(out_form,))
+    return RuleResult([npu, host])
 
 
 def _row_max_host(ctx: RuleContext, why: str) -> RuleResult:
