@@ -193,6 +193,13 @@ NO_COALESCE = flag(
     "rockjit/lowering/coalesce.py), for A/B comparisons.",
     "0")
 
+NO_PLANE_SPLIT = flag(
+    "ROCKJIT_NO_PLANE_SPLIT",
+    "on: a feature reduce of a long cube keeps its row tiles instead of summing the flat "
+    "split's channel planes on the cores that made them (rockjit/lowering/rules/reduce.py "
+    "_plane_split_sum), for A/B comparisons: the outputs agree to fp32 rounding.",
+    "0")
+
 ROW_SPLIT = flag(
     "ROCKJIT_ROW_SPLIT",
     "on: the element-wise passes that make a feature reduce's operand (a norm's statistics) run "

@@ -121,7 +121,8 @@ def _plane_split_sum(ctx: RuleContext, form: CubeForm, m: int, k: int) -> RuleRe
     from ...ir.types import TensorType
     from .eltwise_vectors import flat_parts
 
-    if debugflags.enabled(debugflags.ROW_SPLIT.name) or ctx.fresh is None:
+    if debugflags.enabled(debugflags.ROW_SPLIT.name) or ctx.fresh is None or \
+            debugflags.enabled(debugflags.NO_PLANE_SPLIT.name):
         return None
     node = ctx.node
     x = node.inputs[0]
