@@ -10,13 +10,17 @@ import jax
 import jax.numpy as jnp
 
 
-def median_s(fn: Callable[[], Any], reps: int) -> float:
+def times_s(fn: Callable[[], Any], reps: int) -> list[float]:
     ts = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return ts
+
+
+def median_s(fn: Callable[[], Any], reps: int) -> float:
+    return statistics.median(times_s(fn, reps))
 
 
 def xla_compile_s(fn, params, inputs) -> tuple[float, Any]:
@@ -32,8 +36,8 @@ def xla_compile_s(fn, params, inputs) -> tuple[float, Any]:
     return time.perf_counter() - t0, exe
 
 
-def xla_forward_s(exe, params, inputs, reps: int) -> float:
-    """Median warm forward of the compiled XLA executable on the CPU (fp32)."""
+def xla_forward_times(exe, params, inputs, reps: int) -> list[float]:
+    """Every warm forward's wall time of the compiled XLA executable on the CPU (fp32)."""
     args = (jax.device_put(params), *(jnp.asarray(x) for x in inputs))
     jax.block_until_ready(exe(*args))
-    return median_s(lambda: jax.block_until_ready(exe(*args)), reps)
+    return times_s(lambda: jax.block_until_ready(exe(*args)), reps)
