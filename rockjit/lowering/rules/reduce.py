@@ -29,7 +29,9 @@ from ...ir.ops import Op
 from ...ir.types import DType
 from ..compile_cache import memo
 from ..host_descriptor import view_runs
+from ..layouts import CubeLayout
 from ..op_lowering import BufferSpec, HostStep, OpLowering
+from ..profile import ChipProfile
 from ..regcmd import LoweringError
 from .base import CubeForm, NoNpuForm, OpCall, RowForm, RuleContext, RuleResult, Use
 from .eltwise import operand_form
@@ -117,8 +119,6 @@ def _plane_split_sum(ctx: RuleContext, form: CubeForm, m: int, k: int) -> RuleRe
     order. None where the parts are not whole, equal K groups of a dense single-plane-row
     cube (the row split then), or the matmul's item layout is not the cube's own."""
     from ..emitters.eltwise_row import _kernel_parts
-    from ..emitters.matmul import build_matmul
-    from ..host_rules import REDUCE_CODES, HostView, host_op_step
     from ...ir.types import TensorType
     from .eltwise_vectors import flat_parts
 
@@ -142,9 +142,42 @@ def _plane_split_sum(ctx: RuleContext, form: CubeForm, m: int, k: int) -> RuleRe
     if len(cuts) != parts - 1 or k % parts or kp % p.k_align or \
             cuts != tuple(kp * i for i in range(1, parts)):
         return None
+    # a function of the geometry alone, once per compile (every layer's norm asks again; the
+    # task names reach error messages only, as a reused matmul's do)
+    progs = memo(("plane_split_sum", lay, m, k, parts, ctx.profile),
+                 lambda: _plane_split_programs(ctx.profile, lay, m, kp, parts,
+                                               f"rsum{node.out.id}"))
+    if progs is None:
+        return None
+    prog, host_prog = progs
+    c = prog.buffer("c")
+    item = c.nbytes // parts
+    partials = ctx.fresh(TensorType(DType.F32, (parts, m)))
+    part_form = F.cube_form(c.layout, (parts, m), ("b", "h"), item_stride=item)
+    npu = OpCall(prog, (Use(x),), (Use(partials, shape=(parts, m), roles=("b", "h")),),
+                 f"reduce_sum {m}x{k} in {parts} plane ranges",
+                 emitter="reduce.feature_reduce (ones matmul per plane range)",
+                 forms_in=(form,), forms_out=(part_form,))
+    out_form = F.cube_form(c.layout, (m,), ("h",))
+    host = OpCall(host_prog, (Use(partials),), (Use(node.out, shape=(m,), roles=("h",)),),
+                  "sum of the plane-range partials", where="host",
+                  emitter="host sum of a feature reduce's partials", forms_in=(part_form,),
+                  forms_out=(out_form,))
+    return RuleResult([npu, host])
+
+
+def _plane_split_programs(profile: ChipProfile, lay: CubeLayout, m: int, kp: int, parts: int,
+                          name: str) -> tuple[OpLowering, OpLowering] | None:
+    """``_plane_split_sum``'s two programs: the batched ones matmul whose items are the cube's
+    plane ranges, and the host sum of its partials (None: the matmul's items would not be the
+    cube's own planes)."""
+    from ..emitters.matmul import build_matmul
+    from ..host_rules import REDUCE_CODES, HostView, host_op_step
+
+    p = profile.input(DType.F16)
     try:
-        prog = build_matmul(m, kp, 1, DType.F16, DType.F32, ctx.profile, batch=parts,
-                            b=np.ones((1, kp), np.float16), name=f"rsum{node.out.id}")
+        prog = build_matmul(m, kp, 1, DType.F16, DType.F32, profile, batch=parts,
+                            b=np.ones((1, kp), np.float16), name=name)
     except LoweringError:
         return None
     a, c = prog.buffer("a"), prog.buffer("c")
@@ -155,12 +188,6 @@ def _plane_split_sum(ctx: RuleContext, form: CubeForm, m: int, k: int) -> RuleRe
     item = c.nbytes // parts
     if item != c.layout.nbytes or item % 4:
         return None
-    partials = ctx.fresh(TensorType(DType.F32, (parts, m)))
-    part_form = F.cube_form(c.layout, (parts, m), ("b", "h"), item_stride=item)
-    npu = OpCall(prog, (Use(x),), (Use(partials, shape=(parts, m), roles=("b", "h")),),
-                 f"reduce_sum {m}x{k} in {parts} plane ranges",
-                 emitter="reduce.feature_reduce (ones matmul per plane range)",
-                 forms_in=(form,), forms_out=(part_form,))
     # the host adds channel 0 of each row (the sum; the ones matmul's other channels are 0)
     # into a result whose other bytes stay zero (``zero``: filled once, never shared), as the
     # unsplit matmul's cube holds them
@@ -180,12 +207,7 @@ def _plane_split_sum(ctx: RuleContext, form: CubeForm, m: int, k: int) -> RuleRe
                             BufferSpec("out", "output", item, dtype="f32", shape=(m,), bind=0,
                                        zero=True),
                             desc), (step,))
-    out_form = F.cube_form(c.layout, (m,), ("h",))
-    host = OpCall(host_prog, (Use(partials),), (Use(node.out, shape=(m,), roles=("h",)),),
-                  "sum of the plane-range partials", where="host",
-                  emitter="host sum of a feature reduce's partials", forms_in=(part_form,),
-                  forms_out=(out_form,))
-    return RuleResult([npu, host])
+    return prog, host_prog
 
 
 def _row_max_host(ctx: RuleContext, why: str) -> RuleResult:
