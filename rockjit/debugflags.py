@@ -210,7 +210,9 @@ ROW_SPLIT = flag(
     "tasks are convs) and models the row split at 397.5 against 208.4 ms per SigLIP-224 "
     "forward; with chained tasks free (the model before fill_us) it was 205.4 against 206.5. "
     "No published figure prices a small DPU-only task inside a chained kick: on a board, "
-    "compare both.",
+    "compare both. Where the channels are three equal whole K groups (768: SigLIP, ModernBERT) "
+    "the default's plane-split reduces (rules/reduce.py) reach the same 3 steps in the flat "
+    "split's tasks; the switch turns them off.",
     "0")
 
 NO_COMPILE_CACHE = "ROCKJIT_NO_COMPILE_CACHE"
