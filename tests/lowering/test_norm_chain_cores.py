@@ -2,13 +2,18 @@
 
 A norm over [T, H] is a feature reduce (Sx), x * 2^-s0 and its square, a second reduce, the
 centring and scaling by per-row values the host computes, and the gain and bias
-(lowering/range_plan.py, range_rewrites.py). The passes that make a reduce's operand are split
-by the reduce's rows (rules/row_chain.py, emitters/eltwise_rows.py), so each core sums rows it
-made; coalesce puts the passes that need no host result into the open step
-(coalesce.reorder) and merges each reduce with its passes. The last per-row pass (c * k) and
-the gain and bias keep the split by whole channel planes (eltwise_row._one_pass). Checked on the strict simulator against JAX on CPU at token
-counts that do not divide by 3, with the program shape claimed: the passes feeding a reduce
-split by its rows over every core, and the norm in 3 NPU steps (8 on main at [197, 768]).
+(lowering/range_plan.py, range_rewrites.py). Two ways keep each reduce on the cores that made
+its operand, so coalesce merges it with its passes (coalesce.reorder puts the passes that need
+no host result into the open step):
+* the default, where H is three equal whole K groups: the passes keep the flat split by whole
+  channel planes and each reduce sums the same planes per core, the host adding the partials
+  (rules/reduce._plane_split_sum);
+* ROCKJIT_ROW_SPLIT=1: the passes that make a reduce's operand are split by the reduce's rows
+  (rules/row_chain.py, emitters/eltwise_rows.py), so each core sums rows it made.
+The last per-row pass (c * k) and the gain and bias keep the split by whole channel planes
+(eltwise_row._one_pass). Checked on the strict simulator against JAX on CPU at token counts
+that do not divide by 3, with the program shape claimed: the norm in 3 NPU steps either way
+at [197, 768] (8 before either), more where neither applies.
 """
 from __future__ import annotations
 

@@ -9,7 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import rockjit
 from graphs_testutil import check_bound, run_sim
+from rockjit import cost
 
 
 def scores_max(q, k, bias):
@@ -54,9 +56,6 @@ def test_the_tail_lanes_cross_cores_alone() -> None:
     got, ref, bound, st, rep = run_sim(attention, None, q, k, v)
     _row_max_on_npu(rep)
     check_bound(got, ref, bound, "attention, 196 keys")
-    import rockjit
-    from rockjit import cost
-
     f = rockjit.compile(attention, backend="null")
     f(q, k, v)
     before, pending = [], 0       # the bytes copied between contexts before each row max tail
