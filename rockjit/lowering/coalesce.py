@@ -31,11 +31,11 @@ new order.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from typing import Sequence
 
 from .. import debugflags
+from .intervals import Spans
 from .op_lowering import HostStep
 from .schedule import JobRef, ScheduledStep
 
@@ -270,32 +270,9 @@ def _add_writes(writes: dict[int, dict], mine: list[JobTouches]) -> dict[int, di
         for key, lo, hi in w:
             sp = per.get(key)
             if sp is None:
-                sp = per[key] = _Spans()
+                sp = per[key] = Spans()
             sp.add(lo, hi)
     return writes
-
-
-class _Spans:
-    """Disjoint sorted byte intervals of one buffer: a merged step's writes, asked about
-    thousands of pieces (a row range of every plane per job), so by bisection."""
-
-    __slots__ = ("lo", "hi")
-
-    def __init__(self) -> None:
-        self.lo: list[int] = []
-        self.hi: list[int] = []
-
-    def add(self, lo: int, hi: int) -> None:
-        i = bisect_left(self.hi, lo)            # first interval ending at or after lo
-        j = bisect_right(self.lo, hi)           # intervals starting at or before hi
-        if i < j:
-            lo, hi = min(lo, self.lo[i]), max(hi, self.hi[j - 1])
-        self.lo[i:j] = [lo]
-        self.hi[i:j] = [hi]
-
-    def hits(self, lo: int, hi: int) -> bool:
-        i = bisect_right(self.lo, hi - 1) - 1   # the last interval starting before hi
-        return i >= 0 and self.hi[i] > lo
 
 
 def _overlaps(spans: dict, touches) -> bool:

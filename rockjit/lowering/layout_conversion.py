@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 
-
-
 import numpy as np
 
 from .arith import ceil_div, round_up

@@ -18,12 +18,12 @@ on those bytes being zero, so nothing else may ever be placed over them).
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .arith import round_up
+from .intervals import Spans
 
 
 @dataclass
@@ -64,9 +64,11 @@ def plan_arena(reqs: list[BufReq], base_align: int = 4096) -> ArenaPlan:
     first = np.array([r.first for r in order], np.int64)
     last = np.array([r.last for r in order], np.int64)
     npin = sum(r.pinned for r in order)
-    # the placed pinned buffers as blocks (``_blocks``): starts, ends
-    blo: list[int] = []
-    bhi: list[int] = []
+    # the placed pinned buffers as joined blocks: a buffer of one byte or more has the same
+    # ``_lowest_fit`` over them, with any other ranges sorted in, as over the buffers (a range
+    # starting inside a block can never be the gap a buffer fits before: the ranges before it
+    # reach past its start)
+    blocks = Spans()
     naive = 0
     for i, r in enumerate(order):
         naive = round_up(naive, r.align) + r.size
@@ -74,14 +76,15 @@ def plan_arena(reqs: list[BufReq], base_align: int = 4096) -> ArenaPlan:
             if i > npin else ()
         mine = list(zip(start[live].tolist(), end[live].tolist())) if len(live) else []
         if r.size > 0:
-            busy = sorted([*zip(blo, bhi), *mine]) if mine else list(zip(blo, bhi))
+            busy = sorted([*zip(blocks.lo, blocks.hi), *mine]) if mine else \
+                list(zip(blocks.lo, blocks.hi))
         else:
             busy = sorted([*zip(start[:min(i, npin)].tolist(), end[:min(i, npin)].tolist()), *mine])
         off = _lowest_fit(busy, r.size, r.align)
         plan.offsets[r.id] = off
         start[i], end[i] = off, off + r.size
         if r.pinned:
-            _add_block(blo, bhi, off, off + r.size)
+            blocks.add(off, off + r.size)
         plan.size = max(plan.size, off + r.size)
     plan.size = round_up(max(plan.size, 1), base_align)
     plan.naive_size = round_up(max(naive, 1), base_align)
@@ -98,19 +101,6 @@ def _lowest_fit(busy: list[tuple[int, int]], size: int, align: int) -> int:
         if e > reach:
             reach = e
     return round_up(reach, align)
-
-
-def _add_block(lo: list[int], hi: list[int], s: int, e: int) -> None:
-    """Busy ranges kept as blocks: sorted, joined where one starts at or before another's end.
-    ``_lowest_fit`` of a buffer of one byte or more is the same over the blocks, with any other
-    ranges sorted in: a range starting inside a block can never be the gap a buffer fits
-    before (the ranges before it reach past its start)."""
-    i = bisect_left(hi, s)              # the first block ending at or after s
-    j = bisect_right(lo, e)             # the blocks starting at or before e
-    if i < j:
-        s, e = min(s, lo[i]), max(e, hi[j - 1])
-    lo[i:j] = [s]
-    hi[i:j] = [e]
 
 
 def check_plan(reqs: list[BufReq], plan: ArenaPlan) -> None:

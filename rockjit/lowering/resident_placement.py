@@ -31,6 +31,7 @@ from ..cost import Constants, CostHostStep, CostJob, CostNpuStep, CostProgram
 from ..cost.from_program import cost_jobs_once
 from .placement import CoreChoice, StepJob, choose
 from .buffer_residency import SHIFT as _SHIFT, BufferResidency
+from .context_copies import host_runs
 from .residency_copies import Run, grains_by_buffer
 from .schedule import ScheduledStep
 
@@ -240,21 +241,12 @@ def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], Job
         return _place_eager(b), {}
     arena = {bf.id: bf.size for bf in b.bufs if bf.kind == "arena"}
 
-    def host_runs(ci: int, hs) -> list[tuple[str, Run]]:
-        out = []
-        for opname, buf, (off, pieces, pitch, chunk) in hs.footprints():
-            bound = b.calls[ci].binding.get(buf)
-            if bound is not None and bound[0] in arena:
-                lo = ((bound[0] + 1) << _SHIFT) + bound[1] + off
-                out.append((opname, (lo, pieces, pitch, chunk)))
-        return out
-
     desc: list = []
     costed: dict = {}
     host_reads: dict[int, list[tuple[int, int]]] = {}
     for st in b.steps:
         if st.kind != "npu":
-            runs = host_runs(*st.host)
+            runs = host_runs(b, *st.host)
             desc.append(runs)
             for opname, r in runs:
                 if opname != "dst":

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-
 from ..compile_cache import memo
 from ..layouts import CubeLayout
 from .base import CubeForm, Form, RowForm
