@@ -4,6 +4,9 @@
  * worker that wakes late (a loaded host) costs only its share, and the caller alone finishes
  * any item no worker took. A job on offer names how many workers may join it; workers beyond
  * that keep sleeping. One job is on offer at a time: a second caller runs its items alone. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_setname_np */
+#endif
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -137,6 +140,9 @@ static void *worker_main(void *arg)
 {
     (void)arg;
     uint64_t seen = 0;
+    /* named so that a debugger, `top -H` and the tests tell our workers from the threads other
+     * libraries in the process start and stop on their own */
+    pthread_setname_np(pthread_self(), "rj-host");
     pthread_mutex_lock(&pool.mu);
     for (;;) {
         while (!pool.stopping && (!pool.cur || pool.cur->gen == seen))
