@@ -140,9 +140,6 @@ static void *worker_main(void *arg)
 {
     (void)arg;
     uint64_t seen = 0;
-    /* named so that a debugger, `top -H` and the tests tell our workers from the threads other
-     * libraries in the process start and stop on their own */
-    pthread_setname_np(pthread_self(), "rj-host");
     pthread_mutex_lock(&pool.mu);
     for (;;) {
         while (!pool.stopping && (!pool.cur || pool.cur->gen == seen))
@@ -193,8 +190,13 @@ static void grow_workers(uint32_t want)
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     while (pool.nworkers < want &&
-           pthread_create(&pool.th[pool.nworkers], NULL, worker_main, NULL) == 0)
+           pthread_create(&pool.th[pool.nworkers], NULL, worker_main, NULL) == 0) {
+        /* named here, before anyone can ask, not by the worker when it first runs: a debugger,
+         * `top -H` and the tests tell our workers from the threads other libraries in the
+         * process start and stop on their own (best effort: a name is never needed to run) */
+        (void)pthread_setname_np(pool.th[pool.nworkers], "rj-host");
         pool.nworkers++;
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
