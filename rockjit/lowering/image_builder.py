@@ -414,12 +414,12 @@ class ImageBuilder:
         n["dev_read"] += shape.dev_read
         n["dev_written"] += shape.dev_written
         out = []
-        srd, swr = sorted(rd), sorted(wr)
+        # a BO the job both reads and writes is listed as written only: the kernel signals
+        # such a job done without running it (ProgramBuilder.add_job)
+        swr = tuple(sorted(wr))
+        srd = tuple(sorted(rd - wr))
         for chained, tasks in shape.runtime:
-            tlist = []
-            for rb, off, cnt in tasks:
-                bo, base = names[rb]
-                tlist.append((bo, base + off, cnt))
+            tlist = tuple([(names[rb][0], names[rb][1] + off, cnt) for rb, off, cnt in tasks])
             out.append((tlist, srd, swr, jr.core, chained, jr.call))
             self.job_cores.append(jr.core)
             n["jobs"] += 1
@@ -445,12 +445,7 @@ class ImageBuilder:
                 ids = []
                 calls_here = []
                 for tl, rd, wr, core, ch, ci in item[1]:
-                    # a BO the job both reads and writes is listed as written only: the kernel
-                    # signals such a job done without running it (ProgramBuilder.add_job)
-                    wr = list(dict.fromkeys(wr))
-                    rd = [x for x in dict.fromkeys(rd) if x not in wr]
-                    self.job_specs.append(JobSpec(core, bool(ch), tuple(tuple(t) for t in tl),
-                                                  tuple(rd), tuple(wr), self._source(ci)))
+                    self.job_specs.append(JobSpec(core, bool(ch), tl, rd, wr, self._source(ci)))
                     ids.append(len(self.job_specs) - 1)
                     calls_here.append(ci)
                 step_specs.append(StepSpec("npu", tuple(ids), None, self._source(calls_here[0])))
