@@ -230,6 +230,14 @@ NO_HOST_FUSE = flag(
     "order either way, so the same bits. For A/B comparisons of step counts and host time.",
     "0")
 
+NO_JOB_MERGE = flag(
+    "ROCKJIT_NO_JOB_MERGE",
+    "on: every runtime job of an NPU step is submitted on its own instead of a core's runs of "
+    "independent jobs being linked into one self-chained kick (rockjit/lowering/job_merge.py); "
+    "the same tasks in the same order either way. For A/B comparisons of jobs, kicks and "
+    "modelled time.",
+    "0")
+
 EAGER_COPIES = flag(
     "ROCKJIT_EAGER_COPIES",
     "on: around every NPU step with jobs on contexts > 0, copy every arena run they read from "

@@ -43,6 +43,19 @@ def cost_jobs(job: Any, core: int, per_task_macs: float) -> list[CostJob]:
     return out
 
 
+def merged_jobs(jobs: list[CostJob], into: list[int] | None) -> list[CostJob]:
+    """``jobs`` (a step's runtime jobs in order) as submitted: ``into[i]``, the job that
+    runtime job i went into (lowering/job_merge.py: one self-chained kick per merged job)."""
+    if into is None or len(set(into)) == len(jobs):
+        return jobs
+    parts: dict[int, list[CostJob]] = {}
+    for j, g in zip(jobs, into):
+        parts.setdefault(g, []).append(j)
+    return [ps[0] if len(ps) == 1 else
+            CostJob(ps[0].core, [t for p in ps for t in p.tasks], kicks=1)
+            for _, ps in sorted(parts.items())]
+
+
 def cost_jobs_once(cache: dict, job: Any, per_task_macs: float) -> tuple[CostJob, ...]:
     """``cost_jobs(job, 0, per_task_macs)``, remembered in ``cache`` by the job's identity (an
     image's layers share their jobs; frozen CostJobs; the cache holds the job, so its id is not
@@ -69,6 +82,10 @@ def describe(prog: Any, host_threads: int | None = None) -> CostProgram:
     ups = ImageUploads(image)
     threads = image_host_threads(image, host_threads or DEFAULT_HOST_THREADS, ups)
     sched = iter(enumerate(prog.steps))
+    # the runtime jobs the image builder linked into one kick (lowering/job_merge.py)
+    # (``prog`` may be the ImageBuilder itself, as Compiled's manifest passes it)
+    groups = (getattr(prog, "job_groups", None)
+              or getattr(getattr(prog, "builder", None), "job_groups", None) or {})
     steps: list = []
     for spec, thr in zip(image.steps, threads):
         if spec.kind == "host" and spec.source == -1:
@@ -99,6 +116,7 @@ def describe(prog: Any, host_threads: int | None = None) -> CostProgram:
             pc = calls[jr.call]
             nodes.append(pc.node)
             jobs.extend(cost_jobs(jr.job, jr.core % ncores, pc.call.lowering.macs_per_task))
+        jobs = merged_jobs(jobs, groups.get(si))
         label = ", ".join(dict.fromkeys(nodes))
         steps.append(CostNpuStep(jobs, label=f"step {si}: {label}"))
     return CostProgram(steps, name=prog.lowered.graph.name)

@@ -51,6 +51,7 @@ from .bounds import check_bo
 from .coalesce import coalesce
 from .context_copies import ResidencyWalk, cross_context_copy, eager_copies
 from .image_stats import program_stats
+from .job_merge import StepMerger, job_source
 from .job_shapes import job_shape, job_span
 from .host_rules import DESC_BYTES
 from .host_fuse import fuse_host_steps
@@ -205,7 +206,7 @@ class ImageBuilder:
         """Per context, its jobs' kicks, job after job (regcmd_image.py): ``jbase``, ``rsize``."""
         self.rspec = {ci: next((sp for sp in pc.call.lowering.buffers if sp.role == "regcmd"), None)
                       for ci, pc in enumerate(self.calls)}
-        self.jbase, self.rsize = lay_out_regcmd(self)
+        self.jbase, self.rsize, self.reused_spans = lay_out_regcmd(self)
         self.regcmd_bytes = sum(self.rsize.values())
 
     def _check_sizes(self) -> None:
@@ -372,7 +373,8 @@ class ImageBuilder:
         eager = debugflags.enabled(debugflags.EAGER_COPIES.name)
         # one context: nothing to copy
         walk = None if eager or self.used == [0] else ResidencyWalk(self, self._job_runs)
-        for st in progress(self.steps, "laying out the program image"):
+        merger = StepMerger(self)
+        for si, st in enumerate(progress(self.steps, "laying out the program image")):
             if st.kind != "npu":
                 ci, hs = st.host
                 where = {} if walk is None else walk.host_contexts(st)
@@ -392,16 +394,18 @@ class ImageBuilder:
                 walk.npu_step(st)
             for src, dst, run in ins:
                 cross_context_copy(self, src, dst, run)
-            self._pending.append(("npu", [j for jr in st.jobs for j in self._runtime_jobs(jr)]))
+            self._pending.append(("npu", merger.step(si, st.jobs, [
+                j for jr in st.jobs for j in self._runtime_jobs(jr)])))
             n["npu_steps"] += 1
             for src, dst, run in outs:
                 cross_context_copy(self, src, dst, run)
         if walk is not None:
             walk.finish()
+        merger.finish()
 
     def _runtime_jobs(self, jr: JobRef) -> list[tuple]:
         """One scheduled job's runtime jobs: (tasks, read BOs, written BOs, core, chained,
-        call); counts its tasks, kicks and declared DMA bytes."""
+        call); counts its declared DMA bytes."""
         n = self._count
         names = self._job_names(jr)
         shape = job_shape(self._shapes, jr.job)
@@ -421,10 +425,6 @@ class ImageBuilder:
         for chained, tasks in shape.runtime:
             tlist = tuple([(names[rb][0], names[rb][1] + off, cnt) for rb, off, cnt in tasks])
             out.append((tlist, srd, swr, jr.core, chained, jr.call))
-            self.job_cores.append(jr.core)
-            n["jobs"] += 1
-            n["tasks"] += len(tlist)
-            n["kicks"] += 1 if chained else len(tlist)
         return out
 
     def _copy_descriptors(self) -> None:
@@ -444,8 +444,10 @@ class ImageBuilder:
             if item[0] == "npu":
                 ids = []
                 calls_here = []
-                for tl, rd, wr, core, ch, ci in item[1]:
-                    self.job_specs.append(JobSpec(core, bool(ch), tl, rd, wr, self._source(ci)))
+                for tl, rd, wr, core, ch, ci, *merged in item[1]:
+                    # a merged job (job_merge.py) names every op it runs
+                    src = job_source(self, merged[0]) if merged else self._source(ci)
+                    self.job_specs.append(JobSpec(core, bool(ch), tl, rd, wr, src))
                     ids.append(len(self.job_specs) - 1)
                     calls_here.append(ci)
                 step_specs.append(StepSpec("npu", tuple(ids), None, self._source(calls_here[0])))

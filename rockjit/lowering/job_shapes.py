@@ -25,7 +25,9 @@ class JobShape:
     ``named_writes``: the names the job declares it reads and writes; ``reloc_names``: the
     names its address words point into; ``runtime``: per runtime job (schedule.runtime_jobs),
     whether it is chained and its tasks as (regcmd buffer name, byte offset in that buffer,
-    register count); ``dev_read``/``dev_written``: the declared DMA bytes of all its tasks."""
+    register count); ``merge``: per runtime job, what job_merge.py asks of it (whether its
+    tasks may self-chain with other work, and its DMA streams); ``dev_read``/``dev_written``:
+    the declared DMA bytes of all its tasks."""
 
     job: NpuJob
     reads: tuple[Stream, ...]
@@ -36,6 +38,7 @@ class JobShape:
     runtime: tuple[tuple[bool, tuple[tuple[str, int, int], ...]], ...]
     dev_read: int
     dev_written: int
+    merge: tuple[tuple[bool, tuple[Stream, ...], tuple[Stream, ...]], ...] = ()
 
 
 def _streams(accesses) -> tuple[Stream, ...]:
@@ -48,16 +51,23 @@ def job_shape(cache: dict[int, JobShape], job: NpuJob) -> JobShape:
     if hit is not None:
         return hit
     kicks = job.kicks
+    rjobs = runtime_jobs(job)
     runtime = tuple((bool(chained), tuple(
         (k.regcmd_buffer, k.base_offset + 8 * toff, cnt)
         for k in rks for toff, cnt in zip(k.task_offsets, k.task_counts)))
-        for rks, chained in runtime_jobs(job))
+        for rks, chained in rjobs)
+    # an integer job's tasks never share a kick (the CACC clears per kick), nor do the tasks of
+    # a gapped runtime job (its kicks are apart on purpose)
+    merge = tuple((not job.integer and all(k.chainable for k in rks)
+                   and (chained or sum(k.task_number for k in rks) == 1),
+                   tuple(s for k in rks for s in _streams(k.reads)),
+                   tuple(s for k in rks for s in _streams(k.writes))) for rks, chained in rjobs)
     hit = cache[id(job)] = JobShape(
         job, tuple(s for k in kicks for s in _streams(k.reads)),
         tuple(s for k in kicks for s in _streams(k.writes)), tuple(job.reads), tuple(job.writes),
         tuple(dict.fromkeys(rel.buffer for k in kicks for rel in k.relocs.values())), runtime,
         sum(a.nbytes for k in kicks for a in k.reads),
-        sum(a.nbytes for k in kicks for a in k.writes))
+        sum(a.nbytes for k in kicks for a in k.writes), merge)
     return hit
 
 

@@ -306,6 +306,7 @@ class Kick:
     enables: tuple[int, ...]
     reads: tuple[Access, ...] = ()      # every task's DMA reads / writes (EmittedTask)
     writes: tuple[Access, ...] = ()
+    chainable: bool = True              # every task may run self-chained (EmittedTask)
 
     @property
     def task_number(self) -> int:
@@ -374,4 +375,5 @@ def link(tasks: Sequence[EmittedTask], profile: ChipProfile, regcmd_buffer: str,
             words[filler + 1] = R.emit("PC_REGISTER_AMOUNTS", PC_DATA_AMOUNT=pc_data_amount(len(nxt)))
     return Kick(regcmd_buffer, base_offset, tuple(words), MappingProxyType(relocs),
                 tuple(offsets), tuple(len(t) for t in tasks), tuple(t.enable for t in tasks),
-                tuple(a for t in tasks for a in t.reads), tuple(a for t in tasks for a in t.writes))
+                tuple(a for t in tasks for a in t.reads), tuple(a for t in tasks for a in t.writes),
+                all(t.chainable for t in tasks))

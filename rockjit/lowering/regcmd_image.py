@@ -19,18 +19,24 @@ if TYPE_CHECKING:
     from .image_builder import ImageBuilder
 
 
-def lay_out_regcmd(b: "ImageBuilder") -> tuple[dict[tuple[int, int, int], int], dict[int, int]]:
+def lay_out_regcmd(b: "ImageBuilder") -> tuple[dict[tuple[int, int, int], int], dict[int, int],
+                                                set[tuple[int, int, int]]]:
     """Per context, the kicks of the jobs that run there, job after job, in schedule order. A
     call's jobs are dealt over the contexts, so reserving the call's whole regcmd region in
     each context would leave most of every BO unwritten (two thirds with three contexts). A
     job's kicks are one span of its call's region whose only regcmd addresses (chain links)
     point inside it (job_shapes.job_span checks), so the span moves as a whole. It keeps its
-    offset modulo 64, so every alignment inside it holds.
+    offset modulo the PC's fetch alignment (16 bytes), so every alignment inside it holds, and
+    a job's span starts where the one before it on that context ends (spans are whole 16-byte
+    units): job_merge.py can chain them into one kick.
 
     Returns (``(context, call, span start) -> base``: the byte offset in the context's regcmd
-    BO that the call's regcmd name resolves to for that job; per context, the bytes used)."""
+    BO that the call's regcmd name resolves to for that job; per context, the bytes used; the
+    keys placed by more than one job reference, whose words those references share)."""
     jbase: dict[tuple[int, int, int], int] = {}
+    reused: set[tuple[int, int, int]] = set()
     rsize = {c: 0 for c in range(b.ncores)}
+    align = b.lowered.profile.regcmd_align_bytes
     for st in b.steps:
         for jr in st.jobs:
             sp = b.rspec[jr.call]
@@ -38,12 +44,14 @@ def lay_out_regcmd(b: "ImageBuilder") -> tuple[dict[tuple[int, int, int], int], 
                 continue
             lo, hi = job_span(b._spans, jr.job, sp.name)
             key = (jr.core, jr.call, lo)
-            if key not in jbase:
-                pos = rsize[jr.core]
-                pos += (lo - pos) % 64
-                jbase[key] = pos - lo
-                rsize[jr.core] = pos + hi - lo
-    return jbase, rsize
+            if key in jbase:
+                reused.add(key)
+                continue
+            pos = rsize[jr.core]
+            pos += (lo - pos) % align
+            jbase[key] = pos - lo
+            rsize[jr.core] = pos + hi - lo
+    return jbase, rsize, reused
 
 
 class _KickParts:

@@ -214,7 +214,9 @@ def test_siglip_layer_has_fewer_npu_steps_and_the_same_bits(siglip_small, monkey
     # coalescing moves host ops and adds none (brought next to each other, more of them may
     # run as one fused step: lowering/host_fuse.py)
     ops = [s["host_steps"] + s["host_fused_ops"] - s["host_fused_steps"] for s in (s_on, s_off)]
-    assert s_on["jobs"] == s_off["jobs"] and ops[0] == ops[1], ops
+    # the same tasks; more of them share a step on a core, where job_merge.py links them
+    assert s_on["tasks"] == s_off["tasks"] and s_on["jobs"] <= s_off["jobs"], (s_on, s_off)
+    assert ops[0] == ops[1], ops
     for a, b in zip(off, on):
         np.testing.assert_array_equal(a, b)
     ref = fn(params, pixels)[0]

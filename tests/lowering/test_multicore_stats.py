@@ -83,7 +83,9 @@ def test_jobs_spread_over_three_contexts(kind, case, request) -> None:
         assert s1["cores_used"] == 1 and s1["host_copy_steps"] == 0
         assert s3["cores_used"] == 3
         assert all(s3[f"jobs_core{k}"] > 0 for k in range(3))
-        assert s3["jobs"] == s1["jobs"] and s3["tasks"] == s1["tasks"]
+        # the same tasks; on one context more of a step's jobs share a core, where
+        # job_merge.py links them into one
+        assert s3["tasks"] == s1["tasks"] and s3["jobs"] >= s1["jobs"]
         # cross-context moves are counted host steps, and only they differ from one core
         assert s3["host_copy_steps"] > 0 and s3["host_bytes_copied"] > 0
         assert s3["host_steps"] - s3["host_copy_steps"] == s1["host_steps"]
@@ -148,9 +150,11 @@ def test_stats_of_one_matmul_match_an_independent_count() -> None:
     T.check(y, ref, T.matmul_bound(x.astype(np.float16), w.T.astype(np.float16)), "x @ w")
 
 
-def test_k_split_counts_every_task_and_its_partial() -> None:
+def test_k_split_counts_every_task_and_its_partial(monkeypatch) -> None:
     """A matmul whose K needs several CBUF passes: every K step is a task of one chained kick
-    per job, and each step after the first also reads the previous partial."""
+    per job, and each step after the first also reads the previous partial. (Its jobs are
+    counted as the emitter made them: job_merge.py would link the N tiles on one core.)"""
+    monkeypatch.setenv("ROCKJIT_NO_JOB_MERGE", "1")
     m, k, n = 16, 8192, 32
     rng = np.random.default_rng(10)
     w = (rng.standard_normal((k, n)) / 90).astype(np.float32)

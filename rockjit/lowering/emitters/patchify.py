@@ -177,7 +177,7 @@ def _rename_step(step, rename: dict[str, str]):
                           a.pieces, a.pitch) for a in k.reads + k.writes]
             kicks.append(Kick(k.regcmd_buffer, k.base_offset, k.words, rel, k.task_offsets,
                               k.task_counts, k.enables, tuple(ren[:len(k.reads)]),
-                              tuple(ren[len(k.reads):])))
+                              tuple(ren[len(k.reads):]), k.chainable))
         jobs.append(NpuJob(tuple(kicks), tuple(rename.get(b, b) for b in job.reads),
                            tuple(rename.get(b, b) for b in job.writes), job.integer))
     return NpuStep(tuple(jobs))

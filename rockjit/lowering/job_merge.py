@@ -1,0 +1,195 @@
+"""One kick for each run of independent work a core does in an NPU step (issue 9: dispatch).
+
+A step's runtime jobs on one core run one after another whatever their number, but the stock
+kernel charges every submitted job its scheduler pass and IOMMU attach (cost.constants job_us)
+and every kick its completion interrupt and re-arm (kick_us); RoPE's passes and a softmax's
+per-head sub/exp leave a core ten or twenty small jobs in one step (ModernBERT, SigLIP). So
+consecutive runtime jobs of one core in a step are linked into one self-chained kick: the
+trailer of each one's last task gets the PC_BASE_ADDRESS redirect to the next one's first task
+and its PC_REGISTER_AMOUNTS length, the redirect a kick's own chain already uses (notes:
+encodings/regcmd-task-model.md, "Contiguous chaining"), and the merged job lists every task,
+so TASK_NUMBER is their count. The same tasks run in the same order on the same core; the
+simulator follows the redirects as silicon does.
+
+Only independent work shares a kick: a job that reads bytes an earlier member wrote, or writes
+bytes an earlier member read or wrote, starts a new one. The notes measured in-kick
+read-after-write only for the DPU's ERDMA; the emitters put a pass that reads its
+predecessor's output in a kick of its own, and this keeps that rule across ops. Nor do these
+join: integer jobs (the CACC clears per kick and chained integer tasks are a refused hazard),
+the tasks of a gapped runtime job (apart on purpose), a job whose regcmd span another job
+reference also runs (their words are shared, so one trailer cannot serve both), spans that are
+not back to back in the regcmd BO, and more tasks than PC_TASK_CON.TASK_NUMBER holds.
+``ROCKJIT_NO_JOB_MERGE=1`` turns it off, for A/B comparisons.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from .. import debugflags
+from ..runtime.image import Source
+from . import registers as R
+from .job_shapes import job_shape, job_span
+from .regcmd import TRAILER_WORDS, LoweringError, pc_data_amount
+from .schedule import JobRef
+
+if TYPE_CHECKING:
+    from .image_builder import ImageBuilder
+
+_TASK_CAP = (1 << R.register("PC_TASK_CON").field("TASK_NUMBER").width) - 1
+_REDIRECT = R.emit_raw("PC_BASE_ADDRESS", 0)
+
+Span = tuple[int, int]
+
+
+def _even_bytes(words: int) -> int:
+    return 8 * (words + (words & 1))
+
+
+def _overlaps(a: Sequence[Span], b: Sequence[Span]) -> bool:
+    return any(lo < h and l2 < hi for lo, hi in a for l2, h in b)
+
+
+class StepMerger:
+    """Plans one NPU step's merged jobs, patches the trailers it links (in the builder's regcmd
+    word arrays) and keeps the relocations the redirects need."""
+
+    def __init__(self, b: "ImageBuilder") -> None:
+        self.b = b
+        self.enabled = not debugflags.enabled(debugflags.NO_JOB_MERGE.name)
+        self.relocs: list[tuple[int, int, int, int, int]] = []
+        b.job_groups = {}     # step -> the merged job each of its runtime jobs went into
+
+    def step(self, si: int, jrs: Sequence[JobRef], jobs: list[tuple]) -> list[tuple]:
+        """Step ``si``'s jobs to submit (``merge``), counted in the builder's stats."""
+        b = self.b
+        out, b.job_groups[si] = self.merge(jrs, jobs)
+        n = b._count
+        for tl, _, _, core, chained, *_ in out:
+            b.job_cores.append(core)
+            n["jobs"] += 1
+            n["tasks"] += len(tl)
+            n["kicks"] += 1 if chained else len(tl)
+        return out
+
+    def finish(self) -> None:
+        """The redirects' relocations joined to the image's table (the runtime sorts it)."""
+        if self.relocs:
+            arrays = self.b.arrays
+            arrays["relocs"] = np.concatenate(
+                [arrays["relocs"], np.array(self.relocs, np.uint64).reshape(-1, 5)])
+
+    def _spans(self, jr: JobRef, streams) -> list[Span]:
+        """The arena bytes (placed offsets) ``streams`` touch, as hulls: the job's own scratch
+        included, which merged neighbours of the same call share."""
+        b = self.b
+        binding = b.calls[jr.call].binding
+        out = []
+        for name, off, pieces, pitch, chunk in streams:
+            slot = binding.get(name)
+            if slot is None or b.bufs[slot[0]].kind != "arena":
+                continue
+            lo = b.plan.offsets[slot[0]] + slot[1] + off
+            far = lo + (pieces - 1) * pitch
+            out.append((min(lo, far), max(lo, far) + chunk))
+        return out
+
+    def _eligible(self, jr: JobRef) -> list[bool]:
+        b = self.b
+        shape = job_shape(b._shapes, jr.job)
+        sp = b.rspec[jr.call]
+        if sp is None or not shape.merge:
+            return [False] * len(shape.runtime)
+        key = (jr.core, jr.call, job_span(b._spans, jr.job, sp.name)[0])
+        if key in b.reused_spans:
+            return [False] * len(shape.runtime)
+        return [m[0] for m in shape.merge]
+
+    def merge(self, jrs: Sequence[JobRef], jobs: list[tuple]) -> tuple[list[tuple], list[int]]:
+        """``jobs``: the step's runtime jobs in order (image_builder._runtime_jobs' tuples for
+        ``jrs``, each JobRef's in turn). Returns the jobs to submit (merged ones in place of
+        their first member) and, per input job, the index of the job it went into."""
+        if not self.enabled or len(jobs) < 2:
+            return jobs, list(range(len(jobs)))
+        b = self.b
+        meta = []            # per runtime job: (eligible, read spans, write spans)
+        for jr in jrs:
+            shape = job_shape(b._shapes, jr.job)
+            ok = self._eligible(jr)
+            for r in range(len(shape.runtime)):
+                m = shape.merge[r] if shape.merge else (False, (), ())
+                meta.append((ok[r], self._spans(jr, m[1]), self._spans(jr, m[2])) if ok[r]
+                            else (False, [], []))
+        assert len(meta) == len(jobs)
+        groups: list[list[int]] = []
+        open_of: dict[int, int] = {}        # core -> its open group (index into groups)
+        reads_of: dict[int, list[Span]] = {}
+        writes_of: dict[int, list[Span]] = {}
+        for i, (job, (ok, rd, wr)) in enumerate(zip(jobs, meta)):
+            core = job[3]
+            g = open_of.get(core)
+            if ok and g is not None and self._joins(jobs, groups[g], i, rd, wr,
+                                                    reads_of[core], writes_of[core]):
+                groups[g].append(i)
+                reads_of[core] += rd
+                writes_of[core] += wr
+                continue
+            groups.append([i])
+            if ok:
+                open_of[core] = len(groups) - 1
+                reads_of[core], writes_of[core] = list(rd), list(wr)
+            else:
+                open_of.pop(core, None)
+        out: list[tuple] = []
+        into = [0] * len(jobs)
+        for members in groups:
+            for i in members:
+                into[i] = len(out)
+            out.append(jobs[members[0]] if len(members) == 1 else self._link(jobs, members))
+        return out, into
+
+    def _joins(self, jobs: list[tuple], members: list[int], i: int, rd: list[Span],
+               wr: list[Span], g_reads: list[Span], g_writes: list[Span]) -> bool:
+        last = jobs[members[-1]][0][-1]
+        first = jobs[i][0][0]
+        if first[0] != last[0] or first[1] != last[1] + _even_bytes(last[2]):
+            return False            # not back to back in the context's regcmd BO
+        if sum(len(jobs[k][0]) for k in members) + len(jobs[i][0]) > _TASK_CAP:
+            return False
+        return not (_overlaps(rd, g_writes) or _overlaps(wr, g_reads) or _overlaps(wr, g_writes))
+
+    def _link(self, jobs: list[tuple], members: list[int]) -> tuple:
+        """The merged job; each member's last trailer redirected to the next member."""
+        b = self.b
+        core = jobs[members[0]][3]
+        words = b.arrays[f"regcmd{core}"]
+        for a, c in zip(members, members[1:]):
+            bo, off, cnt = jobs[a][0][-1]
+            nbo, noff, ncnt = jobs[c][0][0]
+            fi = off // 8 + cnt - TRAILER_WORDS
+            if int(words[fi]) != 0:
+                raise LoweringError(f"internal: job_merge: the task at regcmd byte {off} of "
+                                    f"context {core} does not end in a sealed trailer")
+            words[fi] = _REDIRECT
+            words[fi + 1] = R.emit("PC_REGISTER_AMOUNTS", PC_DATA_AMOUNT=pc_data_amount(ncnt))
+            self.relocs.append((bo, fi, nbo, noff, 0))
+        tasks = tuple(t for k in members for t in jobs[k][0])
+        wr = set().union(*(jobs[k][2] for k in members))
+        rd = set().union(*(jobs[k][1] for k in members)) - wr
+        return (tasks, tuple(sorted(rd)), tuple(sorted(wr)), core, True, jobs[members[0]][5],
+                tuple(jobs[k][5] for k in members))
+
+
+def job_source(b: "ImageBuilder", calls: Sequence[int]) -> int:
+    """A merged job's source (index into the image's sources): its ops' labels in order and
+    the first user location among them, so a failing job names every op it runs."""
+    key = tuple(dict.fromkeys(calls))
+    memo: dict[tuple[int, ...], int] = b.__dict__.setdefault("_merged_sources", {})
+    hit = memo.get(key)
+    if hit is None:
+        srcs = [b.sources[b._source(ci)] for ci in key]
+        loc = next((s.loc for s in srcs if s.loc), "")
+        b.sources.append(Source("; ".join(s.node for s in srcs), loc, "job_merge"))
+        hit = memo[key] = len(b.sources) - 1
+    return hit

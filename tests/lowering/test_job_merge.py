@@ -1,0 +1,157 @@
+"""Runtime jobs linked into one kick per core and run of independent work (job_merge.py).
+
+* A 1-layer SigLIP (small config, four heads) on the strict simulator, merging on and off:
+  the same output bits, the same tasks in fewer jobs and kicks, and the output near JAX's on
+  the CPU. The simulator follows the linked trailers as silicon does, so a redirect to the
+  wrong task, or none, changes the bits or stops the run.
+* In every merged job, no member reads bytes an earlier member wrote or writes bytes an
+  earlier member touched, judged from the image builder's own DMA runs of each job
+  (ImageBuilder._ranges), not from the merge's; the members' tasks are back to back.
+* One context takes every job of a step: the most merging, the same bits again.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rockjit
+from rockjit.lowering.job_shapes import job_shape
+
+
+@pytest.fixture(scope="module")
+def siglip_small():
+    from models import siglip
+    from models.specs import configure
+
+    cfg = configure(siglip.SiglipVisionConfig(), {
+        "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 1,
+        "num_attention_heads": 4, "image_size": 64, "patch_size": 8})
+    rng = np.random.default_rng(12)
+    params = {n: (rng.standard_normal(s) * 0.05 + (1.0 if n.endswith("norm1.weight") or
+                                                    n.endswith("norm2.weight") or
+                                                    "layernorm.weight" in n else 0.0))
+              .astype(np.float32) for n, s in sorted(siglip.expected_shapes(cfg).items())}
+    pixels = rng.standard_normal((1, 3, 64, 64)).astype(np.float32)
+
+    def fn(p, x):
+        return siglip.forward(p, x, cfg)
+    return fn, params, pixels
+
+
+def _run(fn, params, pixels, monkeypatch, merge: bool):
+    monkeypatch.setenv("ROCKJIT_NO_JOB_MERGE", "0" if merge else "1")
+    f = rockjit.compile(fn, resident_argnums=0, backend="sim")
+    out = [np.asarray(o) for o in f(params, pixels)]
+    c = f.compiled(params, pixels)
+    return out, c.stats(), c
+
+
+def test_merged_jobs_give_the_same_bits_in_fewer_jobs(siglip_small, monkeypatch) -> None:
+    fn, params, pixels = siglip_small
+    on, s_on, _ = _run(fn, params, pixels, monkeypatch, True)
+    off, s_off, _ = _run(fn, params, pixels, monkeypatch, False)
+    for a, b in zip(on, off):
+        np.testing.assert_array_equal(a, b)
+    assert s_on["tasks"] == s_off["tasks"]
+    assert s_on["jobs"] < s_off["jobs"] and s_on["kicks"] < s_off["kicks"], (s_on, s_off)
+    assert s_on["npu_steps"] == s_off["npu_steps"]
+    ref = np.asarray(fn(params, pixels)[0], np.float64)
+    got = on[0].astype(np.float64)
+    cos = float(np.vdot(got, ref) / np.linalg.norm(got) / np.linalg.norm(ref))
+    assert cos > 0.999, cos
+
+
+def _merged_groups(b):
+    """Per merged job: its members as (JobRef, runtime job index), in order."""
+    out = []
+    for si, st in enumerate(b.steps):
+        into = b.job_groups.get(si)
+        if into is None:
+            continue
+        members: dict[int, list] = {}
+        k = 0
+        for jr in st.jobs:
+            for r in range(len(job_shape(b._shapes, jr.job).runtime)):
+                members.setdefault(into[k], []).append((jr, r))
+                k += 1
+        assert k == len(into)
+        out += [m for m in members.values() if len(m) > 1]
+    return out
+
+
+def _spans(runs):
+    return [(lo, lo + (pieces - 1) * pitch + chunk) for lo, pieces, pitch, chunk in runs]
+
+
+def _meet(a, b) -> bool:
+    return any(lo < h and l2 < hi for lo, hi in a for l2, h in b)
+
+
+@pytest.mark.parametrize("contexts", [None, 1])
+def test_merged_members_are_independent_and_back_to_back(siglip_small, monkeypatch,
+                                                         contexts) -> None:
+    fn, params, pixels = siglip_small
+    monkeypatch.delenv("ROCKJIT_NO_JOB_MERGE", raising=False)
+    f = rockjit.compile(fn, resident_argnums=0, backend="null")
+    f(params, pixels)
+    b = f.compiled(params, pixels)._runner.builder
+    if contexts is not None:
+        from rockjit.lowering.image_builder import ImageBuilder
+        b = ImageBuilder(b.lowered, contexts)
+    groups = _merged_groups(b)
+    assert groups, "no step had independent jobs to merge"
+    for members in groups:
+        assert len({jr.core for jr, _ in members}) == 1
+        # whole JobRefs: a member's op has one runtime job here, so its runs are the job's
+        assert all(len(job_shape(b._shapes, jr.job).runtime) == 1 for jr, _ in members)
+        seen_r: list = []
+        seen_w: list = []
+        for jr, _ in members:
+            rd, wr = _spans(b._ranges(jr, "r")), _spans(b._ranges(jr, "w"))
+            assert not _meet(rd, seen_w), f"{b.calls[jr.call].node} reads what a member wrote"
+            assert not _meet(wr, seen_r + seen_w), f"{b.calls[jr.call].node} overwrites a member"
+            seen_r += rd
+            seen_w += wr
+    # every job the image submits as one kick lists its tasks back to back (even-word stride)
+    for js in b.image.jobs:
+        if js.chained:
+            for (bo, off, n), (bo2, off2, _) in zip(js.tasks, js.tasks[1:]):
+                assert bo2 == bo and off2 == off + 8 * (n + (n & 1))
+
+
+def test_one_context_merges_most_and_keeps_the_bits(siglip_small, monkeypatch) -> None:
+    fn, params, pixels = siglip_small
+    monkeypatch.delenv("ROCKJIT_NO_JOB_MERGE", raising=False)
+    f = rockjit.compile(fn, resident_argnums=0, backend="sim")
+    want = [np.asarray(o) for o in f(params, pixels)]
+    c = f.compiled(params, pixels)
+    from rockjit.lowering.loaded_graph import LoadedGraph
+    from rockjit.runtime import SimDevice
+
+    dev = SimDevice(1)
+    try:
+        lg = LoadedGraph(c._runner.lowered, dev)
+        got = lg.run([pixels])
+        assert lg.image.stats["jobs"] <= c.stats()["jobs"]
+        for a, b in zip(want, got):
+            np.testing.assert_array_equal(np.asarray(b), a)
+    finally:
+        dev.close()
+
+
+def test_the_model_prices_the_merged_jobs(siglip_small, monkeypatch) -> None:
+    """The cost model sees the jobs the image submits: less dispatch with merging, the same
+    DMA and MACs (the same tasks)."""
+    from rockjit import cost
+
+    fn, params, pixels = siglip_small
+    est = {}
+    for merge in (True, False):
+        monkeypatch.setenv("ROCKJIT_NO_JOB_MERGE", "0" if merge else "1")
+        f = rockjit.compile(fn, resident_argnums=0, backend="null")
+        f(params, pixels)
+        est[merge] = cost.estimate(cost.describe(f.compiled(params, pixels)._runner.builder))
+    on, off = est[True].bucket_ms(), est[False].bucket_ms()
+    assert on["dispatch"] < off["dispatch"], (on, off)
+    assert on["dma"] == pytest.approx(off["dma"]) and on["mac"] == pytest.approx(off["mac"])
+    assert est[True].ms < est[False].ms
