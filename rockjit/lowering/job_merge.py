@@ -80,19 +80,18 @@ class StepMerger:
             arrays["relocs"] = np.concatenate(
                 [arrays["relocs"], np.array(self.relocs, np.uint64).reshape(-1, 5)])
 
-    def _spans(self, jr: JobRef, streams) -> list[Span]:
-        """The arena bytes (placed offsets) ``streams`` touch, as hulls: the job's own scratch
-        included, which merged neighbours of the same call share."""
+    def _spans(self, jr: JobRef, hulls) -> list[Span]:
+        """The arena bytes (placed offsets) of ``hulls`` (job_shapes._hull): the job's own
+        scratch included, which merged neighbours of the same call share."""
         b = self.b
         binding = b.calls[jr.call].binding
         out = []
-        for name, off, pieces, pitch, chunk in streams:
+        for name, lo, hi in hulls:
             slot = binding.get(name)
             if slot is None or b.bufs[slot[0]].kind != "arena":
                 continue
-            lo = b.plan.offsets[slot[0]] + slot[1] + off
-            far = lo + (pieces - 1) * pitch
-            out.append((min(lo, far), max(lo, far) + chunk))
+            base = b.plan.offsets[slot[0]] + slot[1]
+            out.append((base + lo, base + hi))
         return out
 
     def _eligible(self, jr: JobRef) -> list[bool]:
@@ -110,8 +109,8 @@ class StepMerger:
         """``jobs``: the step's runtime jobs in order (image_builder._runtime_jobs' tuples for
         ``jrs``, each JobRef's in turn). Returns the jobs to submit (merged ones in place of
         their first member) and, per input job, the index of the job it went into."""
-        if not self.enabled or len(jobs) < 2:
-            return jobs, list(range(len(jobs)))
+        if not self.enabled or len({j[3] for j in jobs}) == len(jobs):
+            return jobs, list(range(len(jobs)))     # no core runs two of them
         b = self.b
         meta = []            # per runtime job: (eligible, read spans, write spans)
         for jr in jrs:

@@ -26,7 +26,8 @@ class JobShape:
     names its address words point into; ``runtime``: per runtime job (schedule.runtime_jobs),
     whether it is chained and its tasks as (regcmd buffer name, byte offset in that buffer,
     register count); ``merge``: per runtime job, what job_merge.py asks of it (whether its
-    tasks may self-chain with other work, and its DMA streams); ``dev_read``/``dev_written``:
+    tasks may self-chain with other work, and the byte hull of each DMA stream it reads and
+    writes, relative to its buffer); ``dev_read``/``dev_written``:
     the declared DMA bytes of all its tasks."""
 
     job: NpuJob
@@ -38,7 +39,14 @@ class JobShape:
     runtime: tuple[tuple[bool, tuple[tuple[str, int, int], ...]], ...]
     dev_read: int
     dev_written: int
-    merge: tuple[tuple[bool, tuple[Stream, ...], tuple[Stream, ...]], ...] = ()
+    merge: tuple[tuple[bool, tuple[tuple[str, int, int], ...],
+                       tuple[tuple[str, int, int], ...]], ...] = ()
+
+
+def _hull(a) -> tuple[str, int, int]:
+    """(buffer name, first byte, end) of an access's strided run, relative to the buffer."""
+    far = a.offset + (a.pieces - 1) * a.pitch
+    return a.buffer, min(a.offset, far), max(a.offset, far) + a.chunk
 
 
 def _streams(accesses) -> tuple[Stream, ...]:
@@ -60,8 +68,8 @@ def job_shape(cache: dict[int, JobShape], job: NpuJob) -> JobShape:
     # a gapped runtime job (its kicks are apart on purpose)
     merge = tuple((not job.integer and all(k.chainable for k in rks)
                    and (chained or sum(k.task_number for k in rks) == 1),
-                   tuple(s for k in rks for s in _streams(k.reads)),
-                   tuple(s for k in rks for s in _streams(k.writes))) for rks, chained in rjobs)
+                   tuple(_hull(a) for k in rks for a in k.reads),
+                   tuple(_hull(a) for k in rks for a in k.writes)) for rks, chained in rjobs)
     hit = cache[id(job)] = JobShape(
         job, tuple(s for k in kicks for s in _streams(k.reads)),
         tuple(s for k in kicks for s in _streams(k.writes)), tuple(job.reads), tuple(job.writes),
