@@ -45,3 +45,24 @@ def assert_npu(report: str, *ops: str) -> None:
         lines = [l for l in report.splitlines() if f"= {op}" in l]
         assert lines, f"no {op} in the program:\n{report}"
         assert all(" npu " in l for l in lines), f"{op} did not run on the NPU:\n{report}"
+
+
+def small_siglip(hidden: int, heads: int, image: int, seed: int):
+    """(fn, params, pixels): a 1-layer SigLIP of the given width, heads and image size (patch
+    8, MLP twice the width), random weights near 0 with unit norm gains."""
+    from models import siglip
+    from models.specs import configure
+
+    cfg = configure(siglip.SiglipVisionConfig(), {
+        "hidden_size": hidden, "intermediate_size": 2 * hidden, "num_hidden_layers": 1,
+        "num_attention_heads": heads, "image_size": image, "patch_size": 8})
+    rng = np.random.default_rng(seed)
+    gains = ("norm1.weight", "norm2.weight")
+    params = {n: (rng.standard_normal(s) * 0.05 + (1.0 if n.endswith(gains) or
+                                                    "layernorm.weight" in n else 0.0))
+              .astype(np.float32) for n, s in sorted(siglip.expected_shapes(cfg).items())}
+    pixels = rng.standard_normal((1, 3, image, image)).astype(np.float32)
+
+    def fn(p, x):
+        return siglip.forward(p, x, cfg)
+    return fn, params, pixels

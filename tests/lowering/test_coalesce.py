@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import rockjit
-from graphs_testutil import check_bound, run_sim
+from graphs_testutil import check_bound, run_sim, small_siglip
 from rockjit.lowering.coalesce import coalesce, dependencies, merge, reorder
 from rockjit.lowering.op_lowering import HostStep, NpuJob, Slice
 from rockjit.lowering.regcmd import Access, Kick
@@ -180,22 +180,7 @@ def test_an_undeclared_buffer_counts_as_all_of_it() -> None:
 
 @pytest.fixture(scope="module")
 def siglip_small():
-    from models import siglip
-    from models.specs import configure
-
-    cfg = configure(siglip.SiglipVisionConfig(), {
-        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
-        "num_attention_heads": 2, "image_size": 48, "patch_size": 8})
-    rng = np.random.default_rng(11)
-    params = {n: (rng.standard_normal(s) * 0.05 + (1.0 if n.endswith("norm1.weight") or
-                                                    n.endswith("norm2.weight") or
-                                                    "layernorm.weight" in n else 0.0))
-              .astype(np.float32) for n, s in sorted(siglip.expected_shapes(cfg).items())}
-    pixels = rng.standard_normal((1, 3, 48, 48)).astype(np.float32)
-
-    def fn(p, x):
-        return siglip.forward(p, x, cfg)
-    return fn, params, pixels
+    return small_siglip(hidden=64, heads=2, image=48, seed=11)
 
 
 def test_siglip_layer_has_fewer_npu_steps_and_the_same_bits(siglip_small, monkeypatch) -> None:

@@ -15,27 +15,13 @@ import numpy as np
 import pytest
 
 import rockjit
+from graphs_testutil import small_siglip
 from rockjit.lowering.job_shapes import job_shape
 
 
 @pytest.fixture(scope="module")
 def siglip_small():
-    from models import siglip
-    from models.specs import configure
-
-    cfg = configure(siglip.SiglipVisionConfig(), {
-        "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 1,
-        "num_attention_heads": 4, "image_size": 64, "patch_size": 8})
-    rng = np.random.default_rng(12)
-    params = {n: (rng.standard_normal(s) * 0.05 + (1.0 if n.endswith("norm1.weight") or
-                                                    n.endswith("norm2.weight") or
-                                                    "layernorm.weight" in n else 0.0))
-              .astype(np.float32) for n, s in sorted(siglip.expected_shapes(cfg).items())}
-    pixels = rng.standard_normal((1, 3, 64, 64)).astype(np.float32)
-
-    def fn(p, x):
-        return siglip.forward(p, x, cfg)
-    return fn, params, pixels
+    return small_siglip(hidden=128, heads=4, image=64, seed=12)
 
 
 def _run(fn, params, pixels, monkeypatch, merge: bool):
