@@ -20,6 +20,12 @@ the tasks of a gapped runtime job (apart on purpose), a job whose regcmd span an
 reference also runs (their words are shared, so one trailer cannot serve both), spans that are
 not back to back in the regcmd BO, and more tasks than PC_TASK_CON.TASK_NUMBER holds.
 ``ROCKJIT_NO_JOB_MERGE=1`` turns it off, for A/B comparisons.
+
+The cost model prices the merged jobs (cost/from_program.py). Core placement
+(resident_placement.py) still prices a step's jobs one by one: pricing them as merged moved
+no encoder's placement, and on a small attention it dealt a softmax's subtraction over two
+cores where the exp after it used three, so the two no longer shared a step (placement
+decides step by step and cannot see that).
 """
 from __future__ import annotations
 
