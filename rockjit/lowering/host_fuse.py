@@ -187,7 +187,8 @@ def fuse_host_steps(b: Any, specs: list[StepSpec], members: list[tuple[int, Any]
         for name, sbo in zip(("src", "src1", "src2"), g.slots[1:]):
             ops[name] = (sbo, 0, "u8", 0)
         first[g.members[0]] = (g, StepSpec("host", (), HostStepSpec("fused", ops, {"steps": len(g.members)}),
-                                           _source(b, [specs[i].source for i in g.members])))
+                                           combined_source(b, [specs[i].source for i in g.members],
+                                                           "host_fuse")))
     b._count["host"] -= sum(len(g.members) - 1 for g in groups)
     b._count["fused_steps"] = len(groups)
     b._count["fused_ops"] = sum(len(g.members) for g in groups) - direct
@@ -202,12 +203,12 @@ def fuse_host_steps(b: Any, specs: list[StepSpec], members: list[tuple[int, Any]
     return out
 
 
-def _source(b: Any, members: Sequence[int]) -> int:
-    """A fused step's source: its ops' labels in order, the first user location among them
-    (a failing step names every op it runs)."""
+def combined_source(b: Any, members: Sequence[int], emitter: str) -> int:
+    """The source of a step or job that runs several ops (``members``: their sources): their
+    labels in order, the first user location among them (a failure names every op it runs)."""
     srcs = [b.sources[i] for i in dict.fromkeys(members)]
     loc = next((s.loc for s in srcs if s.loc), "")
-    b.sources.append(Source("; ".join(s.node for s in srcs), loc, "host_fuse"))
+    b.sources.append(Source("; ".join(s.node for s in srcs), loc, emitter))
     return len(b.sources) - 1
 
 

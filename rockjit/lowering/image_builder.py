@@ -51,7 +51,7 @@ from .bounds import check_bo
 from .coalesce import coalesce
 from .context_copies import ResidencyWalk, cross_context_copy, eager_copies
 from .image_stats import program_stats
-from .job_merge import StepMerger, job_source
+from .job_merge import StepMerger
 from .job_shapes import job_shape, job_span
 from .host_rules import DESC_BYTES
 from .host_fuse import fuse_host_steps
@@ -445,8 +445,8 @@ class ImageBuilder:
                 ids = []
                 calls_here = []
                 for tl, rd, wr, core, ch, ci, *merged in item[1]:
-                    # a merged job (job_merge.py) names every op it runs
-                    src = job_source(self, merged[0]) if merged else self._source(ci)
+                    # a merged job (job_merge.py) carries the source naming all its ops
+                    src = merged[0] if merged else self._source(ci)
                     self.job_specs.append(JobSpec(core, bool(ch), tl, rd, wr, src))
                     ids.append(len(self.job_specs) - 1)
                     calls_here.append(ci)

@@ -34,27 +34,23 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from .. import debugflags
-from ..runtime.image import Source
 from . import registers as R
+from .host_fuse import combined_source
+from .intervals import Spans
 from .job_shapes import job_shape, job_span
-from .regcmd import TRAILER_WORDS, LoweringError, pc_data_amount
+from .regcmd import TRAILER_WORDS, LoweringError, redirect_words
 from .schedule import JobRef
 
 if TYPE_CHECKING:
     from .image_builder import ImageBuilder
 
 _TASK_CAP = (1 << R.register("PC_TASK_CON").field("TASK_NUMBER").width) - 1
-_REDIRECT = R.emit_raw("PC_BASE_ADDRESS", 0)
 
 Span = tuple[int, int]
 
 
 def _even_bytes(words: int) -> int:
     return 8 * (words + (words & 1))
-
-
-def _overlaps(a: Sequence[Span], b: Sequence[Span]) -> bool:
-    return any(lo < h and l2 < hi for lo, hi in a for l2, h in b)
 
 
 class StepMerger:
@@ -65,6 +61,7 @@ class StepMerger:
         self.b = b
         self.enabled = not debugflags.enabled(debugflags.NO_JOB_MERGE.name)
         self.relocs: list[tuple[int, int, int, int, int]] = []
+        self.sources: dict[tuple[int, ...], int] = {}   # a merged job's calls -> its source
         b.job_groups = {}     # step -> the merged job each of its runtime jobs went into
 
     def step(self, si: int, jrs: Sequence[JobRef], jobs: list[tuple]) -> list[tuple]:
@@ -104,7 +101,7 @@ class StepMerger:
         b = self.b
         shape = job_shape(b._shapes, jr.job)
         sp = b.rspec[jr.call]
-        if sp is None or not shape.merge:
+        if sp is None:
             return [False] * len(shape.runtime)
         key = (jr.core, jr.call, job_span(b._spans, jr.job, sp.name)[0])
         if key in b.reused_spans:
@@ -122,30 +119,30 @@ class StepMerger:
         for jr in jrs:
             shape = job_shape(b._shapes, jr.job)
             ok = self._eligible(jr)
-            for r in range(len(shape.runtime)):
-                m = shape.merge[r] if shape.merge else (False, (), ())
-                meta.append((ok[r], self._spans(jr, m[1]), self._spans(jr, m[2])) if ok[r]
+            for r, (_, rd, wr) in enumerate(shape.merge):
+                meta.append((True, self._spans(jr, rd), self._spans(jr, wr)) if ok[r]
                             else (False, [], []))
         assert len(meta) == len(jobs)
         groups: list[list[int]] = []
         open_of: dict[int, int] = {}        # core -> its open group (index into groups)
-        reads_of: dict[int, list[Span]] = {}
-        writes_of: dict[int, list[Span]] = {}
+        reads_of: dict[int, Spans] = {}     # core -> the bytes its open group reads
+        writes_of: dict[int, Spans] = {}    # and writes
         for i, (job, (ok, rd, wr)) in enumerate(zip(jobs, meta)):
             core = job[3]
             g = open_of.get(core)
-            if ok and g is not None and self._joins(jobs, groups[g], i, rd, wr,
-                                                    reads_of[core], writes_of[core]):
-                groups[g].append(i)
-                reads_of[core] += rd
-                writes_of[core] += wr
-                continue
-            groups.append([i])
-            if ok:
-                open_of[core] = len(groups) - 1
-                reads_of[core], writes_of[core] = list(rd), list(wr)
-            else:
+            if not (ok and g is not None and self._joins(jobs, groups[g], i, rd, wr,
+                                                         reads_of[core], writes_of[core])):
+                groups.append([i])
                 open_of.pop(core, None)
+                if not ok:
+                    continue
+                g = open_of[core] = len(groups) - 1
+                reads_of[core], writes_of[core] = Spans(), Spans()
+            else:
+                groups[g].append(i)
+            for spans, new in ((reads_of[core], rd), (writes_of[core], wr)):
+                for lo, hi in new:
+                    spans.add(lo, hi)
         out: list[tuple] = []
         into = [0] * len(jobs)
         for members in groups:
@@ -155,14 +152,15 @@ class StepMerger:
         return out, into
 
     def _joins(self, jobs: list[tuple], members: list[int], i: int, rd: list[Span],
-               wr: list[Span], g_reads: list[Span], g_writes: list[Span]) -> bool:
+               wr: list[Span], g_reads: Spans, g_writes: Spans) -> bool:
         last = jobs[members[-1]][0][-1]
         first = jobs[i][0][0]
         if first[0] != last[0] or first[1] != last[1] + _even_bytes(last[2]):
             return False            # not back to back in the context's regcmd BO
         if sum(len(jobs[k][0]) for k in members) + len(jobs[i][0]) > _TASK_CAP:
             return False
-        return not (_overlaps(rd, g_writes) or _overlaps(wr, g_reads) or _overlaps(wr, g_writes))
+        return not (any(g_writes.hits(lo, hi) for lo, hi in rd) or
+                    any(g_reads.hits(lo, hi) or g_writes.hits(lo, hi) for lo, hi in wr))
 
     def _link(self, jobs: list[tuple], members: list[int]) -> tuple:
         """The merged job; each member's last trailer redirected to the next member."""
@@ -176,25 +174,17 @@ class StepMerger:
             if int(words[fi]) != 0:
                 raise LoweringError(f"internal: job_merge: the task at regcmd byte {off} of "
                                     f"context {core} does not end in a sealed trailer")
-            words[fi] = _REDIRECT
-            words[fi + 1] = R.emit("PC_REGISTER_AMOUNTS", PC_DATA_AMOUNT=pc_data_amount(ncnt))
+            words[fi:fi + 2] = redirect_words(ncnt)
             self.relocs.append((bo, fi, nbo, noff, 0))
         tasks = tuple(t for k in members for t in jobs[k][0])
         wr = set().union(*(jobs[k][2] for k in members))
         rd = set().union(*(jobs[k][1] for k in members)) - wr
+        # the merged job's source names every op it runs
+        calls = tuple(dict.fromkeys(jobs[k][5] for k in members))
+        src = self.sources.get(calls)
+        if src is None:
+            src = self.sources[calls] = combined_source(b, [b._source(ci) for ci in calls],
+                                                        "job_merge")
         return (tasks, tuple(sorted(rd)), tuple(sorted(wr)), core, True, jobs[members[0]][5],
-                tuple(jobs[k][5] for k in members))
+                src)
 
-
-def job_source(b: "ImageBuilder", calls: Sequence[int]) -> int:
-    """A merged job's source (index into the image's sources): its ops' labels in order and
-    the first user location among them, so a failing job names every op it runs."""
-    key = tuple(dict.fromkeys(calls))
-    memo: dict[tuple[int, ...], int] = b.__dict__.setdefault("_merged_sources", {})
-    hit = memo.get(key)
-    if hit is None:
-        srcs = [b.sources[b._source(ci)] for ci in key]
-        loc = next((s.loc for s in srcs if s.loc), "")
-        b.sources.append(Source("; ".join(s.node for s in srcs), loc, "job_merge"))
-        hit = memo[key] = len(b.sources) - 1
-    return hit

@@ -40,7 +40,7 @@ class JobShape:
     dev_read: int
     dev_written: int
     merge: tuple[tuple[bool, tuple[tuple[str, int, int], ...],
-                       tuple[tuple[str, int, int], ...]], ...] = ()
+                       tuple[tuple[str, int, int], ...]], ...]
 
 
 def _hull(a) -> tuple[str, int, int]:

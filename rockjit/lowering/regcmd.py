@@ -285,6 +285,14 @@ def pc_data_amount(words: int) -> int:
     return (words + 1) // 2 - 1
 
 
+def redirect_words(next_count: int) -> tuple[int, int]:
+    """The trailer's filler and the word after it when the PC goes on to a segment of
+    ``next_count`` words: PC_BASE_ADDRESS (its address a relocation to that segment) and the
+    segment's PC_REGISTER_AMOUNTS (notes: regcmd-task-model.md, "Contiguous chaining")."""
+    return (R.emit_raw("PC_BASE_ADDRESS", 0),
+            R.emit("PC_REGISTER_AMOUNTS", PC_DATA_AMOUNT=pc_data_amount(next_count)))
+
+
 @dataclass(frozen=True)
 class Kick:
     """Tasks laid out contiguously in one regcmd buffer and linked into one hardware kick.
@@ -370,9 +378,8 @@ def link(tasks: Sequence[EmittedTask], profile: ChipProfile, regcmd_buffer: str,
             filler = off + len(t) - TRAILER_WORDS
             if words[filler] != 0:
                 raise LoweringError(f"task {t.name!r} does not end in the standard trailer")
-            words[filler] = R.emit_raw("PC_BASE_ADDRESS", 0)
+            words[filler:filler + 2] = redirect_words(len(nxt))
             relocs[filler] = Reloc(regcmd_buffer, base_offset + 8 * offsets[i + 1])
-            words[filler + 1] = R.emit("PC_REGISTER_AMOUNTS", PC_DATA_AMOUNT=pc_data_amount(len(nxt)))
     return Kick(regcmd_buffer, base_offset, tuple(words), MappingProxyType(relocs),
                 tuple(offsets), tuple(len(t) for t in tasks), tuple(t.enable for t in tasks),
                 tuple(a for t in tasks for a in t.reads), tuple(a for t in tasks for a in t.writes),
