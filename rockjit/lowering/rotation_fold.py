@@ -230,7 +230,9 @@ def fold_rotations(graph: Graph, consts: Mapping[int, np.ndarray]
     for rot, d, chain, src, sign in found:
         first = chain[0] if chain else None
         last = len(d.type.shape) - 1
-        if first is not None and all(
+        # a chain that starts with a last-axis slice (a fused QKV's q columns) reads only
+        # those columns; any other first op (a separate q projection's head split) reads all
+        if first is not None and first.op is Op.SLICE and all(
                 (s, e, st) == (0, dim, 1) for i, (s, e, st, dim) in enumerate(zip(
                     first.attrs["start"], first.attrs["limit"], first.attrs["strides"],
                     d.type.shape)) if i != last) and first.attrs["strides"][last] == 1:

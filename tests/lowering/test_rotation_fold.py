@@ -149,3 +149,36 @@ def test_fold_is_exact_and_only_for_a_signed_column_selection_of_a_projection() 
         return jnp.concatenate([-q[..., half:], q[..., :half]], axis=-1) + q
     g, params = _graph(act, p, x)
     assert fold_rotations(g, fold_consts(g, params))[1] == []
+
+
+def _separate_block(p, x, *, heads: int):
+    """Llama's layout: q, k and v projected apart, so RoPE's chain starts at the head split (a
+    reshape), not at a slice of one fused projection."""
+    d = x.shape[-1]
+    cos, sin = L.rope_tables(x.shape[1], d // heads, 10000.0)
+    w = p["wqkv"]
+    q = L.apply_rope(L.split_heads(L.linear(x, w[:d]), heads), cos, sin)
+    k = L.apply_rope(L.split_heads(L.linear(x, w[d:2 * d]), heads), cos, sin)
+    v = L.split_heads(L.linear(x, w[2 * d:]), heads)
+    return L.linear(L.merge_heads(L.dot_product_attention(q, k, v, (d // heads) ** -0.5)),
+                    p["wo"])
+
+
+def test_rotation_of_a_separate_projection_folds_whole() -> None:
+    # the chain from a projection to its rotation need not begin with a slice: here it reads
+    # every column of q's own projection (this once raised KeyError 'start' while compiling)
+    rng = np.random.default_rng(5)
+    heads, d = 2, 32
+    p = _params(rng, d, False)
+    x = rng.standard_normal((1, 8, d)).astype(np.float32)
+    g, params = _graph(lambda p, x: _separate_block(p, x, heads=heads), p, x)
+    g2, sites = fold_rotations(g, fold_consts(g, params))
+    verify(g2)
+    assert len(sites) == 2
+    assert not [n for n in g2.nodes if n.op in (Op.NEG, Op.CONCATENATE)]
+    assert _rel(run(g2, [x], params)[0], run(g, [x], params)[0]) < 1e-6
+    f = rockjit.compile(lambda p, x: _separate_block(p, x, heads=heads), resident_argnums=0,
+                        backend="sim")
+    with jax.default_device(jax.devices("cpu")[0]):
+        want = np.asarray(jax.jit(lambda p, x: _separate_block(p, x, heads=heads))(p, x))
+    assert _rel(np.asarray(f(p, x)), want) < 4e-3
