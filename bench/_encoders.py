@@ -91,9 +91,11 @@ def compile_stats(enc: Encoder, depth: int, backend: str = "null",
     c = f.compiled(params, *inputs)
     if contexts is None:
         return c.stats(), dt
+    from rockjit.cost import describe, estimate
     from rockjit.lowering.image_builder import ImageBuilder
 
-    return dict(ImageBuilder(c._runner.lowered, contexts).image.stats), dt
+    b = ImageBuilder(c._runner.lowered, contexts)
+    return {**b.image.stats, **estimate(describe(b)).summary()}, dt
 
 
 def per_layer_and_forward(enc: Encoder, full: bool, log=print,

@@ -7,7 +7,10 @@ fp16 or no MACs (the encoders run fp16) and over all of them. The published figu
 beside SigLIP-1024 are other programs (the seeds' hand-written library, the vendor stack) and
 are there for scale only.
 
-    python bench/modelled_time.py [--model ...] [--full] [--clock 600]
+    python bench/modelled_time.py [--model ...] [--full] [--contexts N]
+
+``--contexts 1`` lays every program out for one core: no cross-core copies, every job on that
+core. Beside the default three it shows what the copies buy.
 
 The forward is extrapolated from two reduced depths unless --full (see _encoders.py).
 """
@@ -34,6 +37,9 @@ def main() -> int:
     ap.add_argument("--model", nargs="+", default=["siglip-224", "siglip-1024", "modernbert-512",
                                                    "whisper-base"], choices=sorted(ENCODERS))
     ap.add_argument("--full", action="store_true")
+    ap.add_argument("--contexts", type=int, default=None,
+                    help="lay the program out for N device contexts (cores) instead of the "
+                         "profile's 3 (1: one core, no cross-core copies)")
     args = ap.parse_args()
     c = calibrated()
     print(f"cost model constants: submit {c.submit_us:.1f} us, job {c.job_us:.1f} us, kick "
@@ -43,11 +49,13 @@ def main() -> int:
     rows = []
     for m in args.model:
         enc = ENCODERS[m]
-        per, fwd, how = per_layer_and_forward(enc, args.full, log=lambda s: print(s, file=sys.stderr))
+        per, fwd, how = per_layer_and_forward(enc, args.full, log=lambda s: print(s, file=sys.stderr),
+                                              contexts=args.contexts)
         rows.append((m, enc, per, fwd, how))
     lo16, hi16 = error_band("fp16")
     lo, hi = error_band()
-    print("\nMODELLED ms per forward at 600 MHz (rockjit.cost)")
+    where = f", laid out for {args.contexts} context(s)" if args.contexts else ""
+    print(f"\nMODELLED ms per forward at 600 MHz (rockjit.cost{where})")
     print(f"{'':46s}{'modelled':>10s}{'dispatch':>10s}{'dma':>10s}{'mac':>10s}{'host':>10s}"
           f"{'steps':>8s}{'kicks':>8s}")
     for m, enc, per, fwd, how in rows:
