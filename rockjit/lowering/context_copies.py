@@ -93,6 +93,7 @@ class ResidencyWalk:
                 self.res.write(run, 0)
         self._live = iter(enumerate(b._live_steps))
         self._pending: list[tuple[int, int, Run]] = []
+        self.reader = next_readers(b.steps, self.host, self.ranges)
 
     def _parts(self, st: ScheduledStep) -> Iterator[tuple[int, ScheduledStep]]:
         """The unmerged steps (index, step) a step of the walk is made of."""
@@ -170,6 +171,13 @@ class ResidencyWalk:
         where: dict[str, int] = {}
         for opname, run in self.host[(ci, id(hs))]:
             ctx = self.res.holder(run)
+            if opname == "dst" and ctx is not None and hs.params.get("to_reader"):
+                # any context holding the whole slice may take the output: the one whose
+                # next NPU job reads it, so that job needs no copy (a head's weights packed
+                # by the host, on the core that multiplies by them). Only for steps that
+                # say so: a host op's output written elsewhere than its neighbours' would no
+                # longer fuse with them (host_fuse.py)
+                ctx = self._reader_context(st, run, ctx)
             if ctx is None:
                 self.bring(run, 0)
                 ctx = 0
@@ -178,6 +186,11 @@ class ResidencyWalk:
                 self.res.write(run, ctx)
         self._flush()
         return where
+
+    def _reader_context(self, st: ScheduledStep, run: Run, holder: int) -> int:
+        core = self.reader.get(id(st))
+        return core if core is not None and core != holder and \
+            not self.res.missing(run, (core,))[0] else holder
 
     def finish(self) -> None:
         """The runtime reads the outputs from context 0."""
@@ -189,6 +202,35 @@ class ResidencyWalk:
 
 # how many queued copies a new one looks back over for one to join (compile time stays linear)
 _JOIN_BACK = 8
+# how many steps past a host step its output's first NPU reader is looked for
+_READER_AHEAD = 64
+
+
+def _hull(run: Run) -> tuple[int, int]:
+    lo, pieces, pitch, chunk = run
+    return lo, lo + (pieces - 1) * pitch + chunk
+
+
+def next_readers(steps, host: dict, ranges: dict) -> dict[int, int]:
+    """For each host step (by ``id``), the core of the first NPU job within ``_READER_AHEAD``
+    steps after it that reads bytes of its output, where one does (runs in the unplaced space,
+    so a buffer's bytes are its own: hulls that meet are the same value's)."""
+    out: dict[int, int] = {}
+    for i, st in enumerate(steps):
+        if st.kind == "npu":
+            continue
+        dst = [r for opname, r in host[(st.host[0], id(st.host[1]))] if opname == "dst"]
+        if not dst or not st.host[1].params.get("to_reader"):
+            continue
+        lo, hi = _hull(dst[0])
+        for later in steps[i + 1:i + 1 + _READER_AHEAD]:
+            core = next((jr.core for jr in later.jobs if any(
+                a < hi and lo < b for a, b in map(_hull, ranges[id(jr)][0]))), None) \
+                if later.kind == "npu" else None
+            if core is not None:
+                out[id(st)] = core
+                break
+    return out
 
 
 def _disjoint(a: Run, b: Run) -> bool:

@@ -347,7 +347,9 @@ class LayoutConversion(StridedConversion):
                                             "dst": (out.id, 0)}, self.group, call.label))
         if want.ones is not None:
             # the row-sum kernel (rules/row_sum.py) over the packed bytes, every run
-            ones = self._ones_pieces(want, weight_axis_maps(lay, want.shape[:-2], want.stride))
+            b = want.shape[:-2]
+            ones = self._ones_pieces(want, weight_axis_maps(lay, b, want.stride),
+                                     [(0, b[0] if b else 1)])
             if ones is None:
                 raise ConversionError(f"%{v.id}: no strided form of its ones kernel")
             dt = DType.from_numpy(lay.dtype)

@@ -179,13 +179,21 @@ class ResidentPlacement:
             hit = self._option[key] = _step_ms(cj, copied, self.c)
         return hit
 
-    def host_step(self, runs: Sequence[tuple[str, Run]]) -> None:
-        """A host step's operands (its output "dst" last), as context_copies reads them."""
+    def host_step(self, runs: Sequence[tuple[str, Run]], to_reader: bool = False) -> None:
+        """A host step's operands (its output "dst" last), as context_copies reads them. A
+        ``to_reader`` step's output goes where its next NPU reader runs, which is not decided
+        yet: where the step read its source, the core that made it, stands in for it."""
+        src = None
         for opname, run in runs:
             ctx = self.res.holder(run)
+            if opname == "dst" and to_reader and src is not None and ctx is not None and \
+                    not self.res.missing(run, (src,))[0]:
+                ctx = src
             if ctx is None:
                 self.res.bring(run, 0)
                 ctx = 0
+            if opname == "src":
+                src = ctx
             if opname == "dst":
                 self.res.write(run, ctx)
 
@@ -268,7 +276,7 @@ def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], Job
                      if st.kind == "npu" for jr, sj in zip(st.jobs, d)}
     for si, (st, d) in enumerate(zip(b.steps, desc)):
         if st.kind != "npu":
-            walk.host_step(d)
+            walk.host_step(d, bool(st.host[1].params.get("to_reader")))
             continue
         label = ", ".join(dict.fromkeys(b.calls[jr.call].node for jr in st.jobs))
         cores, ch = walk.npu_step(d, b.ncores, si, label)

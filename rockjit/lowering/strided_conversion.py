@@ -35,11 +35,13 @@ class StridedConversion:
     def _strided_copy_call(self, v: Value, label: str, pieces: list, src_dt: DType,
                            dst_dt: DType, src_loc: tuple[int, int], src_nbytes: int, out,
                            out_nbytes: int, moved: str, zero_pieces: list = (),
-                           one_pieces: list = ()) -> None:
+                           one_pieces: list = (), to_reader: bool = False) -> None:
         """One host call of strided copies ``pieces`` (src -> dst), ``zero_pieces``
         (a broadcast zero -> the padding of dst the reader takes, rewritten every run so the
         buffer needs no load-time zeroing and may share arena space) and ``one_pieces`` (a
-        broadcast 1.0 after them: a row-sum kernel, rules/row_sum.py)."""
+        broadcast 1.0 after them: a row-sum kernel, rules/row_sum.py). ``to_reader``: each
+        step's output may go to the context of the NPU job that reads it next (a weight pack
+        that only an NPU job reads; context_copies.ResidencyWalk.host_contexts)."""
 
         specs = [BufferSpec("src", "input", src_nbytes), BufferSpec("dst", "output", out_nbytes)]
         binding = {"src": src_loc, "dst": (out.id, 0)}
@@ -53,12 +55,12 @@ class StridedConversion:
         # (the label reaches an error only, and an error is not kept): once per compile for
         # each, the layers repeat them; each call binds its own descriptor buffers
         key = ("strided_copy_steps", tuple(pieces), tuple(zero_pieces), tuple(one_pieces),
-               src_dt, dst_dt, src_nbytes, out_nbytes, moved)
+               src_dt, dst_dt, src_nbytes, out_nbytes, moved, to_reader)
         cache = compile_scope_memo()
         made = None if cache is None else cache.get(key)
         if made is None:
             made = _copy_steps(label, pieces, zero_pieces, one_pieces, src_dt, dst_dt,
-                               src_nbytes, out_nbytes, moved)
+                               src_nbytes, out_nbytes, moved, to_reader)
             if cache is not None:
                 cache[key] = made
         steps = [st for st, _ in made]
@@ -138,23 +140,29 @@ class StridedConversion:
         if [wshape[i] for i in keep] != shape:
             return None
         es_in, es_out = cube.form.layout.esize, lay.dtype.itemsize
-        pieces = SR.relayout_pieces(shape, src_maps, [dst_all[i] for i in keep], es_in, es_out,
-                                    MAX_RANK)
-        if pieces is None:
-            return None
-        if base % es_in:
+        groups = self._head_groups(shape, keep, len(wshape) - 2, es_out)
+        pieces = self._grouped_pieces(shape, src_maps, [dst_all[i] for i in keep], es_in,
+                                      es_out, groups)
+        if pieces is None and len(groups) > 1:
+            groups = [(0, shape[0])]
+            pieces = self._grouped_pieces(shape, src_maps, [dst_all[i] for i in keep], es_in,
+                                          es_out, groups)
+        if pieces is None or base % es_in:
             return None
         pieces = [SR.CopyPiece(p.shape, p.src_offset + base // es_in, p.src_strides,
                                p.dst_offset, p.dst_strides) for p in pieces]
-        ones = self._ones_pieces(want, dst_all)
+        n, k = wshape[-2:]
+        bshape = list(wshape[:-2])
+        # the padding and ones kernels by the same groups, so each group's weights are
+        # whole in the one context its step writes
+        lead = [(0, bshape[0] if bshape else 1)] if not bshape or keep[0] != 0 else groups
+        ones = self._ones_pieces(want, dst_all, lead)
         if ones is None:
             return None
         out = self.new_buf(want.nbytes, name=f"%{v.id}:weights")
-        n, k = wshape[-2:]
         # the copy writes real elements only; the padding kernels/channels the matmul reads
         # (into its padding outputs, and through a later ones-vector row sum into real ones:
         # 0 * stale NaN) get zeros every run, as pack_weight's block fill gave them
-        bshape = list(wshape[:-2])
         npad, kpad = lay.padded_kernels, lay.padded_channels
         zmaps = [SR.AxisMap(0)] * len(wshape)
         zero = []
@@ -163,23 +171,63 @@ class StridedConversion:
             # head): zeroing 15 kernels every run would cost a quarter of the pack; the
             # buffer is zeroed once instead and never shared (its padding stays zero)
             out.pinned = out.zero = True
-        for box, first in (((*bshape, npad - n, kpad), (*[0] * len(bshape), n, 0)),
-                           ((*bshape, n, kpad - k), (*[0] * len(bshape), 0, k))):
-            if min(box) <= 0 or out.zero:
-                continue
-            zp = SR.relayout_pieces(box, zmaps, dst_all, es_out, es_out, MAX_RANK, first)
-            if zp is None:
-                return None
-            zero += zp
+        for h0, h1 in lead:
+            rest = (h1 - h0, *bshape[1:]) if bshape else ()
+            at = (h0, *[0] * (len(bshape) - 1)) if bshape else ()
+            for box, first in (((*rest, npad - n, kpad), (*at, n, 0)),
+                               ((*rest, n, kpad - k), (*at, 0, k))):
+                if min(box) <= 0 or out.zero:
+                    continue
+                zp = SR.relayout_pieces(box, zmaps, dst_all, es_out, es_out, MAX_RANK, first)
+                if zp is None:
+                    return None
+                zero += zp
         self._strided_copy_call(v, f"pack_weight %{v.id}", pieces, cube.form.dtype,
                                 DType.from_numpy(lay.dtype), (cube.buf, cube.offset),
-                                cube.form.nbytes, out, want.nbytes, "packed_bytes", zero, ones)
+                                cube.form.nbytes, out, want.nbytes, "packed_bytes", zero, ones,
+                                to_reader=len(groups) > 1)
         return Tensor(v.id, want, out.id, 0, want.nbytes)
 
     @staticmethod
-    def _ones_pieces(want: WeightForm, dst_all: list) -> list | None:
+    def _grouped_pieces(shape: list[int], src_maps: list, dst_maps: list, es_in: int,
+                        es_out: int, groups: list[tuple[int, int]]) -> list | None:
+        """relayout_pieces of ``shape``, one run of pieces per range of its first axis: each
+        group of heads reads only its heads' planes, so the host reads them on the core that
+        made them and writes them where they are multiplied (context_copies.next_readers),
+        with no copy of K or V between the cores. None where a group has no strided cut."""
+        from .host_rules import MAX_RANK
+
+        pieces: list = []
+        for h0, h1 in groups:
+            got = SR.relayout_pieces((h1 - h0, *shape[1:]), src_maps, dst_maps, es_in, es_out,
+                                     MAX_RANK, (h0, *[0] * (len(shape) - 1)))
+            if got is None:
+                return None
+            pieces += got
+        return pieces
+
+    def _head_groups(self, shape: list[int], keep: list[int], batch_axes: int, esize: int
+                     ) -> list[tuple[int, int]]:
+        """Index ranges of the first kept axis, one per core, where that axis is a batch axis
+        (attention's heads, dealt over the cores in blocks like the producing matmul's
+        columns) and the cost model prices the groups below one step (``_groups_pay``); else
+        the whole axis. One range on a single core."""
+        n = shape[0] if shape else 1
+        cores = getattr(getattr(self, "profile", None), "cores", 1)
+        if not shape or keep[0] >= batch_axes or cores <= 1 or n < 2:
+            return [(0, n)]
+        g = min(cores, n)
+        cuts = [i * n // g for i in range(g + 1)]
+        groups = list(zip(cuts[:-1], cuts[1:]))
+        per_head = math.prod(shape[1:]) * esize
+        return groups if _groups_pay([(h1 - h0) * per_head for h0, h1 in groups]) else [(0, n)]
+
+    @staticmethod
+    def _ones_pieces(want: WeightForm, dst_all: list, lead: list[tuple[int, int]]
+                     ) -> list | None:
         """The broadcast-1.0 copies of ``want``'s ones kernel over its real channels for
-        every batch item ([] without one; None where no strided cut fits)."""
+        every batch item, one run per range ``lead`` of the first batch axis ([] without a
+        ones kernel; None where no strided cut fits)."""
         from .host_rules import MAX_RANK
 
         if want.ones is None:
@@ -189,8 +237,16 @@ class StridedConversion:
             raise ConversionError(f"ones kernel {want.ones} is not a padding kernel of "
                                   f"{want.layout}")
         es = want.layout.dtype.itemsize
-        return SR.relayout_pieces((*bshape, 1, k), [SR.AxisMap(0)] * len(want.shape), dst_all,
-                                  es, es, MAX_RANK, (*[0] * len(bshape), want.ones, 0))
+        out: list = []
+        for h0, h1 in lead:
+            box = (h1 - h0, *bshape[1:]) if bshape else ()
+            at = (h0, *[0] * (len(bshape) - 1)) if bshape else ()
+            got = SR.relayout_pieces((*box, 1, k), [SR.AxisMap(0)] * len(want.shape), dst_all,
+                                     es, es, MAX_RANK, (*at, want.ones, 0))
+            if got is None:
+                return None
+            out += got
+        return out
 
     def _strided_pack(self, use: Use, want: CubeForm) -> Tensor | None:
         """Rows -> cube for the whole value at once: one item per index of the use's leading
@@ -386,9 +442,32 @@ class StridedConversion:
                       forms_in=(cube.form,), forms_out=call.forms_out)
 
 
+def _groups_pay(group_bytes: list[int]) -> bool:
+    """Whether packing in one host step per group of heads is modelled cheaper than one step
+    for all of them (rockjit.cost's host terms). One step runs on the runtime's threads once
+    it moves SPLIT_MIN_BYTES (runtime/host_threads.py) but reads every group where one context
+    holds them all and writes them there, so all but one group's bytes cross cores twice
+    (in to it, out to the cores multiplying by them); the groups cross none, but each may be
+    too small to be split over threads. SigLIP-224's K (301 KB in thirds of 100 KB): one
+    step; at 1024 tokens (1.6 MB): the groups."""
+    from ..cost import calibrated
+    from ..runtime.host_threads import DEFAULT_HOST_THREADS, SPLIT_MIN_BYTES
+
+    c = calibrated()
+
+    def pack_s(nb: int) -> float:
+        return nb / (c.host_gather_gbps * 1e9 * (DEFAULT_HOST_THREADS if nb >= SPLIT_MIN_BYTES
+                                                 else 1))
+
+    total = sum(group_bytes)
+    crossing = 2 * (total - max(group_bytes))
+    one = pack_s(total) + crossing / (c.host_copy_gbps * 1e9)
+    return sum(pack_s(nb) for nb in group_bytes) < one
+
+
 def _copy_steps(label: str, pieces: list, zero_pieces: list, one_pieces: list, src_dt: DType,
-                dst_dt: DType, src_nbytes: int, out_nbytes: int,
-                moved: str) -> tuple[tuple[HostStep, BufferSpec], ...]:
+                dst_dt: DType, src_nbytes: int, out_nbytes: int, moved: str,
+                to_reader: bool = False) -> tuple[tuple[HostStep, BufferSpec], ...]:
     """The host copy step and descriptor constant of each piece of a strided re-tile
     (StridedConversion._strided_copy_call): ``pieces`` from ``src``, then ``zero_pieces`` and
     ``one_pieces`` from the broadcast constants."""
@@ -411,5 +490,8 @@ def _copy_steps(label: str, pieces: list, zero_pieces: list, one_pieces: list, s
         # the bytes each side touches (a strided piece of a cube: its copies between
         # contexts bring only those, context_copies.host_runs)
         runs = view_runs(p.shape, (dst_view, src_view))
-        out.append((HostStep(st.kind, st.operands, {moved: nb, "bytes": nb, "runs": runs}), desc))
+        params = {moved: nb, "bytes": nb, "runs": runs}
+        if to_reader:
+            params["to_reader"] = 1
+        out.append((HostStep(st.kind, st.operands, params), desc))
     return tuple(out)

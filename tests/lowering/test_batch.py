@@ -22,37 +22,9 @@ import numpy as np
 import pytest
 from jax import lax
 
-import rockjit
-from graphs_testutil import assert_npu, check_bound, run_sim
+from graphs_testutil import assert_npu, check_bound, run_poisoned, run_sim
 from models import layers as L
 from models.weights import seeded_tensor
-from rockjit.oracle import tolerance as T
-
-
-def run_poisoned(fn, params, *xs):
-    """Compile and run ``fn`` on the simulator, then run it again after filling every arena
-    byte of every core's context with 0xFF (fp16 NaN), except the buffers the plan declares
-    zero-filled. Returns (second result, JAX result, bound). Bytes a program reads before it
-    writes them, that no plan guarantees, show up as NaN."""
-    f = rockjit.compile(fn, resident_argnums=0, backend="sim")
-    f(params, *xs)
-    c = f.compiled(params, *xs)
-    prog = c._runner.loaded_graph
-    poison = np.full(prog.arena_bytes, 0xFF, np.uint8)
-    for arena, _, _ in prog.context_bos.values():
-        prog.program.write(arena, poison)
-        for b in prog.lowered.bufs:
-            if b.kind == "arena" and b.zero:
-                prog.program.write(arena, np.zeros(b.size, np.uint8), prog.plan.offsets[b.id])
-    got = f(params, *xs)
-    assert c._runner.loaded_graph is prog          # the same program ran on the poisoned arena
-    ref = fn(params, *xs)
-    bounds = T.graph_bound(c.graph, c.params, list(xs))
-    if not isinstance(ref, (tuple, list)):
-        got, ref = [got], [ref]
-    refs = [np.asarray(r, np.float64) for r in ref]
-    return ([np.asarray(g, np.float64) for g in got], refs,
-            [b + 2.0 ** -23 * np.abs(r) for b, r in zip(bounds, refs)])
 
 
 # ---------------------------------------------------------------------------------------------
