@@ -209,15 +209,16 @@ class StridedConversion:
     def _head_groups(self, shape: list[int], keep: list[int], batch_axes: int, esize: int
                      ) -> list[tuple[int, int]]:
         """Index ranges of the first kept axis, one per core, where that axis is a batch axis
-        (attention's heads, dealt over the cores in blocks like the producing matmul's
-        columns) and the cost model prices the groups below one step (``_groups_pay``); else
-        the whole axis. One range on a single core."""
+        (attention's heads) and the cost model prices the groups below one step
+        (``_groups_pay``); else the whole axis. One range on a single core. The ranges are
+        core placement's blocks (item i on core i * cores // n: 8 heads as 3, 3, 2), the
+        cores a producing matmul with one job per head's columns leaves them on."""
         n = shape[0] if shape else 1
         cores = getattr(getattr(self, "profile", None), "cores", 1)
         if not shape or keep[0] >= batch_axes or cores <= 1 or n < 2:
             return [(0, n)]
         g = min(cores, n)
-        cuts = [i * n // g for i in range(g + 1)]
+        cuts = [-(-i * n // g) for i in range(g + 1)]
         groups = list(zip(cuts[:-1], cuts[1:]))
         per_head = math.prod(shape[1:]) * esize
         return groups if _groups_pay([(h1 - h0) * per_head for h0, h1 in groups]) else [(0, n)]
