@@ -15,7 +15,7 @@ run before the whole merged step.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ..ir.types import DType
 from .host_descriptor import set_offsets
@@ -202,7 +202,8 @@ class ResidencyWalk:
 
 # how many queued copies a new one looks back over for one to join (compile time stays linear)
 _JOIN_BACK = 8
-# how many steps past a host step its output's first NPU reader is looked for
+# how many steps past a host step its output's first NPU reader is looked for (a pack's
+# reader is the next NPU step or so; the bound keeps the search linear in the program)
 _READER_AHEAD = 64
 
 
@@ -211,7 +212,7 @@ def _hull(run: Run) -> tuple[int, int]:
     return lo, lo + (pieces - 1) * pitch + chunk
 
 
-def next_readers(steps, host: dict, ranges: dict) -> dict[int, int]:
+def next_readers(steps: Sequence[ScheduledStep], host: dict, ranges: dict) -> dict[int, int]:
     """For each host step (by ``id``), the core of the first NPU job within ``_READER_AHEAD``
     steps after it that reads bytes of its output, where one does (runs in the unplaced space,
     so a buffer's bytes are its own: hulls that meet are the same value's)."""
