@@ -171,12 +171,10 @@ class ResidencyWalk:
         where: dict[str, int] = {}
         for opname, run in self.host[(ci, id(hs))]:
             ctx = self.res.holder(run)
-            if opname == "dst" and ctx is not None and hs.params.get("to_reader"):
+            if opname == "dst" and ctx is not None:
                 # any context holding the whole slice may take the output: the one whose
                 # next NPU job reads it, so that job needs no copy (a head's weights packed
-                # by the host, on the core that multiplies by them). Only for steps that
-                # say so: a host op's output written elsewhere than its neighbours' would no
-                # longer fuse with them (host_fuse.py)
+                # by the host, on the core that multiplies by them; next_readers)
                 ctx = self._reader_context(st, run, ctx)
             if ctx is None:
                 self.bring(run, 0)
@@ -213,15 +211,17 @@ def _hull(run: Run) -> tuple[int, int]:
 
 
 def next_readers(steps: Sequence[ScheduledStep], host: dict, ranges: dict) -> dict[int, int]:
-    """For each host step (by ``id``), the core of the first NPU job within ``_READER_AHEAD``
-    steps after it that reads bytes of its output, where one does (runs in the unplaced space,
-    so a buffer's bytes are its own: hulls that meet are the same value's)."""
+    """For each host step that says ``to_reader`` (by ``id``), the core of the first NPU job
+    within ``_READER_AHEAD`` steps after it that reads bytes of its output, where one does
+    (runs in the unplaced space, so a buffer's bytes are its own: hulls that meet are the same
+    value's). Only such steps: a host op's output written elsewhere than its neighbours'
+    would no longer fuse with them (host_fuse.py)."""
     out: dict[int, int] = {}
     for i, st in enumerate(steps):
-        if st.kind == "npu":
+        if st.kind == "npu" or not st.host[1].params.get("to_reader"):
             continue
         dst = [r for opname, r in host[(st.host[0], id(st.host[1]))] if opname == "dst"]
-        if not dst or not st.host[1].params.get("to_reader"):
+        if not dst:
             continue
         lo, hi = _hull(dst[0])
         for later in steps[i + 1:i + 1 + _READER_AHEAD]:

@@ -17,6 +17,7 @@ from ..ir.ops import Op
 from ..ir.types import DType
 from .lowered import ConversionError, PlacedCall
 from .compile_cache import compile_scope_memo
+from .head_groups import head_groups, leading_range
 from .host_descriptor import view_runs
 from .op_lowering import BufferSpec, HostStep, OpLowering
 from .regcmd import LoweringError
@@ -140,7 +141,7 @@ class StridedConversion:
         if [wshape[i] for i in keep] != shape:
             return None
         es_in, es_out = cube.form.layout.esize, lay.dtype.itemsize
-        groups = self._head_groups(shape, keep, len(wshape) - 2, es_out)
+        groups = head_groups(shape, keep, len(wshape) - 2, es_out, self.profile.cores)
         pieces = self._grouped_pieces(shape, src_maps, [dst_all[i] for i in keep], es_in,
                                       es_out, groups)
         if pieces is None and len(groups) > 1:
@@ -172,8 +173,7 @@ class StridedConversion:
             # buffer is zeroed once instead and never shared (its padding stays zero)
             out.pinned = out.zero = True
         for h0, h1 in lead:
-            rest = (h1 - h0, *bshape[1:]) if bshape else ()
-            at = (h0, *[0] * (len(bshape) - 1)) if bshape else ()
+            rest, at = leading_range(bshape, h0, h1)
             for box, first in (((*rest, npad - n, kpad), (*at, n, 0)),
                                ((*rest, n, kpad - k), (*at, 0, k))):
                 if min(box) <= 0 or out.zero:
@@ -199,29 +199,12 @@ class StridedConversion:
 
         pieces: list = []
         for h0, h1 in groups:
-            got = SR.relayout_pieces((h1 - h0, *shape[1:]), src_maps, dst_maps, es_in, es_out,
-                                     MAX_RANK, (h0, *[0] * (len(shape) - 1)))
+            box, first = leading_range(shape, h0, h1)
+            got = SR.relayout_pieces(box, src_maps, dst_maps, es_in, es_out, MAX_RANK, first)
             if got is None:
                 return None
             pieces += got
         return pieces
-
-    def _head_groups(self, shape: list[int], keep: list[int], batch_axes: int, esize: int
-                     ) -> list[tuple[int, int]]:
-        """Index ranges of the first kept axis, one per core, where that axis is a batch axis
-        (attention's heads) and the cost model prices the groups below one step
-        (``_groups_pay``); else the whole axis. One range on a single core. The ranges are
-        core placement's blocks (item i on core i * cores // n: 8 heads as 3, 3, 2), the
-        cores a producing matmul with one job per head's columns leaves them on."""
-        n = shape[0] if shape else 1
-        cores = getattr(getattr(self, "profile", None), "cores", 1)
-        if not shape or keep[0] >= batch_axes or cores <= 1 or n < 2:
-            return [(0, n)]
-        g = min(cores, n)
-        cuts = [-(-i * n // g) for i in range(g + 1)]
-        groups = list(zip(cuts[:-1], cuts[1:]))
-        per_head = math.prod(shape[1:]) * esize
-        return groups if _groups_pay([(h1 - h0) * per_head for h0, h1 in groups]) else [(0, n)]
 
     @staticmethod
     def _ones_pieces(want: WeightForm, dst_all: list, lead: list[tuple[int, int]]
@@ -240,8 +223,7 @@ class StridedConversion:
         es = want.layout.dtype.itemsize
         out: list = []
         for h0, h1 in lead:
-            box = (h1 - h0, *bshape[1:]) if bshape else ()
-            at = (h0, *[0] * (len(bshape) - 1)) if bshape else ()
+            box, at = leading_range(bshape, h0, h1)
             got = SR.relayout_pieces((*box, 1, k), [SR.AxisMap(0)] * len(want.shape), dst_all,
                                      es, es, MAX_RANK, (*at, want.ones, 0))
             if got is None:
@@ -441,29 +423,6 @@ class StridedConversion:
         return OpCall(OpLowering(tuple(specs), tuple(steps)), call.operands, call.results,
                       label=call.label, where="host", emitter=call.emitter,
                       forms_in=(cube.form,), forms_out=call.forms_out)
-
-
-def _groups_pay(group_bytes: list[int]) -> bool:
-    """Whether packing in one host step per group of heads is modelled cheaper than one step
-    for all of them (rockjit.cost's host terms). One step runs on the runtime's threads once
-    it moves SPLIT_MIN_BYTES (runtime/host_threads.py) but reads every group where one context
-    holds them all and writes them there, so all but one group's bytes cross cores twice
-    (in to it, out to the cores multiplying by them); the groups cross none, but each may be
-    too small to be split over threads. SigLIP-224's K (301 KB in thirds of 100 KB): one
-    step; at 1024 tokens (1.6 MB): the groups."""
-    from ..cost import calibrated
-    from ..runtime.host_threads import DEFAULT_HOST_THREADS, SPLIT_MIN_BYTES
-
-    c = calibrated()
-
-    def pack_s(nb: int) -> float:
-        return nb / (c.host_gather_gbps * 1e9 * (DEFAULT_HOST_THREADS if nb >= SPLIT_MIN_BYTES
-                                                 else 1))
-
-    total = sum(group_bytes)
-    crossing = 2 * (total - max(group_bytes))
-    one = pack_s(total) + crossing / (c.host_copy_gbps * 1e9)
-    return sum(pack_s(nb) for nb in group_bytes) < one
 
 
 def _copy_steps(label: str, pieces: list, zero_pieces: list, one_pieces: list, src_dt: DType,

@@ -1,10 +1,10 @@
 """Attention's K and V packed into the weight layout one group of heads per core
-(strided_conversion._head_groups): each group's host step reads only its heads' planes, on
+(head_groups.py): each group's host step reads only its heads' planes, on
 the core whose matmul made them, and writes them into the context of the NPU job that
 multiplies by them next (context_copies.next_readers), so neither K, V nor their packed
 weights cross the cores.
 
-* A 1-layer SigLIP (six heads) on the strict simulator, grouped and not (``_groups_pay``
+* A 1-layer SigLIP (six heads) on the strict simulator, grouped and not (``groups_pay``
   forced false): the same output bits, fewer bytes and copy steps between the cores, and the
   output within the fp16 bound of JAX's on the CPU, also with every arena byte poisoned (fp16
   NaN) before the run, so a context that read packed weights another context wrote would
@@ -20,7 +20,7 @@ import pytest
 
 import rockjit
 from graphs_testutil import check_bound, run_poisoned, small_siglip
-from rockjit.lowering import strided_conversion as SC
+from rockjit.lowering import head_groups as HG
 from rockjit.oracle import tolerance as T
 from rockjit.runtime.host_threads import SPLIT_MIN_BYTES
 
@@ -51,7 +51,7 @@ def test_grouped_packs_keep_the_bits_and_copy_less(siglip_six_heads, monkeypatch
     fn, params, pixels = siglip_six_heads
     grouped, s_on, c = _run(fn, params, pixels)
     with monkeypatch.context() as m:
-        m.setattr(SC, "_groups_pay", lambda group_bytes: False)
+        m.setattr(HG, "groups_pay", lambda group_bytes: False)
         whole, s_off, c_off = _run(fn, params, pixels)
     np.testing.assert_array_equal(grouped, whole)
     assert s_on["host_bytes_copied"] < s_off["host_bytes_copied"], (s_on, s_off)
@@ -97,10 +97,10 @@ def test_the_cost_model_decides_the_groups() -> None:
     # in thirds of 100 KB: the copies it saves are cheaper than the threads it loses
     k224 = 196 * 768 * 2
     assert k224 >= SPLIT_MIN_BYTES > k224 // 3
-    assert not SC._groups_pay([k224 // 3] * 3)
+    assert not HG.groups_pay([k224 // 3] * 3)
     # at 1024 tokens each third is threaded too: the groups only save copies
     k1024 = 1024 * 768 * 2
     assert k1024 // 3 >= SPLIT_MIN_BYTES
-    assert SC._groups_pay([k1024 // 3] * 3)
+    assert HG.groups_pay([k1024 // 3] * 3)
     # below the threading size either way: the groups save copies
-    assert SC._groups_pay([8192] * 3)
+    assert HG.groups_pay([8192] * 3)

@@ -20,14 +20,22 @@ from rockjit.lowering.fold import fold_consts
 from rockjit.lowering.rotation_fold import fold_rotations
 
 
-def _block(p, x, *, heads: int, theta: float = 10000.0, rotate=L.apply_rope):
-    """ModernBERT's attention: one fused q|k|v projection, RoPE on q and k, softmax, Wo."""
+def _block(p, x, *, heads: int, theta: float = 10000.0, rotate=L.apply_rope,
+           separate: bool = False):
+    """ModernBERT's attention: one fused q|k|v projection, RoPE on q and k, softmax, Wo.
+    ``separate``: Llama's layout, q, k and v projected apart (slices of the same weight), so
+    RoPE's chain starts at the head split (a reshape), not at a slice of one projection."""
     d = x.shape[-1]
     cos, sin = L.rope_tables(x.shape[1], d // heads, theta)
-    qkv = L.linear(x, p["wqkv"], p.get("bqkv"))
-    q = rotate(L.split_heads(qkv[..., :d], heads), cos, sin)
-    k = rotate(L.split_heads(qkv[..., d:2 * d], heads), cos, sin)
-    v = L.split_heads(qkv[..., 2 * d:], heads)
+    if separate:
+        w = p["wqkv"]
+        q, k, v = (L.linear(x, w[i * d:(i + 1) * d]) for i in range(3))
+    else:
+        qkv = L.linear(x, p["wqkv"], p.get("bqkv"))
+        q, k, v = qkv[..., :d], qkv[..., d:2 * d], qkv[..., 2 * d:]
+    q = rotate(L.split_heads(q, heads), cos, sin)
+    k = rotate(L.split_heads(k, heads), cos, sin)
+    v = L.split_heads(v, heads)
     out = L.dot_product_attention(q, k, v, (d // heads) ** -0.5)
     return L.linear(L.merge_heads(out), p["wo"])
 
@@ -100,21 +108,26 @@ def _graph(fn, p, x):
     return low.graph, low.compile().params
 
 
+def _folded_exactly(fn, p, x):
+    """(graph, folded graph): q's and k's rotations folded (2 sites), no neg or concatenate
+    left, the same result on the interpreter."""
+    g, params = _graph(fn, p, x)
+    g2, sites = fold_rotations(g, fold_consts(g, params))
+    verify(g2)
+    assert len(sites) == 2                                     # q's and k's
+    assert not [n for n in g2.nodes if n.op in (Op.NEG, Op.CONCATENATE)]
+    assert _rel(run(g2, [x], params)[0], run(g, [x], params)[0]) < 1e-6
+    return g, g2
+
+
 def test_fold_is_exact_and_only_for_a_signed_column_selection_of_a_projection() -> None:
     rng = np.random.default_rng(3)
     heads, d = 2, 16
     p = _params(rng, d, True)
     x = rng.standard_normal((2, 6, d)).astype(np.float32)
-    g, params = _graph(lambda p, x: _block(p, x, heads=heads), p, x)
-    g2, sites = fold_rotations(g, fold_consts(g, params))
-    verify(g2)
-    assert len(sites) == 2                                     # q's and k's
-    assert not [n for n in g2.nodes if n.op in (Op.NEG, Op.CONCATENATE)]
+    g, g2 = _folded_exactly(lambda p, x: _block(p, x, heads=heads), p, x)
     assert sum(n.op is Op.DOT_GENERAL for n in g2.nodes) == \
         sum(n.op is Op.DOT_GENERAL for n in g.nodes) + 1       # one projection for both
-    want = run(g, [x], params)[0]
-    got = run(g2, [x], params)[0]
-    assert _rel(got, want) < 1e-6
 
     # any signed selection of the projection's columns folds (a half read twice), exactly
     def dup(x, cos, sin):
@@ -151,19 +164,6 @@ def test_fold_is_exact_and_only_for_a_signed_column_selection_of_a_projection() 
     assert fold_rotations(g, fold_consts(g, params))[1] == []
 
 
-def _separate_block(p, x, *, heads: int):
-    """Llama's layout: q, k and v projected apart, so RoPE's chain starts at the head split (a
-    reshape), not at a slice of one fused projection."""
-    d = x.shape[-1]
-    cos, sin = L.rope_tables(x.shape[1], d // heads, 10000.0)
-    w = p["wqkv"]
-    q = L.apply_rope(L.split_heads(L.linear(x, w[:d]), heads), cos, sin)
-    k = L.apply_rope(L.split_heads(L.linear(x, w[d:2 * d]), heads), cos, sin)
-    v = L.split_heads(L.linear(x, w[2 * d:]), heads)
-    return L.linear(L.merge_heads(L.dot_product_attention(q, k, v, (d // heads) ** -0.5)),
-                    p["wo"])
-
-
 def test_rotation_of_a_separate_projection_folds_whole() -> None:
     # the chain from a projection to its rotation need not begin with a slice: here it reads
     # every column of q's own projection (this once raised KeyError 'start' while compiling)
@@ -171,14 +171,11 @@ def test_rotation_of_a_separate_projection_folds_whole() -> None:
     heads, d = 2, 32
     p = _params(rng, d, False)
     x = rng.standard_normal((1, 8, d)).astype(np.float32)
-    g, params = _graph(lambda p, x: _separate_block(p, x, heads=heads), p, x)
-    g2, sites = fold_rotations(g, fold_consts(g, params))
-    verify(g2)
-    assert len(sites) == 2
-    assert not [n for n in g2.nodes if n.op in (Op.NEG, Op.CONCATENATE)]
-    assert _rel(run(g2, [x], params)[0], run(g, [x], params)[0]) < 1e-6
-    f = rockjit.compile(lambda p, x: _separate_block(p, x, heads=heads), resident_argnums=0,
-                        backend="sim")
+
+    def fn(p, x):
+        return _block(p, x, heads=heads, separate=True)
+    _folded_exactly(fn, p, x)
+    f = rockjit.compile(fn, resident_argnums=0, backend="sim")
     with jax.default_device(jax.devices("cpu")[0]):
-        want = np.asarray(jax.jit(lambda p, x: _separate_block(p, x, heads=heads))(p, x))
+        want = np.asarray(jax.jit(fn)(p, x))
     assert _rel(np.asarray(f(p, x)), want) < 4e-3
