@@ -287,7 +287,8 @@ def _scaled(w: np.ndarray, vec: np.ndarray, axis: int, dtype: np.dtype
         # (most of the compile's gain-fold time at ModernBERT-base)
         out = w * vec.reshape(shape)
         out.setflags(write=False)        # a constant from here on (fold.py keeps it as is)
-        top = float(np.abs(out).max(initial=0.0))
+        # the larger magnitude of the extremes, without np.abs's temporary of the weight
+        top = float(max(out.max(initial=0.0), -out.min(initial=0.0)))
         if top != FP16_MAX:
             # rounding is monotonic and FP16_MAX is a float32: the comparison is the exact one
             return out, not top > FP16_MAX

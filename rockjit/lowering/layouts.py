@@ -229,12 +229,38 @@ class WeightLayout:
                               f"a 1x1 kernel, got {w.shape}")
         if w.dtype != self.dtype:
             raise LayoutError(f"weight pack: expected {self.dtype} elements, got {w.dtype}")
-        wp = np.zeros((self.padded_kernels, self.padded_channels, self.kh, self.kw), self.dtype)
-        wp[:self.kernels, :self.channels] = w
+        out = np.empty(self.nbytes, np.uint8)
+        self.pack_into(w, out)
+        return out
+
+    def pack_into(self, w: np.ndarray, out: np.ndarray) -> None:
+        """Write the packed bytes of ``w`` [n, k, KH, KW] (any strides; n <= kernels and
+        k <= channels, the rest zero as padding is) into ``out`` (np.uint8[nbytes]), in one
+        strided copy per rectangle of whole or ragged groups: no padded or transposed copy
+        of the weight is made first (a compile packs every projection weight)."""
+        if w.ndim == 2 and self.kh == self.kw == 1:
+            w = w[:, :, None, None]
+        if w.dtype != self.dtype:
+            raise LayoutError(f"weight pack: expected {self.dtype} elements, got {w.dtype}")
+        n, k = w.shape[0], w.shape[1]
+        if w.ndim != 4 or w.shape[2:] != (self.kh, self.kw) or n > self.kernels or k > self.channels:
+            raise LayoutError(f"weight pack: {w.shape} does not fit ({self.kernels}, "
+                              f"{self.channels}, {self.kh}, {self.kw})")
+        if out.dtype != np.uint8 or out.shape != (self.nbytes,):
+            raise LayoutError(f"weight pack: the destination must be np.uint8[{self.nbytes}]")
         nb, ng, kb, kg, kh, kw = self._blocks()
-        # [nb][ng][kb][kg][kh][kw] -> [nb][kb][kh][kw][ng][kg]
-        t = wp.reshape(nb, ng, kb, kg, kh, kw).transpose(0, 2, 4, 5, 1, 3)
-        return np.ascontiguousarray(t).astype(self.dtype.newbyteorder("<")).view(np.uint8).reshape(-1)
+        # [nb][kb][kh][kw][ng][kg] seen as [nb][ng][kb][kg][kh][kw]
+        dst = out.view(self.dtype.newbyteorder("<")).reshape(nb, kb, kh, kw, ng, kg)
+        dst = dst.transpose(0, 4, 1, 5, 2, 3)
+        if n % ng or k % kg or n < nb * ng or k < kb * kg:
+            out[:] = 0
+        for n0, n1 in _group_runs(n, ng):
+            for k0, k1 in _group_runs(k, kg):
+                part = w[n0:n1, k0:k1]
+                bn, bk = max(1, (n1 - n0) // ng), max(1, (k1 - k0) // kg)
+                dst[n0 // ng:n0 // ng + bn, :(n1 - n0) // bn, k0 // kg:k0 // kg + bk,
+                    :(k1 - k0) // bk] = part.reshape(bn, (n1 - n0) // bn, bk, (k1 - k0) // bk,
+                                                     kh, kw)
 
     def unpack(self, raw: bytes | np.ndarray) -> np.ndarray:
         """-> [N, K, KH, KW] (padding dropped)."""
@@ -244,6 +270,12 @@ class WeightLayout:
         w = t.reshape(nb, kb, kh, kw, ng, kg).transpose(0, 4, 1, 5, 2, 3)
         w = w.reshape(self.padded_kernels, self.padded_channels, kh, kw)
         return np.ascontiguousarray(w[:self.kernels, :self.channels])
+
+
+def _group_runs(n: int, group: int) -> list[tuple[int, int]]:
+    """[0, n) as the run of whole groups and the ragged tail (each present when not empty)."""
+    full = n // group * group
+    return [r for r in ((0, full), (full, n)) if r[1] > r[0]]
 
 
 def weight_layout(profile: ChipProfile, dtype: DType, kernels: int, channels: int,

@@ -322,6 +322,15 @@ class ProductSite:
     loc: str
 
 
+def _pow2_scaled(w: np.ndarray, shift: int, dtype: np.dtype) -> np.ndarray:
+    """``w * 2^shift`` rounded once to ``dtype``. A float32 product by a float32 power of two
+    is one correctly rounded operation on exact inputs, so it gives the float64 route's bits
+    without its two copies of the weight (ModernBERT-base's down-projections)."""
+    if w.dtype == np.float32 and np.dtype(dtype) == np.float32 and -126 <= shift <= 127:
+        return w * np.float32(2.0 ** shift)
+    return (np.asarray(w, np.float64) * 2.0 ** shift).astype(dtype)
+
+
 def rewrite_matmul_inputs(graph: Graph, consts: Mapping[int, np.ndarray],
                           bounds: Mapping[int, float]) -> tuple[Graph, list[ProductSite]]:
     """A product ``p * q`` of two in-range values whose bound exceeds fp16 (a gated MLP's
@@ -369,8 +378,7 @@ def rewrite_matmul_inputs(graph: Graph, consts: Mapping[int, np.ndarray],
             v2, shift = redo[id(n)]
             w = n.inputs[1]
             with timed("fold") as folded:       # the weight prescaled: weight work
-                wv = (np.asarray(consts[w.id], np.float64) * 2.0 ** shift).astype(
-                    w.type.dtype.to_numpy())
+                wv = _pow2_scaled(np.asarray(consts[w.id]), shift, w.type.dtype.to_numpy())
                 folded[0] = wv.nbytes
             w2 = ed.node(out_nodes, Op.CONSTANT, (), {"value": wv}, w.type, n.loc)
             ed.node(out_nodes, n.op, (v2, w2), dict(n.attrs), loc=n.loc, result=n.out)

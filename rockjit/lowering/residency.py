@@ -13,6 +13,7 @@ from ..ir.types import DType
 from ..weight_timing import timed
 from .layouts import WeightLayout
 from .lowered import Buf, ConversionError, PlacedCall
+from .weight_cast import cast_to
 from .op_lowering import BufferSpec
 from .rules import forms as F
 from .rules.base import CubeForm, Form, NoNpuForm, OpCall, RowForm, Tensor, Use, WeightForm
@@ -260,7 +261,7 @@ class Residency:
                 a = np.transpose(a, use.perm)
             a = a.reshape(use.shape or a.shape)
             if isinstance(want, RowForm):
-                data = np.ascontiguousarray(a.astype(want.dtype.to_numpy())).reshape(-1).view(np.uint8)
+                data = cast_to(a, want.dtype.to_numpy()).reshape(-1).view(np.uint8)
             else:
                 data = np.zeros(want.nbytes, np.uint8)
                 self._pack_into(data, want, a)

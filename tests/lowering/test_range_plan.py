@@ -424,3 +424,19 @@ def test_extremes_of_broadcast_views() -> None:
         got = _scan_extremes(a)
         want = (float(np.min(a)), float(np.max(a)))
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+@pytest.mark.parametrize("shift", [1, 7, 30, 127, -1, -20, -126])
+def test_power_of_two_prescale_rounds_as_the_exact_product(shift: int) -> None:
+    """The float32 shortcut of a weight's 2^shift prescale gives the bits of the exact
+    (float64) product rounded once, overflow to inf and float32 subnormals included."""
+    from rockjit.lowering.range_rewrites import _pow2_scaled
+
+    rng = np.random.default_rng(shift + 200)
+    w = rng.integers(0, 2 ** 32, 1 << 16, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    w = np.where(np.isfinite(w), w, np.float32(3.0))
+    want = (w.astype(np.float64) * 2.0 ** shift).astype(np.float32)
+    got = _pow2_scaled(w, shift, np.dtype(np.float32))
+    assert got.dtype == np.float32
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

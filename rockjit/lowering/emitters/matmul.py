@@ -237,24 +237,34 @@ def plan_matmul(m: int, k: int, n: int, in_dtype: DType, out_dtype: DType, profi
     return plan, lay
 
 
-def pack_matmul_b(plan: ConvPlan, profile: ChipProfile, b: np.ndarray) -> np.ndarray:
+def pack_matmul_b(plan: ConvPlan, profile: ChipProfile, b: np.ndarray,
+                  out: np.ndarray | None = None) -> np.ndarray:
     """B [N, K] -> tile-major weight bytes: one contiguous weight layout per (N tile, K step),
     N tiles outer (conformance 02's slot order ni*nKt + ki). With one K step this is the plain
-    [N/NG][K/KG][NG][KG] layout."""
+    [N/NG][K/KG][NG][KG] layout. Written into ``out`` (np.uint8 of ``packed_b_nbytes``) when
+    given, each tile straight from its block of ``b`` (any strides: a transposed weight is
+    not copied first)."""
     s = plan.shape
     b = np.asarray(b)
     dt = s.in_dtype.to_numpy()
     if b.dtype != dt:
         raise LoweringError(f"matmul B must be {dt} (got {b.dtype}); cast before lowering")
-    bp = np.zeros((s.kernels, s.channels), dt)
-    bp[:b.shape[0], :b.shape[1]] = b
-    blobs = []
+    if out is None:
+        out = np.empty(packed_b_nbytes(plan, profile), np.uint8)
+    pos = 0
     for ks in plan.kernels:
         for cs in plan.channels:
             lay = weight_layout(profile, s.in_dtype, ks.size, cs.size)
-            blobs.append(lay.pack(np.ascontiguousarray(bp[ks.start:ks.start + ks.size,
-                                                          cs.start:cs.start + cs.size])))
-    return np.concatenate(blobs)
+            lay.pack_into(b[ks.start:ks.start + ks.size, cs.start:cs.start + cs.size],
+                          out[pos:pos + lay.nbytes])
+            pos += lay.nbytes
+    return out
+
+
+def packed_b_nbytes(plan: ConvPlan, profile: ChipProfile) -> int:
+    """The bytes of ``pack_matmul_b``'s result."""
+    return sum(weight_layout(profile, plan.shape.in_dtype, ks.size, cs.size).nbytes
+               for ks in plan.kernels for cs in plan.channels)
 
 
 def _b_offsets(plan: ConvPlan, profile: ChipProfile) -> dict[tuple[int, int], int]:
@@ -352,12 +362,13 @@ def _packed_b(plan: ConvPlan, profile: ChipProfile, b: np.ndarray, batch: int, n
         raise LoweringError(f"matmul B must be [{n}, {k}] or [{batch}, {n}, {k}] (one row per "
                             f"output column), got {list(bb.shape)}")
     with timed("pack") as packed:
-        blobs = [pack_matmul_b(plan, profile, bb if shared else bb[i])
-                 for i in range(1 if shared else batch)]
-        b_stride = 0 if shared else round_up(blobs[0].size, 64)
-        data = np.zeros(max(b_stride * batch, blobs[0].size), np.uint8)
-        for i, blob in enumerate(blobs):
-            data[i * b_stride:i * b_stride + blob.size] = blob
+        size = packed_b_nbytes(plan, profile)
+        b_stride = 0 if shared else round_up(size, 64)
+        data = np.empty(max(b_stride * batch, size), np.uint8)
+        for i in range(1 if shared else batch):
+            pack_matmul_b(plan, profile, bb if shared else bb[i],
+                          data[i * b_stride:i * b_stride + size])
+            data[i * b_stride + size:(i + 1) * b_stride] = 0
         packed[0] = data.nbytes
     return data, b_stride
 

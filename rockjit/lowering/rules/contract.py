@@ -19,6 +19,7 @@ from ...ir.ops import Op
 from ...ir.types import DType
 from ...weight_timing import timed
 from ..regcmd import LoweringError
+from ..weight_cast import to_float16
 from .base import NoNpuForm, OpCall, RuleContext, RuleResult, Use, WeightForm, npu_dtype_of
 from .row_sum import row_sum_column
 
@@ -129,10 +130,12 @@ def _matmul_call(ctx: RuleContext, lhs, rhs, out, attrs, bias: np.ndarray | None
     w = ctx.const(rhs)
     if w is not None:
         with timed("pack"):      # its bytes are counted once, packed (emitters/matmul.py)
-            w = np.asarray(w)
+            # cast in the weight's own memory order (a dense run for the C cast), then
+            # transposed as a view: the packer reads it strided (emitters/matmul.py)
+            w = to_float16(w)
             if b_perm:
                 w = np.transpose(w, b_perm)
-            w = w.reshape((batch, n, k) if batch > 1 else (n, k)).astype(np.float16)
+            w = w.reshape((batch, n, k) if batch > 1 else (n, k))
     bshape = (batch,) if batch > 1 else ()
     try:
         # N padded to the K atom: the output cube is then the next matmul's A (K%32,
