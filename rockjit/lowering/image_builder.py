@@ -57,12 +57,11 @@ from .host_rules import DESC_BYTES
 from .host_fuse import fuse_host_steps
 from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
-from .arith import round_up
 from .memory import ArenaPlan, BufReq, check_plan, plan_arena
 from .op_lowering import HostStep
 from .placement import CoreChoice
 from .regcmd_image import lay_out_regcmd, words_and_relocations
-from .weight_spans import buffer_pieces, context_spans
+from .weight_spans import buffer_pieces, lay_out_weights
 from .resident_placement import place
 from .schedule import JobRef, ScheduledStep, call_spans, schedule
 
@@ -178,29 +177,12 @@ class ImageBuilder:
         self.used = sorted({jr.core for st in self.steps for jr in st.jobs} | {0})
 
     def _lay_out_weights(self) -> None:
-        """Sequential per context, each context holding what its jobs read; context 0 holds
-        all of them (host steps and core-0 jobs)."""
+        """Per context, the span of each weights buffer it reads, one after another
+        (weight_spans.lay_out_weights)."""
         self.wbufs = [bf for bf in self.bufs if bf.kind == "weights"]
-        need_w: dict[int, set[int]] = {c: set() for c in range(self.ncores)}
-        need_w[0] = {bf.id for bf in self.wbufs}
-        for st in self.steps:
-            for jr in st.jobs:
-                if jr.core:
-                    for bid, _ in self.calls[jr.call].binding.values():
-                        if self.bufs[bid].kind == "weights":
-                            need_w[jr.core].add(bid)
-        self.need_w = need_w
-        self.woff: dict[tuple[int, int], int] = {}
-        self.wsize: dict[int, int] = {}
-        for c in range(self.ncores):
-            pos = 0
-            for bf in self.wbufs:
-                if bf.id in need_w[c]:
-                    pos = round_up(pos, max(bf.align, 64))
-                    self.woff[(c, bf.id)] = pos
-                    pos += bf.size
-            self.wsize[c] = pos
-        self.weights_bytes = self.wsize[0]
+        lay = lay_out_weights(self)
+        self.wspan, self.woff, self.wsize, self.weights_bytes = lay
+        self.need_w = {c: {bid for (cc, bid) in self.wspan if cc == c} for c in range(self.ncores)}
 
     def _lay_out_regcmd(self) -> None:
         """Per context, its jobs' kicks, job after job (regcmd_image.py): ``jbase``, ``rsize``."""
@@ -240,23 +222,21 @@ class ImageBuilder:
         return self.arena_c[core], self.plan.offsets[bid]
 
     def _uploads(self) -> None:
-        """Context 0 gets every weights buffer whole, a context > 0 only the span its jobs
-        use (weight_spans.py), as pieces shared between the contexts."""
+        """Each context gets the span of each weights buffer it holds (``_lay_out_weights``),
+        as pieces shared between the contexts."""
         self.arrays: dict[str, np.ndarray] = {}
         self.uploads: list[Upload] = []
         self.zero_fills: list[ZeroFill] = []
-        spans = context_spans(self)
         for bf in self.wbufs:
             if bf.data is None or not bf.data.size:
                 continue
             data = np.ascontiguousarray(bf.data).reshape(-1).view(np.uint8)
-            cs = [c for c in self.used if bf.id in self.need_w[c]]
-            span = {c: (0, data.size) if c == 0 else spans.get((c, bf.id), (0, 0)) for c in cs}
+            span = {c: self.wspan[(c, bf.id)] for c in self.used if (c, bf.id) in self.wspan}
             for lo, hi in buffer_pieces(data.size, list(span.values())):
                 key = f"w{bf.id}:{bf.name}" if (lo, hi) == (0, data.size) else \
                     f"w{bf.id}:{bf.name}@{lo}"
-                for c in cs:
-                    if span[c][0] <= lo and hi <= span[c][1]:
+                for c, (slo, shi) in span.items():
+                    if slo <= lo and hi <= shi:
                         self.arrays[key] = data[lo:hi]
                         self.uploads.append(Upload(self.weights_c[c], self.woff[(c, bf.id)] + lo,
                                                    key))
@@ -274,6 +254,8 @@ class ImageBuilder:
             return names
         names = self._names_of[(ci, core)] = {}
         for name, (bid, off) in self.calls[ci].binding.items():
+            if self.bufs[bid].kind == "weights" and (core, bid) not in self.woff:
+                continue        # a buffer this context holds no span of (_lay_out_weights)
             bo, base = self._where(bid, core)
             names[name] = (bo, base + off)
         return names

@@ -92,11 +92,13 @@ def test_the_lowerer_dies_with_the_compile(no_gc, monkeypatch) -> None:
 
 
 def test_core_2_gets_only_its_high_weight_span_and_runs_right(monkeypatch) -> None:
-    """A matmul dealt over three cores by output columns: contexts 1 and 2 are given only the
-    span of the packed weights their jobs use (weight_spans.py), core 2's at the top of the
-    buffer, so most of their weights BOs is never written. Run with every new BO filled with
-    0xAA (RJ_POISON_BOS): a job reading an unwritten byte would read fp16 -0.052 where a weight
-    of magnitude ~1 belongs, and the result would miss numpy's by far more than fp16 rounding."""
+    """A matmul dealt over three cores by output columns: each context's weights BO holds only
+    the span of the packed weights its jobs use (weight_spans.py, image_builder
+    ._lay_out_weights), core 2's from the top of the buffer, so the three BOs together hold
+    the weights about once, where each used to be laid out for all of them (rocket pins every
+    page of a BO). Run with every new BO filled with 0xAA (RJ_POISON_BOS): a job reading a
+    byte its context was not given would read fp16 -0.052 where a weight of magnitude ~1
+    belongs, and the result would miss numpy's by far more than fp16 rounding."""
     monkeypatch.setenv("RJ_POISON_BOS", "1")
 
     def mm(w, x):
@@ -108,15 +110,25 @@ def test_core_2_gets_only_its_high_weight_span_and_runs_right(monkeypatch) -> No
     x = rng.standard_normal((196, 768)).astype(np.float32)
     f = rockjit.compile(mm, resident_argnums=0, backend="sim")
     img = f.lower(w, x).compile().image
+    # the packed weights and bias cube, each byte once (the image stores each piece once)
+    once = sum(a.size for name, a in img.arrays.items() if name.startswith("w"))
+    assert once >= w["w"].size * 2
     spans = {}
     for k, bo in enumerate(img.bos):
-        if bo.role == "weights" and bo.core > 0:
-            ups = [(u.offset, img.arrays[u.array].size) for u in img.uploads if u.bo == k]
-            spans[bo.core] = (bo.size, sum(n for _, n in ups), max(o + n for o, n in ups))
-    assert set(spans) == {1, 2}, f"the matmul was not dealt over cores 1 and 2: {spans}"
-    size, uploaded, end = spans[2]
-    assert uploaded < size / 2 and end > size * 0.9, (
-        f"core 2 should get only its high span of the weights: {spans[2]}")
+        ups = [img.arrays[u.array].size for u in img.uploads
+               if u.bo == k and u.array.startswith("w")]
+        if bo.role == "weights" and ups:     # not the copy descriptors' BO
+            assert bo.core not in spans, f"two weights BOs in context {bo.core}"
+            spans[bo.core] = (bo.size, sum(ups))
+    assert set(spans) == {0, 1, 2}, f"the matmul was not dealt over three cores: {spans}"
+    size, uploaded = spans[2]
+    assert size < once / 2 and uploaded > size * 0.9, (
+        f"core 2 should hold only its span of the {once} packed bytes: {spans[2]}")
+    total = sum(size for size, _ in spans.values())
+    assert total < once * 1.3, f"the contexts hold the weights {total / once:.2f} times"
+    uploads = {(u.bo, u.array): img.arrays[u.array] for u in img.uploads}
+    top = [a for (bo, name), a in uploads.items() if img.bos[bo].core == 2 and "@" in name]
+    assert top, "core 2 should be given a piece from inside the buffer, not all of it"
     got = np.asarray(f(w, x), np.float64)
     want = x.astype(np.float64) @ w["w"].astype(np.float64) + w["b"]
     err = np.abs(got - want).max() / np.abs(want).max()
