@@ -24,7 +24,7 @@ from .lowered import Boundary
 from .op_lowering import HostStep
 from .regcmd import LoweringError
 from .buffer_residency import SHIFT, BufferResidency
-from .residency_copies import Run, grains_by_buffer
+from .residency_copies import Run, grains_by_buffer, run_span
 from .schedule import ScheduledStep
 
 if TYPE_CHECKING:
@@ -205,11 +205,6 @@ _JOIN_BACK = 8
 _READER_AHEAD = 64
 
 
-def _hull(run: Run) -> tuple[int, int]:
-    lo, pieces, pitch, chunk = run
-    return lo, lo + (pieces - 1) * pitch + chunk
-
-
 def next_readers(steps: Sequence[ScheduledStep], host: dict, ranges: dict) -> dict[int, int]:
     """For each host step that says ``to_reader`` (by ``id``), the core of the first NPU job
     within ``_READER_AHEAD`` steps after it that reads bytes of its output, where one does
@@ -223,10 +218,10 @@ def next_readers(steps: Sequence[ScheduledStep], host: dict, ranges: dict) -> di
         dst = [r for opname, r in host[(st.host[0], id(st.host[1]))] if opname == "dst"]
         if not dst:
             continue
-        lo, hi = _hull(dst[0])
+        lo, hi = run_span(dst[0])
         for later in steps[i + 1:i + 1 + _READER_AHEAD]:
             core = next((jr.core for jr in later.jobs if any(
-                a < hi and lo < b for a, b in map(_hull, ranges[id(jr)][0]))), None) \
+                a < hi and lo < b for a, b in map(run_span, ranges[id(jr)][0]))), None) \
                 if later.kind == "npu" else None
             if core is not None:
                 out[id(st)] = core

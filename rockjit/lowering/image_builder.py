@@ -180,9 +180,7 @@ class ImageBuilder:
         """Per context, the span of each weights buffer it reads, one after another
         (weight_spans.lay_out_weights)."""
         self.wbufs = [bf for bf in self.bufs if bf.kind == "weights"]
-        lay = lay_out_weights(self)
-        self.wspan, self.woff, self.wsize, self.weights_bytes = lay
-        self.need_w = {c: {bid for (cc, bid) in self.wspan if cc == c} for c in range(self.ncores)}
+        self.wspan, self.woff, self.wsize, self.weights_bytes = lay_out_weights(self)
 
     def _lay_out_regcmd(self) -> None:
         """Per context, its jobs' kicks, job after job (regcmd_image.py): ``jbase``, ``rsize``."""

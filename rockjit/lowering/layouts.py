@@ -252,7 +252,7 @@ class WeightLayout:
         # [nb][kb][kh][kw][ng][kg] seen as [nb][ng][kb][kg][kh][kw]
         dst = out.view(self.dtype.newbyteorder("<")).reshape(nb, kb, kh, kw, ng, kg)
         dst = dst.transpose(0, 4, 1, 5, 2, 3)
-        if n % ng or k % kg or n < nb * ng or k < kb * kg:
+        if n < nb * ng or k < kb * kg:         # padding or a short source: zeros first
             out[:] = 0
         for n0, n1 in _group_runs(n, ng):
             for k0, k1 in _group_runs(k, kg):

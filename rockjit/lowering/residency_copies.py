@@ -27,6 +27,12 @@ from numpy.lib.stride_tricks import as_strided
 Run = tuple[int, int, int, int]   # (start, pieces, pitch, chunk): bytes of the arena
 
 
+def run_span(run: Run) -> tuple[int, int]:
+    """[first byte, end) of a run with a non-negative pitch."""
+    lo, pieces, pitch, chunk = run
+    return lo, lo + (pieces - 1) * pitch + chunk
+
+
 class ContextResidency:
     """Per arena cell, the set of contexts (bits) holding its current value."""
 

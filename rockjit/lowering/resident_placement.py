@@ -32,18 +32,13 @@ from ..cost.from_program import cost_jobs_once
 from .placement import CoreChoice, StepJob, choose
 from .buffer_residency import SHIFT as _SHIFT, BufferResidency
 from .context_copies import host_runs
-from .residency_copies import Run, grains_by_buffer
+from .residency_copies import Run, grains_by_buffer, run_span
 from .schedule import ScheduledStep
 
 if TYPE_CHECKING:
     from .image_builder import ImageBuilder
 
 _SLACK = 4096   # an emitter may read a padded span past its tensor (image_builder._ARENA_SLACK)
-
-
-def _span(run: Run) -> tuple[int, int]:
-    lo, pieces, pitch, chunk = run
-    return lo, lo + (pieces - 1) * pitch + chunk
 
 
 def _lacking_key(lacking: list[list[tuple[Run, list[int]]]]) -> tuple:
@@ -91,7 +86,7 @@ class ResidentPlacement:
         bid = (run[0] >> _SHIFT) - 1
         if bid in self.outputs:
             return run[1] * run[3]
-        lo, hi = _span(run)
+        lo, hi = run_span(run)
         if any(a < hi and lo < b and not (lo <= a and b <= hi) for a, b in self.host_reads.get(bid, ())):
             return run[1] * run[3]
         return 0
@@ -258,7 +253,7 @@ def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], Job
             desc.append(runs)
             for opname, r in runs:
                 if opname != "dst":
-                    host_reads.setdefault((r[0] >> _SHIFT) - 1, []).append(_span(r))
+                    host_reads.setdefault((r[0] >> _SHIFT) - 1, []).append(run_span(r))
             continue
         desc.append(_step_jobs(b, st, costed))
     allruns = [r for d in desc for x in d for r in
