@@ -13,6 +13,15 @@ from .signature import LeafSpec
 
 
 def _as_param_value(leaf: Any, spec: LeafSpec) -> np.ndarray:
+    if isinstance(leaf, jax.Array) and not isinstance(leaf, jax.core.Tracer) \
+            and leaf.is_fully_addressable and np.dtype(leaf.dtype) == np.dtype(spec.dtype):
+        # a jax array is immutable, so its host view can stand in for a copy: on the CPU it
+        # is the array's own buffer, read-only, and it outlives the array's delete() and a
+        # donation of it (a numpy array, by contrast, may be written in place after binding)
+        # (a sharded array's host view is a fresh copy: ours to mark read-only)
+        arr = np.asarray(leaf)
+        arr.setflags(write=False)
+        return arr
     arr = np.array(leaf, dtype=spec.dtype, copy=True)
     arr.setflags(write=False)
     return arr

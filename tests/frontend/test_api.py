@@ -251,6 +251,28 @@ def test_resident_floats_are_kept_as_float32_copies() -> None:
     np.testing.assert_array_equal(bound, w16["w"].astype(np.float32))
 
 
+def test_resident_jax_arrays_are_bound_without_a_copy() -> None:
+    # A jax array cannot be written in place, so its host view stands in for the copy a numpy
+    # array gets; the result must not depend on the array object living on.
+    p0, x = _mlp_params(0), rand(2, 4, seed=9)
+    want = np.asarray(jax.jit(_mlp)(p0, x))
+    pj = {k: jnp.asarray(v) for k, v in p0.items()}
+    compiled = interp(_mlp, resident_argnums=0).lower(pj, x).compile()
+    for k, v in pj.items():
+        bound = compiled.params[k]
+        assert np.shares_memory(bound, np.asarray(v)) and not bound.flags.writeable, k
+    assert_close([compiled(pj, x)], [want], atol=1e-5)
+    for v in pj.values():
+        v.delete()
+    # the same (now deleted) objects again: nothing is rebound, the views are still read
+    assert_close([compiled(pj, x)], [want], atol=1e-5)
+    # another dtype still becomes the graph's float32, as a copy
+    w16 = {"w": jnp.asarray(rand(3, 2), jnp.bfloat16)}
+    c16 = interp(lambda w, x: x @ w["w"], resident_argnums=0).lower(w16, rand(1, 3)).compile()
+    assert c16.params["w"].dtype == np.float32
+    np.testing.assert_array_equal(c16.params["w"], np.asarray(w16["w"], np.float32))
+
+
 def test_lowering_with_shape_dtype_structs() -> None:
     params = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in _mlp_params().items()}
     x_sds = jax.ShapeDtypeStruct((2, 4), jnp.float32)
