@@ -43,17 +43,25 @@ def cost_jobs(job: Any, core: int, per_task_macs: float) -> list[CostJob]:
     return out
 
 
-def merged_jobs(jobs: list[CostJob], into: list[int] | None) -> list[CostJob]:
+def merged_jobs(jobs: list[CostJob], into: list[int] | None,
+                chained: list[bool] | None = None) -> list[CostJob]:
     """``jobs`` (a step's runtime jobs in order) as submitted: ``into[i]``, the job that
-    runtime job i went into (lowering/job_merge.py: one self-chained kick per merged job)."""
+    runtime job i went into (lowering/job_merge.py), ``chained[g]`` whether job g is one
+    self-chained kick (default) or a kick per task (a job gathered from dependent ones)."""
     if into is None or len(set(into)) == len(jobs):
         return jobs
     parts: dict[int, list[CostJob]] = {}
     for j, g in zip(jobs, into):
         parts.setdefault(g, []).append(j)
-    return [ps[0] if len(ps) == 1 else
-            CostJob(ps[0].core, [t for p in ps for t in p.tasks], kicks=1)
-            for _, ps in sorted(parts.items())]
+    out = []
+    for g, ps in sorted(parts.items()):
+        if len(ps) == 1:
+            out.append(ps[0])
+            continue
+        tasks = [t for p in ps for t in p.tasks]
+        out.append(CostJob(ps[0].core, tasks,
+                           kicks=1 if chained is None or chained[g] else len(tasks)))
+    return out
 
 
 def cost_jobs_once(cache: dict, job: Any, per_task_macs: float) -> tuple[CostJob, ...]:
@@ -84,8 +92,9 @@ def describe(prog: Any, host_threads: int | None = None) -> CostProgram:
     sched = iter(enumerate(prog.steps))
     # the runtime jobs the image builder linked into one kick (lowering/job_merge.py)
     # (``prog`` may be the ImageBuilder itself, as Compiled's manifest passes it)
-    groups = (getattr(prog, "job_groups", None)
-              or getattr(getattr(prog, "builder", None), "job_groups", None) or {})
+    owner = prog if getattr(prog, "job_groups", None) else getattr(prog, "builder", None)
+    groups = getattr(owner, "job_groups", None) or {}
+    chained = getattr(owner, "job_chained", None) or {}
     steps: list = []
     for spec, thr in zip(image.steps, threads):
         if spec.kind == "host" and spec.source == -1:
@@ -116,7 +125,7 @@ def describe(prog: Any, host_threads: int | None = None) -> CostProgram:
             pc = calls[jr.call]
             nodes.append(pc.node)
             jobs.extend(cost_jobs(jr.job, jr.core % ncores, pc.call.lowering.macs_per_task))
-        jobs = merged_jobs(jobs, groups.get(si))
+        jobs = merged_jobs(jobs, groups.get(si), chained.get(si))
         label = ", ".join(dict.fromkeys(nodes))
         steps.append(CostNpuStep(jobs, label=f"step {si}: {label}"))
     return CostProgram(steps, name=prog.lowered.graph.name)

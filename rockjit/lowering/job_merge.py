@@ -19,7 +19,19 @@ join: integer jobs (the CACC clears per kick and chained integer tasks are a ref
 the tasks of a gapped runtime job (apart on purpose), a job whose regcmd span another job
 reference also runs (their words are shared, so one trailer cannot serve both), spans that are
 not back to back in the regcmd BO, and more tasks than PC_TASK_CON.TASK_NUMBER holds.
-``ROCKJIT_NO_JOB_MERGE=1`` turns it off, for A/B comparisons.
+Dependent work shares a job instead, where the model says so: the jobs a core still has in a
+step after the linking are gathered, in order, into one job of several kicks (``_gather``). The
+kernel kicks a job's tasks one at a time, each after the previous one's completion interrupt
+(rocket_job.c in torvalds/linux; the simulator's rj_sim_run_job), so a task that reads an
+earlier one's output sees it whole, as across jobs; one drm_sched job is charged where there
+were several. Such a job is unchained: a job whose first task redirects the PC is run by the
+kernel as one batched kick (TASK_NUMBER = task_count, notes: encodings/regcmd-task-model.md),
+so a self-chained kick can only join behind another job, where the kernel's TASK_NUMBER = 1
+stops the PC at each of its tasks and the kick becomes one per task. A job joins when the
+job it saves (cost.constants job_us) is worth more than the kicks it adds (kick_us each): never
+on the keep-attached kernel, where a job costs nothing extra.
+
+``ROCKJIT_NO_JOB_MERGE=1`` turns both off, for A/B comparisons.
 
 The cost model prices the merged jobs (cost/from_program.py). Core placement
 (resident_placement.py) still prices a step's jobs one by one: pricing them as merged moved
@@ -33,7 +45,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .. import debugflags
+from .. import cost, debugflags
 from . import registers as R
 from .host_fuse import combined_source
 from .intervals import Spans
@@ -62,12 +74,15 @@ class StepMerger:
         self.enabled = not debugflags.enabled(debugflags.NO_JOB_MERGE.name)
         self.relocs: list[tuple[int, int, int, int, int]] = []
         self.sources: dict[tuple[int, ...], int] = {}   # a merged job's calls -> its source
+        self.c = cost.calibrated()
         b.job_groups = {}     # step -> the merged job each of its runtime jobs went into
+        b.job_chained = {}    # step -> per submitted job: one self-chained kick or not
 
     def step(self, si: int, jrs: Sequence[JobRef], jobs: list[tuple]) -> list[tuple]:
         """Step ``si``'s jobs to submit (``merge``), counted in the builder's stats."""
         b = self.b
         out, b.job_groups[si] = self.merge(jrs, jobs)
+        b.job_chained[si] = [bool(j[4]) for j in out]
         n = b._count
         for tl, _, _, core, chained, *_ in out:
             b.job_cores.append(core)
@@ -149,7 +164,63 @@ class StepMerger:
             for i in members:
                 into[i] = len(out)
             out.append(jobs[members[0]] if len(members) == 1 else self._link(jobs, members))
-        return out, into
+        gathered, into_g = self._gather(out, jobs, into)
+        return gathered, [into_g[a] for a in into]
+
+    def _gather(self, linked: list[tuple], jobs: list[tuple], into: list[int]
+                ) -> tuple[list[tuple], list[int]]:
+        """``linked`` (the step's jobs after linking; ``into``: runtime job -> linked job) with
+        each core's consecutive jobs gathered into one unchained job where the model says a job
+        saved is worth the kicks added; returns them and, per linked job, the one it went into."""
+        c = self.c
+        groups: list[list[int]] = []
+        open_of: dict[int, int] = {}         # core -> its open group
+        for a, job in enumerate(linked):
+            tl, core, chained = job[0], job[3], job[4]
+            redirects = bool(chained) and len(tl) > 1    # a self-chained kick
+            g = open_of.get(core)
+            if g is not None and sum(len(linked[k][0]) for k in groups[g]) + len(tl) <= _TASK_CAP \
+                    and c.job_us > (len(tl) - 1 if redirects else 0) * c.kick_us:
+                groups[g].append(a)
+                continue
+            groups.append([a])
+            if redirects:       # heads no job: the kernel would run the whole job as its chain
+                open_of.pop(core, None)
+            else:
+                open_of[core] = len(groups) - 1
+        if len(groups) == len(linked):
+            return linked, list(range(len(linked)))
+        members_of: dict[int, list[int]] = {}      # linked job -> the runtime jobs in it
+        for i, a in enumerate(into):
+            members_of.setdefault(a, []).append(i)
+        out: list[tuple] = []
+        into_g = [0] * len(linked)
+        for members in groups:
+            for a in members:
+                into_g[a] = len(out)
+            out.append(linked[members[0]] if len(members) == 1 else
+                       self._unchained(linked, members, jobs,
+                                       [i for a in members for i in members_of[a]]))
+        return out, into_g
+
+    def _unchained(self, linked: list[tuple], members: list[int], jobs: list[tuple],
+                   runtime: list[int]) -> tuple:
+        """One job of ``members`` (linked jobs of one core, in order), a kick per task."""
+        wr = set().union(*(linked[k][2] for k in members))
+        rd = set().union(*(linked[k][1] for k in members)) - wr
+        tasks = tuple(t for k in members for t in linked[k][0])
+        return (tasks, tuple(sorted(rd)), tuple(sorted(wr)), linked[members[0]][3], False,
+                linked[members[0]][5], self._merged_source(jobs, runtime))
+
+    def _merged_source(self, jobs: list[tuple], members: list[int]) -> int:
+        """The source naming every op the runtime jobs ``members`` run."""
+        b = self.b
+        calls = tuple(dict.fromkeys(jobs[k][5] for k in members))
+        src = self.sources.get(calls)
+        if src is None:
+            src = self.sources[calls] = combined_source(b, [b._source(ci) for ci in calls],
+                                                        "job_merge")
+        return src
 
     def _joins(self, jobs: list[tuple], members: list[int], i: int, rd: list[Span],
                wr: list[Span], g_reads: Spans, g_writes: Spans) -> bool:
@@ -179,12 +250,6 @@ class StepMerger:
         tasks = tuple(t for k in members for t in jobs[k][0])
         wr = set().union(*(jobs[k][2] for k in members))
         rd = set().union(*(jobs[k][1] for k in members)) - wr
-        # the merged job's source names every op it runs
-        calls = tuple(dict.fromkeys(jobs[k][5] for k in members))
-        src = self.sources.get(calls)
-        if src is None:
-            src = self.sources[calls] = combined_source(b, [b._source(ci) for ci in calls],
-                                                        "job_merge")
         return (tasks, tuple(sorted(rd)), tuple(sorted(wr)), core, True, jobs[members[0]][5],
-                src)
+                self._merged_source(jobs, members))
 

@@ -47,8 +47,9 @@ def test_merged_jobs_give_the_same_bits_in_fewer_jobs(siglip_small, monkeypatch)
     T.check(on[0], ref, bound, "small SigLIP, jobs merged")
 
 
-def _merged_groups(b):
-    """Per merged job: its members as (JobRef, runtime job index), in order."""
+def _merged_groups(b, chained: bool):
+    """Per merged job that is (``chained``) one self-chained kick, or else a kick per task: its
+    members as (JobRef, runtime job index), in order."""
     out = []
     for si, st in enumerate(b.steps):
         into = b.job_groups.get(si)
@@ -61,7 +62,7 @@ def _merged_groups(b):
                 members.setdefault(into[k], []).append((jr, r))
                 k += 1
         assert k == len(into)
-        out += [m for m in members.values() if len(m) > 1]
+        out += [m for g, m in members.items() if len(m) > 1 and b.job_chained[si][g] == chained]
     return out
 
 
@@ -84,7 +85,7 @@ def test_merged_members_are_independent_and_back_to_back(siglip_small, monkeypat
     if contexts is not None:
         from rockjit.lowering.image_builder import ImageBuilder
         b = ImageBuilder(b.lowered, contexts)
-    groups = _merged_groups(b)
+    groups = _merged_groups(b, chained=True)
     assert groups, "no step had independent jobs to merge"
     for members in groups:
         assert len({jr.core for jr, _ in members}) == 1
@@ -141,3 +142,51 @@ def test_the_model_prices_the_merged_jobs(siglip_small, monkeypatch) -> None:
     assert on["dispatch"] < off["dispatch"], (on, off)
     assert on["dma"] == pytest.approx(off["dma"]) and on["mac"] == pytest.approx(off["mac"])
     assert est[True].ms < est[False].ms
+
+
+def _first_trailer_redirects(b, js) -> bool:
+    """Whether the first task of image job ``js`` ends in a PC redirect (job_merge._link's
+    test of a sealed trailer, read from the context's regcmd words)."""
+    from rockjit.lowering.regcmd import TRAILER_WORDS
+
+    bo, off, n = js.tasks[0]
+    words = b.arrays[f"regcmd{js.core}"]
+    return int(words[off // 8 + n - TRAILER_WORDS]) != 0
+
+
+def test_dependent_jobs_share_a_job_only_as_a_kick_per_task(siglip_small, monkeypatch) -> None:
+    """A core's dependent jobs of a step gathered into one job run a kick per task, and no such
+    job starts with a redirecting task: the kernel would run it all as one batched kick, a
+    task reading its predecessor's output inside one kick (job_merge._gather)."""
+    fn, params, pixels = siglip_small
+    monkeypatch.delenv("ROCKJIT_NO_JOB_MERGE", raising=False)
+    f = rockjit.compile(fn, resident_argnums=0, backend="null")
+    f(params, pixels)
+    b = f.compiled(params, pixels)._runner.builder
+    gathered = _merged_groups(b, chained=False)
+    assert gathered, "no core had dependent jobs to gather"
+    for members in gathered:
+        assert len({jr.core for jr, _ in members}) == 1
+    unchained = [js for js in b.image.jobs if not js.chained and len(js.tasks) > 1]
+    assert unchained
+    for js in unchained:
+        assert not _first_trailer_redirects(b, js), js
+    # a chained job's first task does redirect: the test reads the words it means to
+    assert any(_first_trailer_redirects(b, js) for js in b.image.jobs
+               if js.chained and len(js.tasks) > 1)
+
+
+def test_no_job_is_gathered_where_a_job_costs_nothing(siglip_small, monkeypatch) -> None:
+    """On the keep-attached kernel a job costs no more than its kicks (job_us = 0), so the
+    model gathers nothing: a kick per task would only add kicks."""
+    from rockjit import cost
+
+    fn, params, pixels = siglip_small
+    monkeypatch.delenv("ROCKJIT_NO_JOB_MERGE", raising=False)
+    keep = cost.calibrated().keep_attached()
+    monkeypatch.setattr(cost, "calibrated", lambda: keep)
+    f = rockjit.compile(fn, resident_argnums=0, backend="null")
+    f(params, pixels)
+    b = f.compiled(params, pixels)._runner.builder
+    assert _merged_groups(b, chained=True), "independent jobs are still linked"
+    assert not _merged_groups(b, chained=False)
