@@ -17,8 +17,8 @@ def _as_param_value(leaf: Any, spec: LeafSpec) -> np.ndarray:
             and leaf.is_fully_addressable and np.dtype(leaf.dtype) == np.dtype(spec.dtype):
         # a jax array is immutable, so its host view can stand in for a copy: on the CPU it
         # is the array's own buffer, read-only, and it outlives the array's delete() and a
-        # donation of it (a numpy array, by contrast, may be written in place after binding)
-        # (a sharded array's host view is a fresh copy: ours to mark read-only)
+        # donation of it (a numpy array, by contrast, may be written in place after binding).
+        # A sharded array's host view is a fresh copy, ours to mark read-only.
         arr = np.asarray(leaf)
         arr.setflags(write=False)
         return arr

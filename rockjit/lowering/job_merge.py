@@ -20,16 +20,18 @@ the tasks of a gapped runtime job (apart on purpose), a job whose regcmd span an
 reference also runs (their words are shared, so one trailer cannot serve both), spans that are
 not back to back in the regcmd BO, and more tasks than PC_TASK_CON.TASK_NUMBER holds.
 Dependent work shares a job instead, where the model says so: the jobs a core still has in a
-step after the linking are gathered, in order, into one job of several kicks (``_gather``). The
-kernel kicks a job's tasks one at a time, each after the previous one's completion interrupt
-(rocket_job.c in torvalds/linux; the simulator's rj_sim_run_job), so a task that reads an
-earlier one's output sees it whole, as across jobs; one drm_sched job is charged where there
-were several. Such a job is unchained: a job whose first task redirects the PC is run by the
-kernel as one batched kick (TASK_NUMBER = task_count, notes: encodings/regcmd-task-model.md),
-so a self-chained kick can only join behind another job, where the kernel's TASK_NUMBER = 1
-stops the PC at each of its tasks and the kick becomes one per task. A job joins when the
-job it saves (cost.constants job_us) is worth more than the kicks it adds (kick_us each): never
-on the keep-attached kernel, where a job costs nothing extra.
+step after the linking are gathered, in order, into one job of a kick per task (``_gather``).
+The kernel kicks a job's tasks one at a time, each after the previous one's completion
+interrupt (rocket_job.c in torvalds/linux steps through the job's task list; the simulator's
+rj_sim_run_job), so a task that reads an earlier one's output sees it whole, as across jobs;
+one drm_sched job is charged where there were several. The head of such a job must not
+redirect the PC: the batched-submit kernel the simulator models runs a job whose first task
+redirects as one kick of TASK_NUMBER = task_count (notes: encodings/regcmd-task-model.md), which
+would chain the dependent tasks too. A self-chained kick therefore only joins behind another
+job, where TASK_NUMBER = 1 stops the PC at each of its tasks (on the mainline kernel, which
+always writes 1, every task is a kick anyway). A job joins when the job it saves
+(cost.constants job_us) is worth more than the kicks it adds (kick_us each): never on the
+keep-attached kernel, where a job costs nothing extra.
 
 ``ROCKJIT_NO_JOB_MERGE=1`` turns both off, for A/B comparisons.
 
