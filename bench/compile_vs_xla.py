@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import time
@@ -69,10 +70,10 @@ def _memcpy_s(nbytes: int) -> float:
 
 def _first_touch_gbps(nbytes: int = 256 << 20) -> float:
     """GB/s of a first write into ``nbytes`` of new memory. On a VM whose host backs guest
-    memory lazily (this kind of CI machine) a page touched for the first time since boot costs
-    far more than one the guest kernel has handed out before (0.7 against ~5 GB/s measured
-    here), and the weight buckets below allocate gigabytes, so their MB/s says as much about
-    the machine's history as about rockjit; ``--prefault`` evens that out."""
+    memory lazily (this kind of CI machine) a page written for the first time since the host
+    reclaimed it costs far more than one the guest has used since (0.7-3.7 against 8.8-11.4
+    GB/s measured here), and the weight buckets below allocate gigabytes, so their MB/s says as
+    much about the machine's history as about rockjit; ``--prefault`` evens that out."""
     t0 = time.perf_counter()
     a = np.empty(nbytes, np.uint8)
     a[::4096] = 1
@@ -82,9 +83,10 @@ def _first_touch_gbps(nbytes: int = 256 << 20) -> float:
 
 
 def _prefault(gb: float) -> None:
-    """Touch ``gb`` GB once, page by page, and free it: the guest pages are backed after."""
+    """Touch ``gb`` GB (rounded up to whole GB) once, page by page, and free it: the guest
+    pages are backed after."""
     held = []
-    for _ in range(int(gb)):
+    for _ in range(math.ceil(gb)):
         a = np.empty(1 << 30, np.uint8)
         a[::4096] = 1
         held.append(a)

@@ -149,7 +149,7 @@ def _first_trailer_redirects(b, js) -> bool:
     test of a sealed trailer, read from the context's regcmd words)."""
     from rockjit.lowering.regcmd import TRAILER_WORDS
 
-    bo, off, n = js.tasks[0]
+    _, off, n = js.tasks[0]
     words = b.arrays[f"regcmd{js.core}"]
     return int(words[off // 8 + n - TRAILER_WORDS]) != 0
 
