@@ -67,6 +67,15 @@ def _even_bytes(words: int) -> int:
     return 8 * (words + (words & 1))
 
 
+def _joined(jobs: list[tuple], members: list[int]) -> tuple[tuple, tuple, tuple]:
+    """The tasks of ``members`` in order and their read / written BOs: a BO one member writes
+    is listed as written only (image_builder._runtime_jobs)."""
+    tasks = tuple(t for k in members for t in jobs[k][0])
+    wr = set().union(*(jobs[k][2] for k in members))
+    rd = set().union(*(jobs[k][1] for k in members)) - wr
+    return tasks, tuple(sorted(rd)), tuple(sorted(wr))
+
+
 class StepMerger:
     """Plans one NPU step's merged jobs, patches the trailers it links (in the builder's regcmd
     word arrays) and keeps the relocations the redirects need."""
@@ -176,16 +185,19 @@ class StepMerger:
         saved is worth the kicks added; returns them and, per linked job, the one it went into."""
         c = self.c
         groups: list[list[int]] = []
+        ntasks: list[int] = []               # per group: its tasks
         open_of: dict[int, int] = {}         # core -> its open group
         for a, job in enumerate(linked):
             tl, core, chained = job[0], job[3], job[4]
             redirects = bool(chained) and len(tl) > 1    # a self-chained kick
             g = open_of.get(core)
-            if g is not None and sum(len(linked[k][0]) for k in groups[g]) + len(tl) <= _TASK_CAP \
+            if g is not None and ntasks[g] + len(tl) <= _TASK_CAP \
                     and c.job_us > (len(tl) - 1 if redirects else 0) * c.kick_us:
                 groups[g].append(a)
+                ntasks[g] += len(tl)
                 continue
             groups.append([a])
+            ntasks.append(len(tl))
             if redirects:       # heads no job: the kernel would run the whole job as its chain
                 open_of.pop(core, None)
             else:
@@ -208,11 +220,8 @@ class StepMerger:
     def _unchained(self, linked: list[tuple], members: list[int], jobs: list[tuple],
                    runtime: list[int]) -> tuple:
         """One job of ``members`` (linked jobs of one core, in order), a kick per task."""
-        wr = set().union(*(linked[k][2] for k in members))
-        rd = set().union(*(linked[k][1] for k in members)) - wr
-        tasks = tuple(t for k in members for t in linked[k][0])
-        return (tasks, tuple(sorted(rd)), tuple(sorted(wr)), linked[members[0]][3], False,
-                linked[members[0]][5], self._merged_source(jobs, runtime))
+        return (*_joined(linked, members), linked[members[0]][3], False, linked[members[0]][5],
+                self._merged_source(jobs, runtime))
 
     def _merged_source(self, jobs: list[tuple], members: list[int]) -> int:
         """The source naming every op the runtime jobs ``members`` run."""
@@ -249,9 +258,6 @@ class StepMerger:
                                     f"context {core} does not end in a sealed trailer")
             words[fi:fi + 2] = redirect_words(ncnt)
             self.relocs.append((bo, fi, nbo, noff, 0))
-        tasks = tuple(t for k in members for t in jobs[k][0])
-        wr = set().union(*(jobs[k][2] for k in members))
-        rd = set().union(*(jobs[k][1] for k in members)) - wr
-        return (tasks, tuple(sorted(rd)), tuple(sorted(wr)), core, True, jobs[members[0]][5],
+        return (*_joined(jobs, members), core, True, jobs[members[0]][5],
                 self._merged_source(jobs, members))
 
