@@ -57,12 +57,13 @@ from .host_rules import DESC_BYTES
 from .host_fuse import fuse_host_steps
 from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
-from .memory import ArenaPlan, BufReq, check_plan, plan_arena
+from .memory import ArenaPlan, check_plan, plan_arena
 from .op_lowering import HostStep
 from .placement import CoreChoice
 from .regcmd_image import lay_out_regcmd, words_and_relocations
 from .weight_spans import buffer_pieces, lay_out_weights
 from .resident_placement import place
+from .zero_pools import pool_zero_buffers
 from .schedule import JobRef, ScheduledStep, call_spans, schedule
 
 _ARENA_SLACK = 4096  # emitters may read a padded span past the last tensor
@@ -139,15 +140,12 @@ class ImageBuilder:
                 b.first, b.last = min(b.first, f), max(b.last, l)
 
     def _plan_arena(self) -> None:
-        reqs = []
-        for b in self.bufs:
-            if b.kind != "arena":
-                continue
-            if b.last < 0:
-                b.first = b.last = 0
-            reqs.append(BufReq(b.id, b.size, b.align, b.first, b.last, b.pinned, b.name))
+        # the layers' must-stay-zero buffers share slots where they are alike (zero_pools.py)
+        reqs, slot_of = pool_zero_buffers(self.bufs, self.calls)
         self.plan: ArenaPlan = plan_arena(reqs)
         check_plan(reqs, self.plan)
+        for bid, slot in slot_of.items():
+            self.plan.offsets[bid] = self.plan.offsets[slot]
 
     def _assign_contexts(self, contexts: int | None) -> None:
         """How many cores each NPU step uses, by modelled cost (placement.py), its jobs dealt
@@ -238,11 +236,11 @@ class ImageBuilder:
                         self.arrays[key] = data[lo:hi]
                         self.uploads.append(Upload(self.weights_c[c], self.woff[(c, bf.id)] + lo,
                                                    key))
+        # once per range: the pooled zero buffers of a slot share theirs (zero_pools.py)
+        zeroed = dict.fromkeys((self.plan.offsets[bf.id], bf.size) for bf in self.bufs
+                               if bf.kind == "arena" and bf.zero)
         for c in self.used:
-            for bf in self.bufs:
-                if bf.kind == "arena" and bf.zero:
-                    self.zero_fills.append(ZeroFill(self.arena_c[c], self.plan.offsets[bf.id],
-                                                    bf.size))
+            self.zero_fills += [ZeroFill(self.arena_c[c], off, size) for off, size in zeroed]
 
     def _names_for(self, ci: int, core: int) -> dict[str, tuple[int, int]]:
         """A call's buffer names -> (BO, byte offset) in a context (once per call and
