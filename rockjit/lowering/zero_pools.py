@@ -10,7 +10,7 @@ arena whose every other buffer fits in 35.6 MB, and each core's context mirrors 
 
 Two such buffers may share bytes when their live intervals are disjoint and every call that
 binds one binds the other the same way: an op lowering equal field by field (the same regcmd
-words and relocations, the same host steps; the layers' emitters are often the same object)
+words and relocations, the same host steps; a constant's bytes aside, which move no address)
 under the same name at the same offset. Both are then written at exactly the same bytes, so the
 bytes neither writes -- the zeros -- are written by nobody and stay zero, and each one's written
 bytes are rewritten in its own interval before they are read. Such a class shares slots (each
@@ -22,6 +22,7 @@ MB; SigLIP-B/16 224 x12: 19.3 -> 9.4 MB.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 import enum
 from types import MappingProxyType
 from typing import Any, Callable, Sequence
@@ -30,7 +31,7 @@ import numpy as np
 
 from .layouts import CubeLayout
 from .memory import BufReq
-from .op_lowering import Slice
+from .op_lowering import BufferSpec, Slice
 from .regcmd import Access, Reloc
 
 
@@ -88,22 +89,31 @@ def _canon(x: Any) -> Any:
     raise _Unkeyed(t.__name__)
 
 
+def _spec_key(spec: BufferSpec) -> Any:
+    """A buffer spec without a constant's bytes: the values uploaded into a weights buffer move
+    no address, and the layers' weights differ."""
+    return _canon(replace(spec, data=None) if spec.data is not None else spec)
+
+
 def _lowering_key(lowering: Any, memo: dict[int, tuple[Any, Any]],
                   tokens: dict[Any, int]) -> int:
-    """The lowering field by field (its buffers and steps: for an NPU lowering the regcmd words
-    and relocations, which fix everything its tasks touch), or its identity where a field is
-    of a kind ``_canon`` does not know. Emitters are memoized, so the layers often share the
-    object; host lowerings are made afresh per layer."""
+    """A small number equal for lowerings alike field by field -- their buffer specs (constants'
+    bytes aside) and steps (for an NPU lowering the regcmd words and relocations, which fix every
+    address its tasks touch) -- or the lowering's own where a field is of a kind ``_canon``
+    does not know. A matmul of the layers' structure shares its steps with the first one's
+    (emitters/matmul.py), so those are taken apart once."""
     hit = memo.get(id(lowering))
     if hit is not None:
         return hit[0]
+    steps = memo.get(id(lowering.steps))
     try:
-        full: Any = ("fields", _canon(lowering.buffers), _canon(lowering.steps))
+        if steps is None:
+            steps = memo[id(lowering.steps)] = (_canon(lowering.steps), lowering.steps)
+        full: Any = (tuple(_spec_key(sp) for sp in lowering.buffers), steps[0])
     except _Unkeyed:
         full = ("own", id(lowering))
-    # equal lowerings get one small number: the classes compare and sort those
     key = tokens.setdefault(full, len(tokens))
-    memo[id(lowering)] = (key, lowering)     # the lowering held, so its id is not reused
+    memo[id(lowering)] = (key, lowering)     # both held, so their ids are not reused
     return key
 
 

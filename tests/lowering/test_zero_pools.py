@@ -34,10 +34,11 @@ class _Placed:
         self.binding = binding
 
 
-def _pack(dst_offset: int = 0) -> OpLowering:
+def _pack(dst_offset: int = 0, table: float = 1.0) -> OpLowering:
     """A host step writing 96 of a buffer's 128 bytes (built afresh each time, as the
-    pipeline's re-tiles are)."""
-    return OpLowering((BufferSpec("src", "input", 96), BufferSpec("dst", "output", 128)),
+    pipeline's re-tiles are), with a constant whose values move no address."""
+    return OpLowering((BufferSpec("src", "input", 96), BufferSpec("dst", "output", 128),
+                       BufferSpec("t", "const", 8, data=np.full(4, table, np.float16))),
                       (HostStep("copy", {"src": Slice("src", 0, 96),
                                          "dst": Slice("dst", dst_offset, 96)}),))
 
@@ -54,10 +55,11 @@ def test_alike_zero_buffers_share_slots_by_interval() -> None:
     calls = [_Placed(_pack(), {"src": (100, 0), "dst": (b, 0)}) for b in (0, 1, 2)]
     calls.append(_Placed(_pack(dst_offset=32), {"src": (100, 0), "dst": (3, 0)}))
     calls.append(_Placed(_pack(), {"src": (100, 0), "dst": (4, 64)}))
-    calls += [_Placed(_pack(), {"src": (100, 0), "dst": (b, 0)}) for b in (5, 6, 7)]
+    calls.append(_Placed(_pack(table=2.0), {"src": (100, 0), "dst": (5, 0)}))
+    calls += [_Placed(_pack(), {"src": (100, 0), "dst": (b, 0)}) for b in (6, 7)]
     reqs, slot_of = pool_zero_buffers(bufs, calls)
-    # 0 and 1 in turn in one slot; 2 is live with 1, so another; 5 (steps 18-19) takes the
-    # first slot free again
+    # 0 and 1 in turn in one slot; 2 is live with 1, so another; 5 (steps 18-19, its
+    # constant's values another layer's) takes the first slot free again
     assert slot_of[0] == slot_of[1] == slot_of[5] != slot_of[2]
     # another write offset (3), another binding offset (4), another size (6), not
     # zero-filled (7): not pooled
