@@ -57,7 +57,7 @@ from .host_rules import DESC_BYTES
 from .host_fuse import fuse_host_steps
 from .host_step_spec import host_step_spec
 from .lowered import Boundary, LoweredGraph
-from .memory import ArenaPlan, check_plan, plan_arena
+from .memory import ArenaPlan, check_plan, naive_size, plan_arena
 from .op_lowering import HostStep
 from .placement import CoreChoice
 from .regcmd_image import lay_out_regcmd, words_and_relocations
@@ -146,6 +146,8 @@ class ImageBuilder:
         check_plan(reqs, self.plan)
         for bid, slot in slot_of.items():
             self.plan.offsets[bid] = self.plan.offsets[slot]
+        if slot_of:     # "without reuse" stays every buffer in a range of its own
+            self.plan.naive_size = naive_size(b for b in self.bufs if b.kind == "arena")
 
     def _assign_contexts(self, contexts: int | None) -> None:
         """How many cores each NPU step uses, by modelled cost (placement.py), its jobs dealt

@@ -19,6 +19,7 @@ on those bytes being zero, so nothing else may ever be placed over them).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import numpy as np
 
@@ -89,6 +90,15 @@ def plan_arena(reqs: list[BufReq], base_align: int = 4096) -> ArenaPlan:
     plan.size = round_up(max(plan.size, 1), base_align)
     plan.naive_size = round_up(max(naive, 1), base_align)
     return plan
+
+
+def naive_size(bufs: Iterable, base_align: int = 4096) -> int:
+    """The bytes ``bufs`` (each with ``size`` and ``align``) take without reuse, each its own
+    range one after another (``ArenaPlan.naive_size``)."""
+    naive = 0
+    for b in bufs:
+        naive = round_up(naive, b.align) + b.size
+    return round_up(max(naive, 1), base_align)
 
 
 def _lowest_fit(busy: list[tuple[int, int]], size: int, align: int) -> int:
