@@ -238,6 +238,13 @@ NO_JOB_MERGE = flag(
     "modelled time.",
     "0")
 
+NO_ZERO_POOLS = flag(
+    "ROCKJIT_NO_ZERO_POOLS",
+    "on: every must-stay-zero arena buffer keeps a zero-filled range of its own for the whole "
+    "program instead of alike ones sharing slots (rockjit/lowering/zero_pools.py); the same "
+    "outputs either way. For A/B comparisons of arena size and first-call page faults.",
+    "0")
+
 EAGER_COPIES = flag(
     "ROCKJIT_EAGER_COPIES",
     "on: around every NPU step with jobs on contexts > 0, copy every arena run they read from "
