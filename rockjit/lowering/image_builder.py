@@ -141,7 +141,8 @@ class ImageBuilder:
 
     def _plan_arena(self) -> None:
         # the layers' must-stay-zero buffers share slots where they are alike (zero_pools.py)
-        reqs, slot_of = pool_zero_buffers(self.bufs, self.calls,
+        boundary = {bd.tensor.buf for bd in (*self.lowered.inputs, *self.lowered.outputs)}
+        reqs, slot_of = pool_zero_buffers(self.bufs, self.calls, boundary,
                                           not debugflags.enabled(debugflags.NO_ZERO_POOLS.name))
         self.plan: ArenaPlan = plan_arena(reqs)
         check_plan(reqs, self.plan)

@@ -2,8 +2,8 @@
 
 * The rule on hand-made buffers: alike buffers (the same lowering bound under the same name at
   the same offset, equal sizes) with disjoint live intervals share a slot, overlapping ones
-  get another, and a buffer written anywhere else, bound at another offset, or not zero-filled
-  keeps a range of its own.
+  get another, and a buffer written anywhere else, bound at another offset, not zero-filled
+  or holding a graph input or output keeps a range of its own.
 * A 3-layer SigLIP on the simulator: its layers' zero buffers share slots, the arena is
   smaller than with ROCKJIT_NO_ZERO_POOLS (every one in a range of its own) and the output
   bits are the same, and the output stays within the fp16 bound of JAX's on the CPU when every
@@ -56,16 +56,20 @@ def test_alike_zero_buffers_share_slots_by_interval() -> None:
     calls.append(_Placed(_pack(), {"src": (100, 0), "dst": (4, 64)}))
     calls.append(_Placed(_pack(table=2.0), {"src": (100, 0), "dst": (5, 0)}))
     calls += [_Placed(_pack(), {"src": (100, 0), "dst": (b, 0)}) for b in (6, 7)]
-    reqs, slot_of = pool_zero_buffers(bufs, calls)
+    # 8 alike and in turn with 0, but a graph input or output: the runtime writes or reads it
+    # outside every call's interval
+    bufs.append(_zero(8, 3, 4))
+    calls.append(_Placed(_pack(), {"src": (100, 0), "dst": (8, 0)}))
+    reqs, slot_of = pool_zero_buffers(bufs, calls, boundary={8})
     # 0 and 1 in turn in one slot; 2 is live with 1, so another; 5 (steps 18-19, its
     # constant's values another layer's) takes the first slot free again
     assert slot_of[0] == slot_of[1] == slot_of[5] != slot_of[2]
     # another write offset (3), another binding offset (4), another size (6), not
     # zero-filled (7): not pooled
-    assert not {3, 4, 6, 7} & set(slot_of)
+    assert not {3, 4, 6, 7, 8} & set(slot_of)
     slots = [r for r in reqs if r.id < 0]
     assert len(slots) == 2 and all(r.pinned and r.size == 128 for r in slots)
-    assert {r.id for r in reqs} == {r.id for r in slots} | {100, 3, 4, 6, 7}
+    assert {r.id for r in reqs} == {r.id for r in slots} | {100, 3, 4, 6, 7, 8}
 
 
 def _siglip(layers: int, seed: int):
