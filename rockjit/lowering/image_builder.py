@@ -140,6 +140,9 @@ class ImageBuilder:
                 b.first, b.last = min(b.first, f), max(b.last, l)
 
     def _plan_arena(self) -> None:
+        for b in self.bufs:
+            if b.kind == "arena" and b.last < 0:    # never touched: it still gets its bytes
+                b.first = b.last = 0
         # the layers' must-stay-zero buffers share slots where they are alike (zero_pools.py)
         boundary = {bd.tensor.buf for bd in (*self.lowered.inputs, *self.lowered.outputs)}
         reqs, slot_of = pool_zero_buffers(self.bufs, self.calls, boundary,

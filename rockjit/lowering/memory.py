@@ -70,9 +70,7 @@ def plan_arena(reqs: list[BufReq], base_align: int = 4096) -> ArenaPlan:
     # starting inside a block can never be the gap a buffer fits before: the ranges before it
     # reach past its start)
     blocks = Spans()
-    naive = 0
     for i, r in enumerate(order):
-        naive = round_up(naive, r.align) + r.size
         live = np.flatnonzero(~((last[npin:i] < r.first) | (r.last < first[npin:i]))) + npin \
             if i > npin else ()
         mine = list(zip(start[live].tolist(), end[live].tolist())) if len(live) else []
@@ -88,7 +86,7 @@ def plan_arena(reqs: list[BufReq], base_align: int = 4096) -> ArenaPlan:
             blocks.add(off, off + r.size)
         plan.size = max(plan.size, off + r.size)
     plan.size = round_up(max(plan.size, 1), base_align)
-    plan.naive_size = round_up(max(naive, 1), base_align)
+    plan.naive_size = naive_size(order, base_align)
     return plan
 
 

@@ -119,15 +119,13 @@ def _lowering_key(lowering: Any, memo: dict[int, tuple[Any, Any]],
 
 def pool_zero_buffers(bufs: Sequence[Any], calls: Sequence[Any], boundary: AbstractSet[int],
                       pool: bool = True) -> tuple[list[BufReq], dict[int, int]]:
-    """The planner's requests for the arena buffers of ``bufs`` (lowered.Buf, liveness set),
-    the must-stay-zero ones pooled into shared slots (module docstring; none with ``pool``
-    false: ROCKJIT_NO_ZERO_POOLS), and each pooled buffer's slot (a request id below zero).
+    """The planner's requests for the arena buffers of ``bufs`` (lowered.Buf, every live
+    interval set), the must-stay-zero ones pooled into shared slots (module docstring; none
+    with ``pool`` false: ROCKJIT_NO_ZERO_POOLS), and each pooled buffer's slot (a request id
+    below zero).
     ``boundary``: the buffers holding graph inputs and outputs, never pooled: the runtime
     writes and reads them around the run, outside every call's interval."""
     arena = [b for b in bufs if b.kind == "arena"]
-    for b in arena:
-        if b.last < 0:          # never touched: one step, so it still gets its bytes
-            b.first = b.last = 0
     zero = {b.id for b in arena if b.zero and b.pinned and b.id not in boundary} \
         if pool else set()
     binds: dict[int, list[tuple]] = {bid: [] for bid in zero}
