@@ -6,6 +6,7 @@ text never carries weight bytes. Every node keeps the user's source location.
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -192,18 +193,35 @@ class Graph:
         return {n.attrs["name"]: n.out.type for n in self.nodes if n.op is Op.PARAM}
 
     def producers(self) -> dict[int, Node]:
-        return {v.id: n for n in self.nodes for v in n.outputs}
+        """Value id -> the node defining it. Shared with every other caller while the node list
+        holds the same nodes (``_index``): read it, never change it."""
+        return self._index()[1]
 
     def users(self) -> dict[int, list[Node]]:
-        out: dict[int, list[Node]] = {}
-        for n in self.nodes:
+        """Value id -> the nodes reading it, in order. Shared like ``producers``."""
+        return self._index()[2]
+
+    def _index(self) -> tuple[tuple[Node, ...], dict[int, Node], dict[int, list[Node]]]:
+        """Both maps, made once per node list: the passes and the lowering ask the same graph
+        for them up to a dozen times (two thirds of the calls in a ModernBERT-base x22 compile
+        hit). Nodes are immutable, so the maps are valid while the list holds the very same
+        node objects in the same order, which a walk of identities checks."""
+        nodes = tuple(self.nodes)
+        memo = self.__dict__.get("_index_memo")
+        if memo is not None and len(memo[0]) == len(nodes) and \
+                all(map(operator.is_, memo[0], nodes)):
+            return memo
+        producers = {v.id: n for n in nodes for v in n.outputs}
+        users: dict[int, list[Node]] = {}
+        for n in nodes:
             for v in n.inputs:
-                us = out.get(v.id)
+                us = users.get(v.id)
                 if us is None:
-                    out[v.id] = [n]
+                    users[v.id] = [n]
                 else:
                     us.append(n)
-        return out
+        memo = self.__dict__["_index_memo"] = (nodes, producers, users)
+        return memo
 
     def op_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
