@@ -16,6 +16,7 @@ from ..ir.graph import Value
 from ..ir.ops import Op
 from ..ir.types import DType
 from .lowered import ConversionError, PlacedCall
+from .partition import Decision
 from .compile_cache import compile_scope_memo
 from .head_groups import head_groups, leading_range
 from .host_descriptor import view_runs
@@ -231,22 +232,29 @@ class StridedConversion:
             out += got
         return out
 
-    def _strided_pack(self, use: Use, want: CubeForm) -> Tensor | None:
+    def _strided_pack(self, use: Use, want: CubeForm,
+                      source: tuple[Tensor, list] | None = None) -> Tensor | None:
         """Rows -> cube for the whole value at once: one item per index of the use's leading
         axes (e.g. a per-head row max packed for 12 heads) in one pass, with any dtype change
-        on the way; the other items' uses then find it as a view."""
+        on the way; the other items' uses then find it as a view. ``source``: the rows to read
+        and their axis maps over the value's axes, when they are not the value's own rows (a
+        broadcast's operand read through stride-0 axes, ``_broadcast_pack``)."""
         from .host_rules import MAX_RANK
 
         v = use.value
         if v in self.graph.inputs or use.perm or not self._natural(want):
             return None
-        rows = [t for t in self.tensors.get(v.id, []) if isinstance(t.form, RowForm)
-                and t.form.shape == tuple(v.type.shape)]
-        if not rows:
-            return None
-        src = next((t for t in rows if t.form.dtype == want.dtype), rows[0])
-        if not use.index and src.form.dtype == want.dtype and len(want.batch_items()) == 1:
-            return None     # one pack_cube is already one pass
+        if source is not None:
+            src, src_maps = source
+        else:
+            rows = [t for t in self.tensors.get(v.id, []) if isinstance(t.form, RowForm)
+                    and t.form.shape == tuple(v.type.shape)]
+            if not rows:
+                return None
+            src = next((t for t in rows if t.form.dtype == want.dtype), rows[0])
+            if not use.index and src.form.dtype == want.dtype and len(want.batch_items()) == 1:
+                return None     # one pack_cube is already one pass
+            src_maps = SR.row_axis_maps(v.type.shape, src.form.dtype.to_numpy().itemsize)
         nb = len(use.index)
         step = round_up(want.nbytes, 64)
         bstrides, acc = [], step
@@ -260,8 +268,8 @@ class StridedConversion:
         if not isinstance(full, CubeForm):
             return None
         es_in, es_out = src.form.dtype.to_numpy().itemsize, want.layout.esize
-        pieces = SR.relayout_pieces(v.type.shape, SR.row_axis_maps(v.type.shape, es_in),
-                                    self._cube_maps(full), es_in, es_out, MAX_RANK)
+        pieces = SR.relayout_pieces(v.type.shape, src_maps, self._cube_maps(full), es_in, es_out,
+                                    MAX_RANK)
         if pieces is None:
             return None
         out = self.new_buf(full.nbytes, name=f"%{v.id}:retile")
@@ -272,9 +280,39 @@ class StridedConversion:
         self._strided_copy_call(v, f"pack %{v.id}", pieces, src.form.dtype, want.dtype,
                                 (src.buf, src.offset), src.form.nbytes, out, full.nbytes,
                                 "packed_bytes")
-        self.tensors[v.id].append(Tensor(v.id, full, out.id, 0, full.nbytes))
+        self.tensors.setdefault(v.id, []).append(Tensor(v.id, full, out.id, 0, full.nbytes))
         sub, off = batched.sub(use.index)
         return Tensor(v.id, want, out.id, off, want.nbytes)
+
+    def _broadcast_pack(self, use: Use, want: CubeForm) -> Tensor | None:
+        """A run-time value's broadcast asked for as a cube before anything made it (a deferred
+        broadcast, pipeline.Lowerer._deferred): packed straight from its operand's rows, read
+        through stride-0 axes, so the replicated rows are never written on the host. ModernBERT's
+        local-attention bias [1,1,S,S] added to [1,12,S,S] scores was a 12x broadcast copy
+        (12.6 MB of f32 at S = 512) and then a pack of it. The same elements get the same
+        conversion as through the rows, so the cube holds the same bits."""
+        v = use.value
+        p = self.producers.get(v.id)
+        if p is None or p.op is not Op.BROADCAST_IN_DIM or v.id in self.tensors or \
+                v.id in self.done or not self._deferred(p, {}):
+            return None
+        x = p.inputs[0]
+        if x.id in self.consts:
+            return None
+        rows = self.get_tensor(Use(x), RowForm(x.type.dtype, tuple(x.type.shape)))
+        es = x.type.dtype.to_numpy().itemsize
+        strides = SR.row_axis_maps(x.type.shape, es)
+        maps = [SR.AxisMap(0)] * v.type.rank
+        for j, a in enumerate(p.attrs["broadcast_dimensions"]):
+            if x.type.shape[j] == v.type.shape[a]:
+                maps[a] = strides[j]
+        t = self._strided_pack(use, want, (rows, maps))
+        if t is not None:
+            self.done.add(v.id)
+            self.decisions.append(Decision(
+                f"%{v.id} = {p.op.text}", str(p.loc), "host", "pack from the operand",
+                "a broadcast packed straight from its operand through stride-0 axes"))
+        return t
 
     def _host_call_on_cube(self, call: OpCall) -> OpCall:
         """A host call reading an operand held only as a cube reads it in place where its
