@@ -7,12 +7,13 @@ fp16 or no MACs (the encoders run fp16) and over all of them. The published figu
 beside SigLIP-1024 are other programs (the seeds' hand-written library, the vendor stack) and
 are there for scale only.
 
-    python bench/modelled_time.py [--model ...] [--full] [--contexts N]
+    python bench/modelled_time.py [--model ...] [--extrapolate] [--contexts N]
 
 ``--contexts 1`` lays every program out for one core: no cross-core copies, every job on that
 core. Beside the default three it shows what the copies buy.
 
-The forward is extrapolated from two reduced depths unless --full (see _encoders.py).
+The forward is the full-depth program; per layer comes from two reduced depths, and
+--extrapolate takes the forward from them too (see _encoders.py).
 """
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", nargs="+", default=["siglip-224", "siglip-1024", "modernbert-512",
                                                    "whisper-base"], choices=sorted(ENCODERS))
-    ap.add_argument("--full", action="store_true")
+    ap.add_argument("--extrapolate", action="store_true",
+                    help="the forward from two reduced depths, not a full-depth compile "
+                         "(quicker; not exact where a step runs once per forward)")
     ap.add_argument("--contexts", type=int, default=None,
                     help="lay the program out for N device contexts (cores) instead of the "
                          "profile's 3 (1: one core, no cross-core copies)")
@@ -49,7 +52,7 @@ def main() -> int:
     rows = []
     for m in args.model:
         enc = ENCODERS[m]
-        per, fwd, how = per_layer_and_forward(enc, args.full, log=lambda s: print(s, file=sys.stderr),
+        per, fwd, how = per_layer_and_forward(enc, not args.extrapolate, log=lambda s: print(s, file=sys.stderr),
                                               contexts=args.contexts)
         rows.append((m, enc, per, fwd, how))
     lo16, hi16 = error_band("fp16")

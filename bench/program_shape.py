@@ -2,11 +2,12 @@
 cross-core copies; "copied MB" the copies alone), retiles, device and useful MACs, per layer and per forward (rockjit.compile on the ``null`` backend: lowering and
 program build only; the counts are the program's own Program.stats()).
 
-    python bench/program_shape.py [--model siglip-224 modernbert-512 ...] [--full]
+    python bench/program_shape.py [--model siglip-224 modernbert-512 ...] [--extrapolate]
                                   [--contexts N]
 
-Default: every encoder of bench/_encoders.py except whisper-tiny, forward extrapolated from two
-reduced depths (see _encoders.py); --full lowers the full depth.
+Default: every encoder of bench/_encoders.py except whisper-tiny; per layer from two reduced
+depths, the forward lowered at full depth (--extrapolate: from the two depths, see
+_encoders.py).
 """
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", nargs="+", default=["siglip-224", "siglip-1024", "modernbert-512",
                                                    "whisper-base"], choices=sorted(ENCODERS))
-    ap.add_argument("--full", action="store_true", help="lower the full depth (slow)")
+    ap.add_argument("--extrapolate", action="store_true",
+                    help="the forward from two reduced depths, not a full-depth compile "
+                         "(quicker; not exact where a step runs once per forward)")
     ap.add_argument("--contexts", type=int, default=None,
                     help="lay the program out for N device contexts (cores) instead of the "
                          "profile's 3; 1: no job spreads over cores, no cross-core copies")
@@ -47,7 +50,7 @@ def main() -> int:
     results = []
     for m in args.model:
         enc = ENCODERS[m]
-        per, fwd, how = per_layer_and_forward(enc, args.full,
+        per, fwd, how = per_layer_and_forward(enc, not args.extrapolate,
                                               log=lambda s: print(s, file=sys.stderr),
                                               contexts=args.contexts)
         results.append((enc, per, fwd, how))
