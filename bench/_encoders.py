@@ -100,7 +100,7 @@ def compile_stats(enc: Encoder, depth: int, backend: str = "null",
     return {**b.image.stats, **estimate(describe(b)).summary()}, dt
 
 
-def per_layer_and_forward(enc: Encoder, full: bool = True, log=print,
+def per_layer_and_forward(enc: Encoder, full: bool, log=print,
                           contexts: int | None = None) -> tuple[dict, dict, str]:
     """(per-layer stats, per-forward stats, how the forward was obtained)."""
     s1, t1 = compile_stats(enc, enc.n1, contexts=contexts)

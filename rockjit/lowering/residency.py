@@ -193,7 +193,7 @@ class Residency:
         v = use.value
         if v.id in self.consts:
             return self._const_tensor(use, want)
-        if isinstance(want, CubeForm) and v.id not in self.tensors:
+        if isinstance(want, CubeForm):
             # a deferred broadcast asked for as a cube: packed from its operand, never
             # replicated on the host first (strided_conversion._broadcast_pack)
             t = self._broadcast_pack(use, want)
