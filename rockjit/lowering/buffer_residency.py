@@ -63,13 +63,19 @@ class BufferResidency:
         self.mask: dict[int, tuple[ContextResidency, int]] = {}  # with how many ops applied
         self.roots: dict[tuple[int, int, int], _Node] = {}
         self.memo: dict = {}    # shared by the buffers' residencies (their runs repeat)
+        self._splits: dict[Run, tuple[int, Run, bool]] = {}
 
     def _split(self, run: Run) -> tuple[int, Run, bool]:
-        """(buffer, the run inside it, whether it covers the whole buffer)."""
-        bid = (run[0] >> SHIFT) - 1
-        lo, pieces, pitch, chunk = run[0] & ((1 << SHIFT) - 1), run[1], run[2], run[3]
-        whole = lo == 0 and (pieces <= 1 or pitch == chunk) and pieces * chunk >= self.sizes[bid]
-        return bid, (lo, pieces, pitch, chunk), whole
+        """(buffer, the run inside it, whether it covers the whole buffer); once per run (a
+        job's runs are asked about by every query and op of the walk)."""
+        hit = self._splits.get(run)
+        if hit is None:
+            bid = (run[0] >> SHIFT) - 1
+            lo, pieces, pitch, chunk = run[0] & ((1 << SHIFT) - 1), run[1], run[2], run[3]
+            whole = lo == 0 and (pieces <= 1 or pitch == chunk) and \
+                pieces * chunk >= self.sizes[bid]
+            hit = self._splits[run] = (bid, (lo, pieces, pitch, chunk), whole)
+        return hit
 
     def _root(self, bid: int, bits: int | None) -> None:
         """The buffer's bytes all held by ``bits`` (None: every context)."""

@@ -173,6 +173,9 @@ def _hulls(per_job: Sequence[JobTouches]) -> tuple[set[Touch], set[Touch]]:
     out: tuple[set[Touch], set[Touch]] = (set(), set())
     for _, r, w in per_job:
         for dst, src in zip(out, (r, w)):
+            if len({t[0] for t in src}) == len(src):
+                dst.update(src)         # each buffer touched once: its touch is its hull
+                continue
             hull: dict = {}
             for key, lo, hi in src:
                 h = hull.get(key)

@@ -15,6 +15,7 @@ run before the whole merged step.
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from ..ir.types import DType
@@ -29,6 +30,7 @@ from .schedule import ScheduledStep
 
 if TYPE_CHECKING:
     from .image_builder import ImageBuilder
+    from .resident_placement import WalkRuns
 
 
 def boundary_run(b: "ImageBuilder", bd: Boundary) -> Run | None:
@@ -58,9 +60,9 @@ class ResidencyWalk:
     per lowered buffer (buffer_residency.py), over runs in the unplaced space; a copy is
     placed at its buffer's arena offset when queued."""
 
-    def __init__(self, b: "ImageBuilder", unplaced: dict | None = None) -> None:
-        """``unplaced``: each job's (reads, writes) before the arena plan, by ``id`` of its
-        JobRef (resident_placement.place)."""
+    def __init__(self, b: "ImageBuilder", known: "WalkRuns | None" = None) -> None:
+        """``known``: the runs placement found (resident_placement.place): each job's (reads,
+        writes) before the arena plan, each host step's operands, the buffers' grains."""
         self.b = b
         self.offsets = b.plan.offsets
         inputs = {bd.tensor.buf for bd in b.lowered.inputs}
@@ -76,18 +78,31 @@ class ResidencyWalk:
         boundary = [r for bd in (*b.lowered.inputs, *b.lowered.outputs)
                     if (r := boundary_run(b, bd)) is not None]
         # each job's (reads, writes), asked of the builder once
-        unplaced = unplaced or {}
+        unplaced = known.jobs if known is not None else {}
         self.ranges = {id(jr): unplaced[id(jr)] if id(jr) in unplaced else
                        (b._ranges(jr, "r", placed=False), b._ranges(jr, "w", placed=False))
                        for st in b.steps for jr in st.jobs}
         # each host step's operands, asked of the builder once (by call: the layers' calls
         # share their host steps)
-        self.host = {(st.host[0], id(st.host[1])): host_runs(b, *st.host)
-                     for st in b.steps if st.kind != "npu"}
-        runs = [r for rw in self.ranges.values() for rs in rw for r in rs]
-        runs += [r for hr in self.host.values() for _, r in hr]
+        hknown = known.host if known is not None else {}
+        self.host = {}
+        for st in b.steps:
+            if st.kind != "npu":
+                key = (st.host[0], id(st.host[1]))
+                hit = hknown.get(key)
+                self.host[key] = hit if hit is not None else host_runs(b, *st.host)
+        if known is not None and known.grains is not None and len(unplaced) == len(self.ranges) \
+                and len(hknown) == len(self.host):
+            # the same runs as placement's: its grains, refined by the boundary runs
+            grains = dict(known.grains)
+            for bid, g in grains_by_buffer(boundary, SHIFT).items():
+                grains[bid] = math.gcd(grains[bid], g) if bid in grains else g
+        else:
+            runs = [r for rw in self.ranges.values() for rs in rw for r in rs]
+            runs += [r for hr in self.host.values() for _, r in hr]
+            grains = grains_by_buffer(runs + boundary, SHIFT)
         # no slack: a run reaching past its buffer would meet another buffer's bytes
-        self.res = BufferResidency(sizes, b.used, grains=grains_by_buffer(runs + boundary, SHIFT))
+        self.res = BufferResidency(sizes, b.used, grains=grains)
         for bd in b.lowered.inputs:
             if (run := boundary_run(b, bd)) is not None:
                 self.res.write(run, 0)
@@ -212,6 +227,9 @@ def next_readers(steps: Sequence[ScheduledStep], host: dict, ranges: dict) -> di
     value's). Only such steps: a host op's output written elsewhere than its neighbours'
     would no longer fuse with them (host_fuse.py)."""
     out: dict[int, int] = {}
+    # per NPU step (by index), each job's core and read spans: a step is searched by every
+    # host step up to _READER_AHEAD before it, so its spans are made once
+    reads_of: dict[int, list[tuple[int, list[tuple[int, int]]]]] = {}
     for i, st in enumerate(steps):
         if st.kind == "npu" or not st.host[1].params.get("to_reader"):
             continue
@@ -219,10 +237,15 @@ def next_readers(steps: Sequence[ScheduledStep], host: dict, ranges: dict) -> di
         if not dst:
             continue
         lo, hi = run_span(dst[0])
-        for later in steps[i + 1:i + 1 + _READER_AHEAD]:
-            core = next((jr.core for jr in later.jobs if any(
-                a < hi and lo < b for a, b in map(run_span, ranges[id(jr)][0]))), None) \
-                if later.kind == "npu" else None
+        for k in range(i + 1, min(i + 1 + _READER_AHEAD, len(steps))):
+            if steps[k].kind != "npu":
+                continue
+            jobs = reads_of.get(k)
+            if jobs is None:
+                jobs = reads_of[k] = [(jr.core, [run_span(r) for r in ranges[id(jr)][0]])
+                                      for jr in steps[k].jobs]
+            core = next((c for c, spans in jobs if any(a < hi and lo < b for a, b in spans)),
+                        None)
             if core is not None:
                 out[id(st)] = core
                 break

@@ -24,6 +24,7 @@ offset): before the arena plan no two buffers share bytes, so no value dies unde
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from .. import cost
@@ -235,13 +236,25 @@ def _place_eager(b: "ImageBuilder") -> list[CoreChoice]:
 JobRuns = dict[int, tuple[Sequence[Run], Sequence[Run]]]
 
 
-def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], JobRuns]:
+@dataclass
+class WalkRuns:
+    """What placement found out about the runs that the image's walk (context_copies.
+    ResidencyWalk) asks again: each job's (reads, writes) by ``id`` of its JobRef, each host
+    step's operand runs by (call, ``id`` of its HostStep), and the cell size of each buffer
+    over all of them (grains_by_buffer). The walk's steps are the same jobs and host steps,
+    reordered (coalesce.py)."""
+
+    jobs: JobRuns = field(default_factory=dict)
+    host: dict[tuple[int, int], list[tuple[str, Run]]] = field(default_factory=dict)
+    grains: dict[int, int] | None = None
+
+
+def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], WalkRuns]:
     """Every NPU step's jobs' cores (``JobRef.core``) and the choices made for steps with
-    several jobs; ``eager``: by placement.py's model of the eager copies. Also each job's
-    (reads, writes) in the unplaced space, by ``id`` of its JobRef (empty when eager), so
-    the image's walk need not ask the builder again."""
+    several jobs; ``eager``: by placement.py's model of the eager copies. Also the runs the
+    image's walk would ask the builder for again (``WalkRuns``; empty when eager)."""
     if eager:
-        return _place_eager(b), {}
+        return _place_eager(b), WalkRuns()
     arena = {bf.id: bf.size for bf in b.bufs if bf.kind == "arena"}
 
     desc: list = []
@@ -267,8 +280,10 @@ def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], Job
             res.write((lo, 1, arena[bd.tensor.buf], arena[bd.tensor.buf]), 0)
     walk = ResidentPlacement(res, host_reads, outputs)
     choices: list[CoreChoice] = []
-    runs: JobRuns = {id(jr): (sj.reads, sj.writes) for st, d in zip(b.steps, desc)
-                     if st.kind == "npu" for jr, sj in zip(st.jobs, d)}
+    runs = WalkRuns({id(jr): (sj.reads, sj.writes) for st, d in zip(b.steps, desc)
+                     if st.kind == "npu" for jr, sj in zip(st.jobs, d)},
+                    {(st.host[0], id(st.host[1])): d for st, d in zip(b.steps, desc)
+                     if st.kind != "npu"}, grains)
     for si, (st, d) in enumerate(zip(b.steps, desc)):
         if st.kind != "npu":
             walk.host_step(d, bool(st.host[1].params.get("to_reader")))

@@ -347,3 +347,23 @@ def test_three_contexts_match_the_eager_copies_with_fewer_bytes(case, monkeypatc
         assert _host_ops(sl) == _host_ops(se)
     finally:
         dev.close()
+
+
+@pytest.mark.parametrize("case", ["two_uses", "attention"])
+def test_the_walk_takes_placements_runs_as_if_it_had_asked_for_them(case) -> None:
+    """ImageBuilder hands the image's walk the runs and grains placement found (WalkRuns): the
+    walk must see what it finds asking the builder itself, the graph's boundary runs refining
+    the grains included."""
+    from rockjit.lowering.context_copies import ResidencyWalk
+    from rockjit.lowering.image_builder import ImageBuilder
+
+    fn, p, x, _ = _case(case, np.random.default_rng(11))
+    comp = rockjit.compile(fn, resident_argnums=0).compiled(p, x)
+    b = ImageBuilder(lower_graph(comp.graph, comp.params), contexts=3)
+    assert b._job_runs is not None and b._job_runs.grains
+    told, asked = ResidencyWalk(b, b._job_runs), ResidencyWalk(b, None)
+    def runs(walk):
+        return {k: tuple(map(tuple, rw)) for k, rw in walk.ranges.items()}
+
+    assert runs(told) == runs(asked) and told.host == asked.host
+    assert told.res.grains == asked.res.grains
