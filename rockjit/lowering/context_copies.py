@@ -27,10 +27,10 @@ from .regcmd import LoweringError
 from .buffer_residency import SHIFT, BufferResidency
 from .residency_copies import Run, grains_by_buffer, run_span
 from .schedule import ScheduledStep
+from .walk_runs import WalkRuns
 
 if TYPE_CHECKING:
     from .image_builder import ImageBuilder
-    from .resident_placement import WalkRuns
 
 
 def boundary_run(b: "ImageBuilder", bd: Boundary) -> Run | None:
@@ -60,9 +60,10 @@ class ResidencyWalk:
     per lowered buffer (buffer_residency.py), over runs in the unplaced space; a copy is
     placed at its buffer's arena offset when queued."""
 
-    def __init__(self, b: "ImageBuilder", known: "WalkRuns | None" = None) -> None:
+    def __init__(self, b: "ImageBuilder", known: WalkRuns) -> None:
         """``known``: the runs placement found (resident_placement.place): each job's (reads,
-        writes) before the arena plan, each host step's operands, the buffers' grains."""
+        writes) before the arena plan, each host step's operands, the buffers' grains over
+        them; the walk's steps are the same jobs and host steps, so it never asks again."""
         self.b = b
         self.offsets = b.plan.offsets
         inputs = {bd.tensor.buf for bd in b.lowered.inputs}
@@ -77,30 +78,11 @@ class ResidencyWalk:
                     self.births.setdefault(bf.first, []).append(bf.id)
         boundary = [r for bd in (*b.lowered.inputs, *b.lowered.outputs)
                     if (r := boundary_run(b, bd)) is not None]
-        # each job's (reads, writes), asked of the builder once
-        unplaced = known.jobs if known is not None else {}
-        self.ranges = {id(jr): unplaced[id(jr)] if id(jr) in unplaced else
-                       (b._ranges(jr, "r", placed=False), b._ranges(jr, "w", placed=False))
-                       for st in b.steps for jr in st.jobs}
-        # each host step's operands, asked of the builder once (by call: the layers' calls
-        # share their host steps)
-        hknown = known.host if known is not None else {}
-        self.host = {}
-        for st in b.steps:
-            if st.kind != "npu":
-                key = (st.host[0], id(st.host[1]))
-                hit = hknown.get(key)
-                self.host[key] = hit if hit is not None else host_runs(b, *st.host)
-        if known is not None and known.grains is not None and len(unplaced) == len(self.ranges) \
-                and len(hknown) == len(self.host):
-            # the same runs as placement's: its grains, refined by the boundary runs
-            grains = dict(known.grains)
-            for bid, g in grains_by_buffer(boundary, SHIFT).items():
-                grains[bid] = math.gcd(grains[bid], g) if bid in grains else g
-        else:
-            runs = [r for rw in self.ranges.values() for rs in rw for r in rs]
-            runs += [r for hr in self.host.values() for _, r in hr]
-            grains = grains_by_buffer(runs + boundary, SHIFT)
+        self.ranges, self.host = known.jobs, known.host
+        # the grains over every job's and host step's runs, refined by the boundary runs
+        grains = dict(known.grains)
+        for bid, g in grains_by_buffer(boundary, SHIFT).items():
+            grains[bid] = math.gcd(grains[bid], g) if bid in grains else g
         # no slack: a run reaching past its buffer would meet another buffer's bytes
         self.res = BufferResidency(sizes, b.used, grains=grains)
         for bd in b.lowered.inputs:

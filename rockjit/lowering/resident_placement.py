@@ -24,7 +24,6 @@ offset): before the arena plan no two buffers share bytes, so no value dies unde
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 from .. import cost
@@ -35,6 +34,7 @@ from .buffer_residency import SHIFT as _SHIFT, BufferResidency
 from .context_copies import host_runs
 from .residency_copies import Run, grains_by_buffer, run_span
 from .schedule import ScheduledStep
+from .walk_runs import WalkRuns
 
 if TYPE_CHECKING:
     from .image_builder import ImageBuilder
@@ -231,22 +231,6 @@ def _place_eager(b: "ImageBuilder") -> list[CoreChoice]:
         for i, jr in enumerate(st.jobs):
             jr.core = i % k
     return choices
-
-
-JobRuns = dict[int, tuple[Sequence[Run], Sequence[Run]]]
-
-
-@dataclass
-class WalkRuns:
-    """What placement found out about the runs that the image's walk (context_copies.
-    ResidencyWalk) asks again: each job's (reads, writes) by ``id`` of its JobRef, each host
-    step's operand runs by (call, ``id`` of its HostStep), and the cell size of each buffer
-    over all of them (grains_by_buffer). The walk's steps are the same jobs and host steps,
-    reordered (coalesce.py)."""
-
-    jobs: JobRuns = field(default_factory=dict)
-    host: dict[tuple[int, int], list[tuple[str, Run]]] = field(default_factory=dict)
-    grains: dict[int, int] | None = None
 
 
 def place(b: "ImageBuilder", eager: bool = False) -> tuple[list[CoreChoice], WalkRuns]:

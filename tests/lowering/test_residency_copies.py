@@ -354,16 +354,28 @@ def test_the_walk_takes_placements_runs_as_if_it_had_asked_for_them(case) -> Non
     """ImageBuilder hands the image's walk the runs and grains placement found (WalkRuns): the
     walk must see what it finds asking the builder itself, the graph's boundary runs refining
     the grains included."""
-    from rockjit.lowering.context_copies import ResidencyWalk
+    from rockjit.lowering.buffer_residency import SHIFT
+    from rockjit.lowering.context_copies import ResidencyWalk, boundary_run, host_runs
     from rockjit.lowering.image_builder import ImageBuilder
+    from rockjit.lowering.residency_copies import grains_by_buffer
 
     fn, p, x, _ = _case(case, np.random.default_rng(11))
     comp = rockjit.compile(fn, resident_argnums=0).compiled(p, x)
     b = ImageBuilder(lower_graph(comp.graph, comp.params), contexts=3)
     assert b._job_runs is not None and b._job_runs.grains
-    told, asked = ResidencyWalk(b, b._job_runs), ResidencyWalk(b, None)
-    def runs(walk):
-        return {k: tuple(map(tuple, rw)) for k, rw in walk.ranges.items()}
+    told = ResidencyWalk(b, b._job_runs)
+    # what the walk would find asking the builder itself
+    ranges = {id(jr): (b._ranges(jr, "r", placed=False), b._ranges(jr, "w", placed=False))
+              for st in b.steps for jr in st.jobs}
+    host = {(st.host[0], id(st.host[1])): host_runs(b, *st.host)
+            for st in b.steps if st.kind != "npu"}
+    boundary = [r for bd in (*b.lowered.inputs, *b.lowered.outputs)
+                if (r := boundary_run(b, bd)) is not None]
+    every = [r for rw in ranges.values() for rs in rw for r in rs]
+    every += [r for hr in host.values() for _, r in hr]
 
-    assert runs(told) == runs(asked) and told.host == asked.host
-    assert told.res.grains == asked.res.grains
+    def runs(rs):
+        return {k: tuple(map(tuple, rw)) for k, rw in rs.items()}
+
+    assert runs(told.ranges) == runs(ranges) and told.host == host
+    assert told.res.grains == grains_by_buffer(every + boundary, SHIFT)
