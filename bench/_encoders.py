@@ -80,24 +80,17 @@ def setup(enc: Encoder, depth: int):
 def compile_stats(enc: Encoder, depth: int, backend: str = "null",
                   contexts: int | None = None) -> tuple[dict, float]:
     """Program.stats() of the encoder at ``depth`` layers and the wall time of its first call
-    (trace + lowering + program build + one run). ``contexts``: lay the same lowered program
-    out for that many device contexts (cores) instead of the profile's, and return that
-    image's counts (one context: no job spreads, no cross-core copies)."""
+    (trace + lowering + program build + one run). ``contexts``: the program laid out for that
+    many of the chip's cores (``rockjit.compile(..., cores=)``; one: no job spreads, no
+    cross-core copies) instead of all of them."""
     import rockjit
 
     fn, params, inputs = setup(enc, depth)
-    f = rockjit.compile(fn, resident_argnums=0, backend=backend)
+    f = rockjit.compile(fn, resident_argnums=0, backend=backend, cores=contexts)
     t0 = time.perf_counter()
     f(params, *inputs)
     dt = time.perf_counter() - t0
-    c = f.compiled(params, *inputs)
-    if contexts is None:
-        return c.stats(), dt
-    from rockjit.cost import describe, estimate
-    from rockjit.lowering.image_builder import ImageBuilder
-
-    b = ImageBuilder(c._runner.lowered, contexts)
-    return {**b.image.stats, **estimate(describe(b)).summary()}, dt
+    return f.compiled(params, *inputs).stats(), dt
 
 
 def per_layer_and_forward(enc: Encoder, full: bool, log=print,

@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default="sim", type=_backend,
                     help="where to run: " + ", ".join(sorted(BACKENDS)) + " (auto: the NPU "
                          "when /dev/accel/accel0 opens, else the simulator)")
+    ap.add_argument("--cores", type=int, default=None,
+                    help="NPU cores to lay the program out for (default: all of the chip's)")
     ap.add_argument("--seq-len", type=int, default=512,
                     help="tokens per sequence (ModernBERT only; the others have fixed inputs)")
     ap.add_argument("--set", nargs="+", default=[], metavar="NAME=VALUE",
@@ -84,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     fn = entry.forward(config)
     npu = args.backend != "interpreter"
 
-    compiled_fn = rockjit.compile(fn, resident_argnums=(0,), backend=args.backend)
+    compiled_fn = rockjit.compile(fn, resident_argnums=(0,), backend=args.backend,
+                                  cores=args.cores)
     t0 = time.perf_counter()
     lowered = compiled_fn.lower(params, *inputs)   # jax trace + import + canonicalize/constfold
     t_trace = time.perf_counter() - t0

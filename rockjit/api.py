@@ -34,7 +34,7 @@ from .errors import InputRangeError, TraceError, WeightError
 from .gc_pause import gc_paused
 from .ir.graph import Graph
 from .ir.types import DType, TensorType
-from .backends import BACKENDS, Runner, resolve_backend
+from .backends import Runner, check_cores, make_runner, resolve_backend
 from .binding import ResidentBinding
 from .signature import (LeafSpec, Signature, arg_location, arg_name, bind_kwargs, call_key,
                         graph_name, leaf_dtype, make_signature, resident_dtype, trace)
@@ -45,12 +45,14 @@ from .weight_timing import timed
 class _Traced:
     """One traced signature: its IR graph, the signature and the output pytree structure."""
 
-    def __init__(self, graph: Graph, sig: Signature, out_tree: Any, backend: str) -> None:
+    def __init__(self, graph: Graph, sig: Signature, out_tree: Any, backend: str,
+                 cores: int | None = None) -> None:
         resolve_backend(backend)
         self.graph = graph
         self.signature = sig
         self.out_tree = out_tree
         self.backend = backend
+        self.cores = cores      # NPU cores the program is laid out for (None: all)
 
     def as_text(self) -> str:
         """The IR text form (``rockjit.ir.parser.parse`` reads it back)."""
@@ -66,8 +68,8 @@ class Compiled(_Traced):
     """A traced, imported and simplified function, ready to run on its backend."""
 
     def __init__(self, graph: Graph, sig: Signature, out_tree: Any, backend: str,
-                 binding: ResidentBinding) -> None:
-        super().__init__(graph, sig, out_tree, backend)
+                 binding: ResidentBinding, cores: int | None = None) -> None:
+        super().__init__(graph, sig, out_tree, backend, cores)
         self._binding = binding
         self._runner: Runner | None = None
         # One call at a time per Compiled: the resident binding, the lazily built runner and
@@ -176,23 +178,26 @@ class Compiled(_Traced):
         changed = self._binding.update(resident)
         runner = self._runner
         if runner is None:
-            runner = BACKENDS[self.backend](self.graph, self._binding.values)
+            runner = self._make_runner()
         elif changed:
             rebind = getattr(runner, "rebind", None)
             if rebind is not None:
                 rebind(self._binding.values)
             else:
-                runner = BACKENDS[self.backend](self.graph, self._binding.values)
+                runner = self._make_runner()
         self._runner = runner
         outs = runner(inputs)
         return tree_unflatten(self.out_tree, [np.asarray(o) for o in outs])
+
+    def _make_runner(self) -> Runner:
+        return make_runner(self.backend, self.graph, self._binding.values, self.cores)
 
     def _build(self) -> None:
         """Make the backend's runner now and let it compile its program (NPU backends), from
         the graph and the bound resident values alone: a program never depends on a call's
         inputs (lowering/calibrate.py), so no example data is needed."""
         if self._runner is None:
-            self._runner = BACKENDS[self.backend](self.graph, self._binding.values)
+            self._runner = self._make_runner()
         build = getattr(self._runner, "compile", None)
         if build is not None and getattr(self._runner, "image", True) is None:
             try:
@@ -235,7 +240,7 @@ class Compiled(_Traced):
                 raise TraceError(f"{what}: resident params are unbound (lowered from "
                                  f"ShapeDtypeStructs); call the function or compile it with the "
                                  f"weights")
-            self._runner = BACKENDS[self.backend](self.graph, self._binding.values)
+            self._runner = self._make_runner()
         if not hasattr(self._runner, "image"):
             raise TraceError(f"{what} needs an NPU program; backend {self.backend!r} has none "
                              f"(use backend='auto', 'sim' or 'rocket')")
@@ -331,8 +336,8 @@ class Lowered(_Traced):
     """A traced function in rockjit IR (after import and simplification)."""
 
     def __init__(self, graph: Graph, sig: Signature, out_tree: Any, backend: str,
-                 args: Sequence[Any]) -> None:
-        super().__init__(graph, sig, out_tree, backend)
+                 args: Sequence[Any], cores: int | None = None) -> None:
+        super().__init__(graph, sig, out_tree, backend, cores)
         self._args = args
 
     @gc_paused
@@ -353,7 +358,8 @@ class Lowered(_Traced):
         with timed("bind") as bound:
             binding.update(items)
             bound[0] = sum(v.nbytes for v in binding.values.values())
-        compiled = Compiled(self.graph, self.signature, self.out_tree, self.backend, binding)
+        compiled = Compiled(self.graph, self.signature, self.out_tree, self.backend, binding,
+                            self.cores)
         if not missing:
             compiled._build()
         return compiled
@@ -365,8 +371,10 @@ class CompiledFunction:
     """What ``rockjit.compile`` returns: traces per signature, caches, and runs."""
 
     def __init__(self, fn: Callable[..., Any], static_argnums: int | Sequence[int],
-                 resident_argnums: int | Sequence[int], backend: str) -> None:
+                 resident_argnums: int | Sequence[int], backend: str,
+                 cores: int | None = None) -> None:
         resolve_backend(backend)
+        check_cores(backend, cores)
         self.fn = fn
         self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
                                else tuple(static_argnums))
@@ -376,6 +384,7 @@ class CompiledFunction:
         if overlap:
             raise ValueError(f"arguments {sorted(overlap)} are both static and resident")
         self.backend = backend
+        self.cores = cores
         self._cache: dict[tuple, Compiled] = {}
         self.trace_count = 0
         # Threads that miss the cache together trace and compile the signature once.
@@ -391,7 +400,7 @@ class CompiledFunction:
         sig = self._signature(args)
         self.trace_count += 1
         graph, out_tree = trace(sig, graph_name(self.fn))
-        return Lowered(graph, sig, out_tree, self.backend, args)
+        return Lowered(graph, sig, out_tree, self.backend, args, self.cores)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         args = bind_kwargs(self.fn, args, kwargs)
@@ -414,7 +423,8 @@ class CompiledFunction:
                 if compiled is None:
                     self.trace_count += 1
                     graph, out_tree = trace(sig, graph_name(self.fn))
-                    compiled = Lowered(graph, sig, out_tree, self.backend, args).compile()
+                    compiled = Lowered(graph, sig, out_tree, self.backend, args,
+                                       self.cores).compile()
                     self._cache[key] = compiled
         return compiled
 
@@ -436,31 +446,39 @@ class CompiledFunction:
 
 
 def compile(fn: Callable[..., Any] | None = None, *, static_argnums: int | Sequence[int] = (),
-            resident_argnums: int | Sequence[int] = (), backend: str = "auto") -> Any:
+            resident_argnums: int | Sequence[int] = (), backend: str = "auto",
+            cores: int | None = None) -> Any:
     """Compile ``fn`` like ``jax.jit``: usable as ``@rockjit.compile``,
     ``@rockjit.compile(static_argnums=...)`` and ``rockjit.compile(fn, ...)``.
 
     ``backend``: "auto" (the NPU through /dev/accel/accel0 when it opens, else the C
     simulator; says once which), "sim", "rocket", "null", "KIND:CHIP", or "interpreter"
-    (the IR's numpy reference)."""
+    (the IR's numpy reference). ``cores``: how many of the chip's NPU cores the program is
+    laid out for (None, the default: all; the cost model still decides how many each step
+    uses). One core copies nothing between cores and holds the weights once, at the cost of
+    the other cores' throughput (bench/modelled_time.py --contexts 1 prices it)."""
     if fn is None:
         return functools.partial(compile, static_argnums=static_argnums,
-                                 resident_argnums=resident_argnums, backend=backend)
-    return CompiledFunction(fn, static_argnums, resident_argnums, backend)
+                                 resident_argnums=resident_argnums, backend=backend,
+                                 cores=cores)
+    return CompiledFunction(fn, static_argnums, resident_argnums, backend, cores)
 
 
 def export(fn: Callable[..., Any], *args: Any, static_argnums: int | Sequence[int] = (),
-           resident_argnums: int | Sequence[int] = (), backend: str = "auto") -> Compiled:
+           resident_argnums: int | Sequence[int] = (), backend: str = "auto",
+           cores: int | None = None) -> Compiled:
     """Compile ``fn`` for ``args`` without running it: input leaves may be
     ``jax.ShapeDtypeStruct``s (no example data: LUT domains are planned statically); resident
     arguments must be the weights themselves. ``export(...).save(path)`` writes a bundle.
-    ``fn`` may be a ``rockjit.compile``'d function: its argnums are used unless given."""
+    ``fn`` may be a ``rockjit.compile``'d function: its argnums and cores are used unless
+    given."""
     if isinstance(fn, CompiledFunction):
         static_argnums = static_argnums or fn.static_argnums
         resident_argnums = resident_argnums or fn.resident_argnums
+        cores = fn.cores if cores is None else cores
         fn = fn.fn
     f = compile(fn, static_argnums=static_argnums, resident_argnums=resident_argnums,
-                backend=backend)
+                backend=backend, cores=cores)
     return f.lower(*args).compile().build_program()
 
 

@@ -18,7 +18,8 @@ Runner = Callable[[list[np.ndarray]], list[np.ndarray]]
 may also have ``rebind(params)``, called when resident values change; otherwise the backend's
 factory is called again with the new params."""
 
-BackendFactory = Callable[[Graph, Mapping[str, np.ndarray]], Runner]
+BackendFactory = Callable[..., Runner]
+"""``factory(graph, params) -> runner``; an NPU backend's also takes ``cores=`` (make_runner)."""
 BACKENDS: dict[str, BackendFactory] = {}
 
 
@@ -56,6 +57,36 @@ def resolve_backend(name: str) -> None:
     probe = getattr(BACKENDS[name], "probe", None)
     if probe is not None:  # e.g. rocket: refuse at compile() when there is no device to run on
         probe(name)
+
+
+def check_cores(backend: str, cores: object) -> None:
+    """Refuse a ``cores=`` the backend cannot honour: the interpreter has no cores, and an NPU
+    backend's chip has 1 .. ``ChipProfile.cores`` of them (None: all, the default)."""
+    if cores is None:
+        return
+    if backend not in BACKENDS:
+        resolve_backend(backend)
+    if not getattr(BACKENDS[backend], "npu", False):
+        raise ValueError(f"cores={cores!r}: backend {backend!r} runs on the CPU and has no NPU "
+                         f"cores to choose; drop cores= or pick an NPU backend (auto, sim, null, "
+                         f"rocket)")
+    from .lowering.profile import get_profile
+
+    chip = get_profile(backend.partition(":")[2] or "rk3588")
+    if isinstance(cores, bool) or not isinstance(cores, (int, np.integer)):
+        raise TypeError(f"cores must be an int from 1 to {chip.cores} (or None for all of "
+                        f"them), got {cores!r}")
+    if not 1 <= cores <= chip.cores:
+        raise ValueError(f"cores={cores}: the {chip.name} NPU has {chip.cores} cores; use 1 to "
+                         f"{chip.cores}, or None (the default) for all of them")
+
+
+def make_runner(backend: str, graph: Graph, params: Mapping[str, np.ndarray],
+                cores: int | None = None) -> Runner:
+    """``BACKENDS[backend]``'s runner; ``cores`` (checked by ``check_cores``) reaches the NPU
+    backends only, which lay the program out for that many cores."""
+    factory = BACKENDS[backend]
+    return factory(graph, params) if cores is None else factory(graph, params, cores=int(cores))
 
 
 def register_npu_backends(profile: str) -> None:

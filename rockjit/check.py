@@ -342,7 +342,7 @@ def check(compiled, *args: Any, threshold: float = DEFAULT_THRESHOLD, by: str = 
           ) -> CheckReport:
     """The per-group accuracy report of ``compiled`` (a ``rockjit`` Compiled object) on
     ``args`` (module docstring)."""
-    from .backends import BACKENDS
+    from .backends import make_runner
     from .ir.interpreter import run as interpret
 
     inputs, where = _flat_inputs(compiled, args)
@@ -354,7 +354,7 @@ def check(compiled, *args: Any, threshold: float = DEFAULT_THRESHOLD, by: str = 
     ref = interpret(probe, inputs, params)[len(graph.outputs):]
     # the same graph with the groups' values as extra outputs, on the same backend: every op
     # is lowered by the same rules as in the compiled program
-    runner = BACKENDS[compiled.backend](probe, params)
+    runner = make_runner(compiled.backend, probe, params, getattr(compiled, "cores", None))
     try:
         got = runner(inputs)[len(graph.outputs):]
         records = _range_plan_records(getattr(compiled, "_runner", None), runner)

@@ -102,8 +102,8 @@ def _compile(args: argparse.Namespace) -> int:
         import rockjit
 
         t0 = time.perf_counter()
-        compiled = rockjit.compile(fn, resident_argnums=resident, backend=backend) \
-            .lower(*call_args).compile()
+        compiled = rockjit.compile(fn, resident_argnums=resident, backend=backend,
+                                   cores=args.cores).lower(*call_args).compile()
         t_trace = time.perf_counter() - t0
         t0 = time.perf_counter()
         compiled.build_program()
@@ -340,6 +340,9 @@ def register(sub: Any) -> None:
                    help="a preset without a checkpoint: the repo's seeded default weights")
     c.add_argument("--seq-len", type=int, default=512, help="tokens (ModernBERT)")
     c.add_argument("--chip", default="rk3588", help="chip profile to compile for")
+    c.add_argument("--cores", type=int, default=None,
+                   help="lay the program out for this many NPU cores (default: all the chip's; "
+                        "1 copies nothing between cores and holds the weights once)")
     c.add_argument("--out-dir", default="out", help="where seeded weights are written")
     c.add_argument("-o", "--output", required=True, help="the bundle file to write")
     c.set_defaults(run=_compile)

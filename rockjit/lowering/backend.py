@@ -35,11 +35,15 @@ class NpuRunner:
     next call loads it afresh."""
 
     def __init__(self, graph: Graph, params: Mapping[str, np.ndarray], kind: str,
-                 profile: str) -> None:
+                 profile: str, cores: int | None = None) -> None:
+        """``cores``: lay the program out for that many of the chip's cores (device contexts;
+        None: all of them). With one, no step spreads its jobs and no byte is copied between
+        cores, and the weights are held once (rockjit.compile's ``cores=``)."""
         self.graph = graph
         self.params = dict(params)
         self.kind = kind
         self.profile = profile
+        self.cores = cores
         self.lowered = None
         self.builder = None
         self.device = None
@@ -57,7 +61,7 @@ class NpuRunner:
         from .image_builder import ImageBuilder
 
         self.lowered = lower_graph(self.graph, self.params, profile=self.profile)
-        self.builder = ImageBuilder(self.lowered)
+        self.builder = ImageBuilder(self.lowered, self.cores)
         return self.builder.image
 
     def load(self):
@@ -148,9 +152,11 @@ class NpuRunner:
 def factory(kind: str, profile: str):
     """The backend factory of an NPU device kind for a chip profile (registered by
     rockjit/backends.py)."""
-    def factory(graph: Graph, params: Mapping[str, np.ndarray]) -> NpuRunner:
-        return NpuRunner(graph, params, kind, profile)
+    def factory(graph: Graph, params: Mapping[str, np.ndarray],
+                cores: int | None = None) -> NpuRunner:
+        return NpuRunner(graph, params, kind, profile, cores)
     factory.probe = PROBES.get(kind)
+    factory.npu = True      # takes cores= (backends.check_cores)
     return factory
 
 
