@@ -101,8 +101,10 @@ def _repeat(args) -> int:
     """``args.repeat`` fresh-process runs; each prints its figures as one JSON line last."""
     runs = []
     for i in range(args.repeat):
+        cores = [] if args.cores is None else ["--cores", str(args.cores)]
         out = subprocess.run([sys.executable, __file__, "--model", args.model, "--layers",
-                              str(args.layers), "--prefault", str(args.prefault), "--json"],
+                              str(args.layers), "--prefault", str(args.prefault), "--json",
+                              *cores],
                              capture_output=True, text=True,
                              check=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
@@ -111,7 +113,8 @@ def _repeat(args) -> int:
               f"XLA {r['xla_s']:6.2f} s   ratio {r['rockjit_excl_s'] / r['xla_s']:5.2f} x")
     rj = min(r["rockjit_excl_s"] for r in runs)
     xla = min(r["xla_s"] for r in runs)
-    print(f"{ENCODERS[args.model].name}, {args.layers} layer(s), {args.repeat} runs")
+    on = "" if args.cores is None else f", rockjit on {args.cores} core(s)"
+    print(f"{ENCODERS[args.model].name}, {args.layers} layer(s), {args.repeat} runs{on}")
     print(f"  rockjit compile excl. weights, min {rj:8.2f} s")
     print(f"  XLA jit lower + compile, min      {xla:8.2f} s")
     print(f"  ratio of the minima               {rj / xla:8.2f} x")
@@ -126,6 +129,9 @@ def main() -> int:
                     help="N fresh-process runs; print each and the ratio of the minima")
     ap.add_argument("--prefault", type=float, default=0.0, metavar="GB",
                     help="touch GB of memory once before timing (see _first_touch_gbps)")
+    ap.add_argument("--cores", type=int, default=None,
+                    help="compile rockjit's program for N cores (rockjit.compile(..., cores=N); "
+                         "default: all of the chip's)")
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.repeat < 1:
@@ -138,7 +144,7 @@ def main() -> int:
     touch = _first_touch_gbps()
     t_warm = _warm_up(enc)
     fn, params, inputs = setup(enc, args.layers)
-    f = rockjit.compile(fn, resident_argnums=0, backend="null")
+    f = rockjit.compile(fn, resident_argnums=0, backend="null", cores=args.cores)
     with weight_timing.recording() as rec:
         t0 = time.perf_counter()
         lowered = f.lower(params, *inputs)
@@ -154,7 +160,8 @@ def main() -> int:
     t_xla, _ = xla_compile_s(fn, params, inputs)
     t_w = sum(s for s, _ in rec.values())
     w_bytes = sum(b for _, b in rec.values())
-    print(f"{enc.name}, {args.layers} layer(s)   [warm-up: both compile 1 layer, untimed: "
+    on = "" if args.cores is None else f", rockjit on {args.cores} core(s)"
+    print(f"{enc.name}, {args.layers} layer(s){on}   [warm-up: both compile 1 layer, untimed: "
           f"{t_warm:.2f} s]")
     print(f"  rockjit trace + import        {t_trace:8.2f} s")
     print(f"  rockjit lowering + image      {t_build:8.2f} s  (Lowered.compile())")
