@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "out",
                     help="where the default (seeded) weights are written")
     args = ap.parse_args(argv)
+    if args.cores is not None and args.backend == "interpreter":
+        ap.error("--cores chooses NPU cores; the interpreter runs on the CPU (drop --cores)")
 
     entry = MODELS[args.model]
     try:
