@@ -61,11 +61,10 @@ def resolve_backend(name: str) -> None:
 
 def check_cores(backend: str, cores: object) -> None:
     """Refuse a ``cores=`` the backend cannot honour: the interpreter has no cores, and an NPU
-    backend's chip has 1 .. ``ChipProfile.cores`` of them (None: all, the default)."""
+    backend's chip has 1 .. ``ChipProfile.cores`` of them (None: all, the default).
+    ``backend`` has passed ``resolve_backend``."""
     if cores is None:
         return
-    if backend not in BACKENDS:
-        resolve_backend(backend)
     if not getattr(BACKENDS[backend], "npu", False):
         raise ValueError(f"cores={cores!r}: backend {backend!r} runs on the CPU and has no NPU "
                          f"cores to choose; drop cores= or pick an NPU backend (auto, sim, null, "

@@ -354,7 +354,7 @@ def check(compiled, *args: Any, threshold: float = DEFAULT_THRESHOLD, by: str = 
     ref = interpret(probe, inputs, params)[len(graph.outputs):]
     # the same graph with the groups' values as extra outputs, on the same backend: every op
     # is lowered by the same rules as in the compiled program
-    runner = make_runner(compiled.backend, probe, params, getattr(compiled, "cores", None))
+    runner = make_runner(compiled.backend, probe, params, compiled.cores)
     try:
         got = runner(inputs)[len(graph.outputs):]
         records = _range_plan_records(getattr(compiled, "_runner", None), runner)
